@@ -1,0 +1,1 @@
+"""Benchmarks printed by ``make bench``: ratios measured side by side in one process."""
