@@ -1,0 +1,172 @@
+"""Tests for the latent recovery read-outs (workers/metrics.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from workers.metrics import (
+    active_units_discrete,
+    active_units_gaussian,
+    discrete_mutual_information,
+    gaussian_mutual_information,
+    kmeans_labels,
+    latent_recovery,
+)
+
+
+class TestLatentRecovery:
+    def test_perfect_recovery_up_to_permutation(self):
+        truth = torch.tensor([0, 0, 1, 1, 2, 2, 2])
+        permuted = torch.tensor([2, 0, 1])[truth]
+        scores = latent_recovery(permuted, truth)
+        assert set(scores) == {"latent_nmi", "latent_ari"}
+        assert scores["latent_nmi"] == pytest.approx(1.0)
+        assert scores["latent_ari"] == pytest.approx(1.0)
+
+    def test_accepts_numpy_arrays(self):
+        labels = np.array([1, 1, 0, 0])
+        assert latent_recovery(labels, labels)["latent_ari"] == pytest.approx(1.0)
+
+    def test_independent_labels_score_near_zero(self):
+        rng = np.random.default_rng(0)
+        inferred = rng.integers(0, 4, size=5000)
+        truth = rng.integers(0, 4, size=5000)
+        scores = latent_recovery(inferred, truth)
+        assert scores["latent_nmi"] < 0.01
+        assert abs(scores["latent_ari"]) < 0.01
+
+    @pytest.mark.parametrize("empty_arg", ["inferred", "truth"])
+    def test_empty_input_names_the_argument(self, empty_arg):
+        arguments = {"inferred": torch.tensor([0, 1]), "truth": torch.tensor([1, 0])}
+        arguments[empty_arg] = torch.tensor([], dtype=torch.long)
+        with pytest.raises(ValueError, match=empty_arg):
+            latent_recovery(**arguments)
+
+    def test_length_mismatch_raises(self):
+        with pytest.raises(ValueError, match="length"):
+            latent_recovery(torch.tensor([0, 1, 1]), torch.tensor([0, 1]))
+
+    def test_non_integer_or_2d_labels_raise(self):
+        with pytest.raises(ValueError, match="integer"):
+            latent_recovery(torch.tensor([0.5, 1.0]), torch.tensor([0, 1]))
+        with pytest.raises(ValueError, match="1-D"):
+            latent_recovery(torch.zeros(2, 2, dtype=torch.long), torch.tensor([0, 1]))
+
+
+class TestKMeansLabels:
+    def test_recovers_well_separated_clusters(self):
+        generator = torch.Generator().manual_seed(0)
+        centres = torch.tensor([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0], [10.0, 10.0]])
+        truth = torch.arange(4).repeat_interleave(25)
+        points = centres[truth] + 0.1 * torch.randn(100, 2, generator=generator)
+        labels = kmeans_labels(points, num_clusters=4, seed=0)
+        assert labels.dtype == torch.long and labels.shape == (100,)
+        assert latent_recovery(labels, truth)["latent_ari"] == pytest.approx(1.0)
+
+    def test_is_reproducible_for_a_seed(self):
+        points = torch.randn(60, 3, generator=torch.Generator().manual_seed(1))
+        assert torch.equal(kmeans_labels(points, 3, seed=5), kmeans_labels(points, 3, seed=5))
+
+    def test_fewer_points_than_clusters(self):
+        labels = kmeans_labels(torch.tensor([[0.0], [5.0]]), num_clusters=4, seed=0)
+        assert sorted(labels.tolist()) == [0, 1]
+
+    def test_empty_points_raise(self):
+        with pytest.raises(ValueError, match="points"):
+            kmeans_labels(torch.zeros(0, 2), num_clusters=2, seed=0)
+
+
+class TestDiscreteMutualInformation:
+    @pytest.mark.parametrize("num_categories", [2, 5])
+    def test_even_one_hot_posteriors_give_log_k(self, num_categories):
+        posteriors = torch.eye(num_categories).repeat(3, 1)
+        assert discrete_mutual_information(posteriors) == pytest.approx(math.log(num_categories))
+
+    def test_identical_posteriors_give_zero(self):
+        posteriors = torch.tensor([[0.2, 0.5, 0.3]]).repeat(10, 1)
+        assert discrete_mutual_information(posteriors) == pytest.approx(0.0, abs=1e-12)
+
+    def test_partially_informative_posteriors_lie_between(self):
+        posteriors = torch.tensor([[0.9, 0.1], [0.1, 0.9]])
+        assert 0.0 < discrete_mutual_information(posteriors) < math.log(2)
+
+    def test_empty_raises(self):
+        with pytest.raises(ValueError, match="posterior_probs"):
+            discrete_mutual_information(torch.zeros(0, 3))
+
+
+class TestGaussianMutualInformation:
+    def test_prior_like_posteriors_give_near_zero(self):
+        # The analytic entropy term against a one-sample-per-x Monte Carlo term: the
+        # noise is about sqrt(D / 2N) = 0.03 nats here.
+        mean = torch.zeros(1000, 2)
+        logvar = torch.zeros(1000, 2)
+        assert gaussian_mutual_information(mean, logvar, seed=0) == pytest.approx(0.0, abs=0.1)
+
+    def test_separated_tiny_variance_posteriors_give_log_n(self):
+        num_examples = 512  # Monte Carlo noise about sqrt(D / 2N) = 0.044 nats
+        mean = 10.0 * torch.arange(num_examples, dtype=torch.float32)[:, None].repeat(1, 2)
+        logvar = torch.full((num_examples, 2), -10.0)
+        estimate = gaussian_mutual_information(mean, logvar, seed=0)
+        assert estimate == pytest.approx(math.log(num_examples), abs=0.15)
+
+    def test_is_reproducible_and_never_negative(self):
+        generator = torch.Generator().manual_seed(3)
+        mean = 0.01 * torch.randn(50, 3, generator=generator)
+        logvar = torch.zeros(50, 3)
+        first = gaussian_mutual_information(mean, logvar, seed=7)
+        assert first == gaussian_mutual_information(mean, logvar, seed=7)
+        assert first >= 0.0
+
+    def test_blocked_computation_matches_one_block(self, monkeypatch):
+        import workers.metrics as metrics
+
+        generator = torch.Generator().manual_seed(4)
+        mean = torch.randn(30, 3, generator=generator)
+        logvar = 0.5 * torch.randn(30, 3, generator=generator)
+        whole = gaussian_mutual_information(mean, logvar, seed=1)
+        monkeypatch.setattr(metrics, "_MI_BLOCK_ELEMENTS", 3 * 30 * 4)  # blocks of 4 rows
+        assert gaussian_mutual_information(mean, logvar, seed=1) == pytest.approx(whole, rel=1e-12)
+
+    def test_shape_mismatch_and_empty_raise(self):
+        with pytest.raises(ValueError, match="shape"):
+            gaussian_mutual_information(torch.zeros(3, 2), torch.zeros(3, 3))
+        with pytest.raises(ValueError, match="mean"):
+            gaussian_mutual_information(torch.zeros(0, 2), torch.zeros(0, 2))
+
+
+class TestActiveUnits:
+    def test_gaussian_counts_dimensions_that_vary_over_x(self):
+        generator = torch.Generator().manual_seed(0)
+        mean = torch.zeros(500, 4)
+        mean[:, 0] = torch.randn(500, generator=generator)  # var ~ 1: active
+        mean[:, 1] = 0.3 * torch.randn(500, generator=generator)  # var ~ 0.09: active
+        mean[:, 2] = 0.01 * torch.randn(500, generator=generator)  # var ~ 1e-4: inactive
+        mean[:, 3] = 5.0  # constant: inactive
+        assert active_units_gaussian(mean) == 2
+        assert active_units_gaussian(mean, threshold=0.5) == 1
+
+    def test_gaussian_single_example_has_no_active_units(self):
+        assert active_units_gaussian(torch.ones(1, 3)) == 0
+
+    def test_discrete_counts_categories_with_aggregate_mass(self):
+        posteriors = torch.tensor(
+            [
+                [0.7, 0.3, 0.0, 0.0],
+                [0.6, 0.39, 0.01, 0.0],
+                [0.8, 0.2, 0.0, 0.0],
+                [0.5, 0.5, 0.0, 0.0],
+            ]
+        )
+        # Aggregate mass: [0.65, 0.3475, 0.0025, 0.0].
+        assert active_units_discrete(posteriors) == 2
+        assert active_units_discrete(posteriors, threshold=0.002) == 3
+        assert active_units_discrete(posteriors, threshold=0.0) == 4
+
+    def test_discrete_collapsed_posterior_uses_one_category(self):
+        posteriors = torch.tensor([[1.0, 0.0, 0.0]]).repeat(8, 1)
+        assert active_units_discrete(posteriors) == 1

@@ -1,0 +1,171 @@
+"""The z-free base model: the exact oracle, or a learned decoder cached on disk.
+
+The learned base model is trained once per (data config, base config) and stored
+content-addressed by a hash of both, so every trial of a sweep (and every sweep
+on the same data) shares it. c_base (ReferenceScale over the train split) is
+stored beside it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from objectives import ReferenceScale
+from workers.data import SyntheticSplit, SyntheticTaskConfig, generate_task, oracle_base_nll
+from workers.models import BaseDecoder, ModelConfig
+
+CACHE_FORMAT_VERSION = 1
+
+
+class BaseModelConfig(BaseModel):
+    """Which z-free model provides b_t, and how the learned one is trained."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["oracle", "learned"] = Field(
+        "oracle",
+        description="'oracle': the exact z-free model of the generator (marginalises the "
+        "strategy). 'learned': an autoregressive decoder trained without z, cached on disk.",
+    )
+    embedding_dim: int = Field(32, ge=1, le=4096, description="Learned base: embedding width.")
+    hidden_dim: int = Field(64, ge=1, le=8192, description="Learned base: GRU width.")
+    num_layers: int = Field(1, ge=1, le=8, description="Learned base: GRU layers.")
+    epochs: int = Field(8, ge=1, le=1000, description="Learned base: training epochs.")
+    batch_size: int = Field(128, ge=1, le=65536, description="Learned base: batch size.")
+    learning_rate: float = Field(3e-3, gt=0, le=1, description="Learned base: AdamW learning rate.")
+    seed: int = Field(0, ge=0, description="Learned base: initialisation and batching seed.")
+
+
+@dataclass(frozen=True)
+class BaseSurprisal:
+    """b_t on both splits plus c_base.
+
+    Attributes:
+        train_nll, val_nll: ``[N, T]`` float32 surprisal, 0 off the mask.
+        c_base: mean over train examples of b_u.
+        kind: 'oracle' or 'learned'.
+        cache_hit: True when a learned model was loaded rather than trained.
+        cache_path: the learned model's cache folder (None for the oracle).
+    """
+
+    train_nll: torch.Tensor
+    val_nll: torch.Tensor
+    c_base: float
+    kind: str
+    cache_hit: bool = False
+    cache_path: Path | None = None
+
+
+def cache_key(data: SyntheticTaskConfig, base: BaseModelConfig) -> str:
+    """Content address of a learned base model: a hash of both configs and the format version."""
+    payload = json.dumps(
+        {"data": data.model_dump(mode="json"), "base": base.model_dump(mode="json"),
+         "version": CACHE_FORMAT_VERSION},
+        sort_keys=True,
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()[:24]
+
+
+def _c_base(split: SyntheticSplit, nll: torch.Tensor) -> float:
+    scale = ReferenceScale()
+    scale.update(nll, split.mask, validate=True)
+    return scale.compute()
+
+
+def _train_learned(
+    config: BaseModelConfig, data: SyntheticTaskConfig, train: SyntheticSplit, device: torch.device
+) -> BaseDecoder:
+    torch.manual_seed(config.seed)
+    model = BaseDecoder(
+        ModelConfig(embedding_dim=config.embedding_dim, hidden_dim=config.hidden_dim,
+                    num_layers=config.num_layers),
+        data.vocab_size,
+    ).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
+    generator = torch.Generator().manual_seed(config.seed)
+    train = train.to(device)
+    decoder_input = train.decoder_input()
+    mask = train.mask.float()
+    for _ in range(config.epochs):
+        for indices in torch.randperm(len(train), generator=generator).split(config.batch_size):
+            indices = indices.to(device)
+            nll = model(train.context[indices], decoder_input[indices], train.target[indices])
+            loss = (nll * mask[indices]).sum() / mask[indices].sum().clamp_min(1)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+    return model.eval()
+
+
+@torch.no_grad()
+def _evaluate(model: BaseDecoder, split: SyntheticSplit, device: torch.device) -> torch.Tensor:
+    split = split.to(device)
+    decoder_input = split.decoder_input()
+    chunks = [
+        model(split.context[i:i + 1024], decoder_input[i:i + 1024], split.target[i:i + 1024])
+        for i in range(0, len(split), 1024)
+    ]
+    return torch.where(split.mask, torch.cat(chunks), 0.0).float().cpu()
+
+
+def load_or_train_base(
+    data: SyntheticTaskConfig,
+    base: BaseModelConfig,
+    cache_root: Path | str,
+    device: torch.device | str = "cpu",
+    splits: tuple[SyntheticSplit, SyntheticSplit] | None = None,
+) -> BaseSurprisal:
+    """b_t for the train and val splits and c_base, from the oracle or the learned model.
+
+    The learned model is trained at most once per cache key: concurrent trials wait on
+    a file lock and the first one's result is reused; the folder is written to a
+    temporary name and renamed, so a crash never leaves a half-written cache entry.
+    """
+    train, val = splits if splits is not None else generate_task(data)
+    if base.kind == "oracle":
+        train_nll, val_nll = oracle_base_nll(data, train), oracle_base_nll(data, val)
+        return BaseSurprisal(train_nll, val_nll, _c_base(train, train_nll), "oracle")
+
+    root = Path(cache_root).resolve() / "base_models"
+    root.mkdir(parents=True, exist_ok=True)
+    key = cache_key(data, base)
+    target = root / key
+    with open(root / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (target / "meta.json").exists():
+            started = time.perf_counter()
+            device = torch.device(device)
+            model = _train_learned(base, data, train, device)
+            train_nll, val_nll = _evaluate(model, train, device), _evaluate(model, val, device)
+            staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
+            torch.save(model.state_dict(), staging / "model.pt")
+            torch.save({"train": train_nll, "val": val_nll}, staging / "base_nll.pt")
+            meta = {
+                "key": key, "c_base": _c_base(train, train_nll),
+                "train_seconds": time.perf_counter() - started,
+                "data": data.model_dump(mode="json"), "base": base.model_dump(mode="json"),
+                "format_version": CACHE_FORMAT_VERSION,
+            }
+            (staging / "meta.json").write_text(json.dumps(meta, indent=2))
+            if target.exists():  # a stale folder without meta.json (crash before rename)
+                shutil.rmtree(target)
+            os.replace(staging, target)
+            hit = False
+        else:
+            hit = True
+    meta = json.loads((target / "meta.json").read_text())
+    tensors = torch.load(target / "base_nll.pt")
+    return BaseSurprisal(tensors["train"], tensors["val"], float(meta["c_base"]), "learned", hit, target)

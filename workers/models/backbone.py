@@ -1,0 +1,76 @@
+"""GRU encoder/decoder components shared by the CVAEs and the z-free base model."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from workers.data import PAD_ID
+
+
+class SequenceEncoder(nn.Module):
+    """Encodes a padded token sequence to one vector: the GRU state at each row's last token."""
+
+    def __init__(self, embedding: nn.Embedding, hidden_dim: int, num_layers: int, dropout: float):
+        super().__init__()
+        self.embedding = embedding
+        self.dropout = nn.Dropout(dropout)
+        self.gru = nn.GRU(
+            embedding.embedding_dim, hidden_dim, num_layers=num_layers, batch_first=True,
+            dropout=dropout if num_layers > 1 else 0.0,
+        )
+
+    def forward(self, tokens: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``tokens [B, L]`` -> ``[B, H]``. With ``mask`` (a leading run per row), the state at the
+        last active position; rows without an active token get the state after the first token."""
+        outputs, _ = self.gru(self.dropout(self.embedding(tokens)))
+        if mask is None:
+            return outputs[:, -1]
+        # Index arithmetic instead of pack_padded_sequence: no host sync for the lengths.
+        last = (mask.sum(dim=-1) - 1).clamp_min(0)
+        return outputs.gather(1, last.view(-1, 1, 1).expand(-1, 1, outputs.shape[-1])).squeeze(1)
+
+
+class ConditionalDecoder(nn.Module):
+    """Autoregressive GRU decoder of y given a conditioning vector (context, and z if any).
+
+    The conditioning vector initialises the hidden state and is also fed at every step,
+    so the decoder cannot forget z over long sequences.
+    """
+
+    def __init__(
+        self, embedding: nn.Embedding, condition_dim: int, hidden_dim: int, num_layers: int,
+        dropout: float,
+    ):
+        super().__init__()
+        self.embedding = embedding
+        self.num_layers = num_layers
+        self.dropout = nn.Dropout(dropout)
+        self.init_state = nn.Linear(condition_dim, hidden_dim * num_layers)
+        self.gru = nn.GRU(
+            embedding.embedding_dim + condition_dim, hidden_dim, num_layers=num_layers,
+            batch_first=True, dropout=dropout if num_layers > 1 else 0.0,
+        )
+        self.output = nn.Linear(hidden_dim, embedding.num_embeddings)
+
+    def logits(self, decoder_input: torch.Tensor, condition: torch.Tensor) -> torch.Tensor:
+        """``decoder_input [B, T]`` (BOS + y shifted right), ``condition [B, C]`` -> ``[B, T, V]``."""
+        batch, length = decoder_input.shape
+        state = torch.tanh(self.init_state(condition)).view(batch, self.num_layers, -1)
+        state = state.transpose(0, 1).contiguous()
+        steps = condition.unsqueeze(1).expand(batch, length, condition.shape[-1])
+        inputs = torch.cat([self.dropout(self.embedding(decoder_input)), steps], dim=-1)
+        outputs, _ = self.gru(inputs, state)
+        return self.output(self.dropout(outputs))
+
+    def token_nll(
+        self, decoder_input: torch.Tensor, target: torch.Tensor, condition: torch.Tensor
+    ) -> torch.Tensor:
+        """Per-token NLL ``[B, T]`` of ``target`` (0 at PAD positions), in float32."""
+        logits = self.logits(decoder_input, condition)
+        nll = F.cross_entropy(
+            logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="none",
+            ignore_index=PAD_ID,
+        )
+        return nll.view_as(target)

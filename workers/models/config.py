@@ -1,0 +1,51 @@
+"""Model configuration shared by the CVAE families and the learned z-free base model."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ModelConfig(BaseModel):
+    """Sizes and latent family of the CVAE. Every field is a sweepable hyperparameter."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    family: Literal["discrete", "continuous"] = Field(
+        "discrete",
+        description="Latent family: 'discrete' (K-way categorical z) or 'continuous' (diagonal "
+        "Gaussian z, reparameterised).",
+    )
+    embedding_dim: int = Field(32, ge=1, le=4096, description="Token embedding width.")
+    hidden_dim: int = Field(64, ge=1, le=8192, description="GRU hidden width (all GRUs).")
+    num_layers: int = Field(1, ge=1, le=8, description="GRU layers in each encoder/decoder.")
+    dropout: float = Field(
+        0.0, ge=0, lt=1, description="Dropout on embeddings and between GRU layers."
+    )
+    num_categories: int | None = Field(
+        None,
+        ge=2,
+        le=1024,
+        description="K of the discrete latent. Unset: the task's number of strategies, so that "
+        "latent recovery (NMI/ARI) compares like with like.",
+    )
+    latent_dim: int = Field(
+        8, ge=1, le=1024, description="Dimension of the continuous latent; the discrete latent's "
+        "category embedding has this width too."
+    )
+    discrete_estimator: Literal["enumerate", "gumbel"] = Field(
+        "enumerate",
+        description="'enumerate': exact expectation over the K values in the ELBO (K decoder "
+        "passes). 'gumbel': one straight-through Gumbel-softmax sample per example.",
+    )
+    gumbel_temperature_start: float = Field(1.0, gt=0, description="Gumbel temperature at step 0.")
+    gumbel_temperature_end: float = Field(0.3, gt=0, description="Gumbel temperature after annealing.")
+    gumbel_anneal_steps: int = Field(
+        2000, ge=1, description="Steps of exponential decay from the start to the end temperature."
+    )
+    prior: Literal["learned", "standard"] = Field(
+        "learned",
+        description="'learned': p(z | x) from the context encoder. 'standard': uniform categorical "
+        "or N(0, I), independent of x.",
+    )

@@ -1,0 +1,211 @@
+"""Figures for trial and sweep runs, rendered headless to PNG files.
+
+Each function writes one PNG to ``path``, closes its figure (trial processes draw many),
+and returns the path so the caller can hand it straight to ``RunLogger.log_png``. Empty
+or degenerate inputs give a figure that says so instead of raising: a plot is a
+read-out, and a missing one should never fail a trial.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+# Trials run in headless Ray workers; select Agg before pyplot picks a GUI backend.
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+__all__ = ["plot_kappa_histogram", "plot_metric_against_alpha", "plot_reconstruction_curves"]
+
+_RECONSTRUCTION_KEYS = (
+    "train/recon_uniform",
+    "val/recon_uniform",
+    "train/recon_token_weighted",
+    "val/recon_token_weighted",
+    "train/recon_ncc",
+    "val/recon_ncc",
+)
+_LOSS_KEYS = ("train/kl", "val/kl", "train/loss", "val/loss")
+_DPI = 110
+
+
+def _save(figure: plt.Figure, path: str | os.PathLike[str]) -> Path:
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        figure.savefig(target, dpi=_DPI, format="png")
+    finally:
+        plt.close(figure)
+    return target
+
+
+def _say_no_data(axes: Axes, message: str = "no data") -> None:
+    axes.text(0.5, 0.5, message, ha="center", va="center", transform=axes.transAxes)
+
+
+def plot_kappa_histogram(
+    kappa_values: torch.Tensor | np.ndarray | Sequence[float],
+    alpha: float,
+    path: str | os.PathLike[str],
+    title: str | None = None,
+) -> Path:
+    """Histogram of per-example concentration factors kappa_alpha.
+
+    Vertical lines mark the mean, median (p50) and p90, the statistics logged as
+    ``{split}/kappa_mean``, ``_p50`` and ``_p90``.
+
+    Args:
+        kappa_values: 1-D per-example kappa_alpha (any shape is flattened). NaN and
+            infinite values are left out.
+        alpha: The concentration knob, shown in the title.
+        path: Where to write the PNG (parent folders are created).
+        title: Overrides the default title.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`. With no finite value the figure says
+        "no data"; a constant array gives a single bar.
+    """
+    if isinstance(kappa_values, torch.Tensor):
+        kappa_values = kappa_values.detach().cpu().to(torch.float64).numpy()
+    values = np.asarray(kappa_values, dtype=np.float64).ravel()
+    values = values[np.isfinite(values)]
+
+    figure, axes = plt.subplots(figsize=(6.4, 4.2))
+    axes.set_title(title or f"per-example kappa (alpha = {alpha:g}, n = {values.size})")
+    axes.set_xlabel("kappa_alpha")
+    axes.set_ylabel("examples")
+    if values.size == 0:
+        _say_no_data(axes)
+    else:
+        bins = int(min(50, max(10, math.isqrt(values.size))))
+        axes.hist(values, bins=bins, color="tab:blue", alpha=0.75)
+        for statistic, value, style in (
+            ("mean", values.mean(), "-"),
+            ("p50", np.percentile(values, 50), "--"),
+            ("p90", np.percentile(values, 90), ":"),
+        ):
+            axes.axvline(value, color="black", linestyle=style, label=f"{statistic} = {value:.3g}")
+        axes.legend(loc="upper right")
+    figure.tight_layout()
+    return _save(figure, path)
+
+
+def _plot_series(axes: Axes, history: Mapping[str, Sequence[float]], keys: Sequence[str]) -> None:
+    drawn = False
+    # One colour per term, solid for train and dashed for val, so each pair reads together.
+    terms = list(dict.fromkeys(key.split("/", 1)[1] for key in keys))
+    for key in keys:
+        series = history.get(key)
+        if series is None or len(series) == 0:
+            continue
+        values = np.asarray(series, dtype=np.float64)
+        # Val metrics may exist only on some epochs (NaN elsewhere): markers keep
+        # isolated points visible where the line breaks.
+        axes.plot(
+            np.arange(values.size),
+            values,
+            label=key,
+            linestyle="-" if key.startswith("train/") else "--",
+            color=f"C{terms.index(key.split('/', 1)[1])}",
+            marker="." if values.size <= 50 else None,
+        )
+        drawn = True
+    if drawn:
+        axes.legend(fontsize="small")
+    else:
+        _say_no_data(axes)
+    axes.set_xlabel("epoch")
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def plot_reconstruction_curves(
+    history: Mapping[str, Sequence[float]],
+    path: str | os.PathLike[str],
+    title: str | None = None,
+) -> Path:
+    """Training curves: reconstruction terms (left), loss and KL (right), against epoch.
+
+    Args:
+        history: Metric name -> one value per epoch (index = epoch). Only the
+            ``{train,val}/recon_uniform``, ``/recon_token_weighted``, ``/recon_ncc``,
+            ``/kl`` and ``/loss`` keys are drawn; others are ignored. NaN values leave
+            gaps.
+        path: Where to write the PNG (parent folders are created).
+        title: Figure title.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`; a panel with none of its keys says "no data".
+    """
+    figure, (recon_axes, loss_axes) = plt.subplots(1, 2, figsize=(11, 4.2))
+    _plot_series(recon_axes, history, _RECONSTRUCTION_KEYS)
+    recon_axes.set_title("reconstruction")
+    recon_axes.set_ylabel("nats per token")
+    _plot_series(loss_axes, history, _LOSS_KEYS)
+    loss_axes.set_title("loss and KL")
+    if title:
+        figure.suptitle(title)
+    figure.tight_layout()
+    return _save(figure, path)
+
+
+def _as_float(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def plot_metric_against_alpha(
+    rows: Sequence[Mapping[str, Any]],
+    metric: str,
+    path: str | os.PathLike[str],
+    group_key: str = "loss_stack",
+) -> Path:
+    """A sweep read-out: ``metric`` against alpha, one line per group (loss stack).
+
+    Args:
+        rows: Report rows with keys ``alpha``, ``group_key``, ``f"{metric}_mean"`` and
+            ``f"{metric}_ci95"`` (half-width of the 95% interval over seeds). Missing or
+            NaN means leave a gap; a missing or NaN interval draws no error bar.
+        metric: Metric name, e.g. ``"val/recon_uniform"``.
+        path: Where to write the PNG (parent folders are created).
+        group_key: Row key that defines the lines.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`; with no rows the figure says "no data".
+    """
+    groups: dict[str, list[tuple[float, float, float]]] = {}
+    for row in rows:
+        groups.setdefault(str(row.get(group_key)), []).append(
+            (
+                _as_float(row.get("alpha")),
+                _as_float(row.get(f"{metric}_mean")),
+                _as_float(row.get(f"{metric}_ci95")),
+            )
+        )
+
+    figure, axes = plt.subplots(figsize=(6.4, 4.2))
+    axes.set_title(f"{metric} against alpha (mean, 95% CI)")
+    axes.set_xlabel("alpha")
+    axes.set_ylabel(metric)
+    if not groups:
+        _say_no_data(axes)
+    for group, points in sorted(groups.items()):
+        alphas, means, intervals = (
+            np.asarray(column) for column in zip(*sorted(points), strict=True)
+        )
+        intervals = np.where(np.isfinite(intervals), intervals, 0.0)
+        axes.errorbar(alphas, means, yerr=intervals, label=group, marker="o", capsize=3)
+    if groups:
+        axes.legend(title=group_key, fontsize="small")
+    figure.tight_layout()
+    return _save(figure, path)
