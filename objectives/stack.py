@@ -170,8 +170,9 @@ class LossStackSpec(BaseModel):
         """The stack's name for params and reports."""
         if self.name:
             return self.name
-        if self.preset and not self.terms:
-            return self.preset
+        if self.preset:
+            added = [name for name in self.terms if name not in PRESETS[self.preset].terms]
+            return "+".join([self.preset, *added])
         return "+".join(self.resolved_terms())
 
     @property

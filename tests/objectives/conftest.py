@@ -52,10 +52,8 @@ class Reference:
             b = [mpmath.mpf(float(v)) for v in b_active]
             ell = [mpmath.mpf(float(v)) for v in l_active]
             a = mpmath.mpf(float(alpha))
-            if a == 0:
-                powers = [mpmath.mpf(1)] * n
-            else:
-                powers = [v**a if v > 0 else zero for v in b]
+            # 0^0 = 1 (alpha = 0 is exactly uniform); 0^alpha = 0 for alpha > 0.
+            powers = [mpmath.mpf(1) if a == 0 else (v**a if v > 0 else zero) for v in b]
             m1 = mpmath.fsum(b) / n
             sum_alpha = mpmath.fsum(powers)
             if all(v == 0 for v in b):  # every active b_t is 0 (any alpha)

@@ -14,6 +14,7 @@ from objectives import (
     normalized_concentration_corrected_token_weighted_reconstruction_loss,
     token_weight_stats,
     token_weighted_reconstruction,
+    uniform_reconstruction,
 )
 
 B, T = 3, 4
@@ -149,6 +150,16 @@ def test_validate_accepts_valid_input_including_zeros(name):
     base = base.clone()
     base[0] = 0.0
     FUNCTIONS[name](token, base, mask, 2.0, 1.0, validate=True)
+
+
+def test_uniform_reconstruction_rejects_bad_arguments():
+    token, _, mask = _batch()
+    with pytest.raises(ValueError, match="mask"):
+        uniform_reconstruction(token, mask.int())
+    with pytest.raises(ValueError, match="mask"):
+        uniform_reconstruction(token, mask[:, :-1])
+    with pytest.raises(ValueError, match="token_nll"):
+        uniform_reconstruction(token.long(), mask)
 
 
 def test_reference_scale_rejects_bad_arguments():

@@ -26,7 +26,7 @@ from objectives import (
 )
 
 PROPERTY_SETTINGS = settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 F64 = dict(rtol=1e-9, atol=1e-300)
 

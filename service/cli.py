@@ -1,0 +1,29 @@
+"""The ``ksweep`` command line: one entry point for every part."""
+
+from __future__ import annotations
+
+import typer
+
+from workers.cli import train_command
+
+app = typer.Typer(help="kappa-sweep: sweeps over alpha and loss stacks for CVAEs.", no_args_is_help=True)
+app.command("train")(train_command)
+
+
+@app.command("objectives")
+def objectives_command(demo: bool = typer.Option(False, help="Show kappa_alpha on synthetic surprisal.")) -> None:
+    """List the loss terms and presets (and optionally demonstrate the objective family)."""
+    from service.objectives_demo import print_demo, print_registry
+
+    print_registry()
+    if demo:
+        print_demo()
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()
