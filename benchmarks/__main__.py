@@ -1,10 +1,12 @@
 """Run every benchmark: ``python -m benchmarks`` (``make bench``)."""
 
-from benchmarks import bench_objectives
+from benchmarks import bench_objectives, bench_training, gpu_trial
 
 
 def main() -> None:
     bench_objectives.main()
+    bench_training.main()
+    gpu_trial.main()
 
 
 if __name__ == "__main__":
