@@ -281,7 +281,8 @@ def _bag_of_words(inputs: LossInputs, context: TermContext, options: BagOfWordsO
         raise ValueError(
             f"targets must have the shape of mask {tuple(mask.shape)}, got {tuple(targets.shape)}"
         )
-    log_probs = F.log_softmax(logits.float(), dim=-1)
+    # At least float32 (bf16 logits under autocast), but keep float64 when given.
+    log_probs = F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
     safe_targets = torch.where(mask, targets, 0)
     token_nll = torch.where(mask, -log_probs.gather(1, safe_targets), 0.0)
     per_example = token_nll.sum(dim=-1)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import typer
 
+from sweeps.cli import sweep_app, validate_command
 from workers.cli import train_command
 
 app = typer.Typer(help="kappa-sweep: sweeps over alpha and loss stacks for CVAEs.", no_args_is_help=True)
 app.command("train")(train_command)
+app.add_typer(sweep_app, name="sweep")
+app.command("validate")(validate_command)
 
 
 @app.command("objectives")

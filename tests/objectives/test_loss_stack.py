@@ -484,11 +484,6 @@ def test_bag_of_words_gradient_only_from_active_targets():
     assert (logits.grad[2] == 0).all()  # the example with no active token
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bag_of_words computes log_softmax on bow_logits.float(), silently downcasting "
-    "float64 logits to float32 (value and gradient lose precision)",
-)
 def test_bag_of_words_keeps_float64_precision():
     inputs = _bow_inputs(torch.float64)
     out = LossStackSpec(terms={"bag_of_words": 1.0}).build()(inputs)

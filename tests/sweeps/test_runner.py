@@ -1,0 +1,189 @@
+"""Real sweeps on local Ray with a temporary sqlite MLflow store."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from sweeps.progress import read_status
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICKSTART = ROOT / "sweeps" / "examples" / "quickstart.yaml"
+pytestmark = pytest.mark.slow
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db",
+        "KSWEEP_SWEEP_ROOT": str(tmp_path / "root"),
+        "RAY_ADDRESS": "",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def _sweep(tmp_path: Path, spec: Path, sweep_id: str, **popen):
+    return subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "sweep", "run", str(spec), "--sweep-id", sweep_id,
+         "--num-cpus", "2"],
+        env=_env(tmp_path), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, start_new_session=True, **popen,
+    )
+
+
+def _runs(tmp_path: Path, experiment: str, sweep_id: str):
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([exp.experiment_id], filter_string=f"tags.`ksweep.sweep_id` = '{sweep_id}'")
+    parents = [r for r in runs if r.data.tags.get("ksweep.role") == "sweep"]
+    children = [r for r in runs if r.data.tags.get("ksweep.role") == "trial"]
+    return client, exp, parents, children
+
+
+def _write_spec(tmp_path: Path, name: str, changes: dict) -> Path:
+    spec = yaml.safe_load(QUICKSTART.read_text())
+    for dotted, value in changes.items():
+        node = spec
+        *parents, last = dotted.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[last] = value
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_quickstart_sweep_end_to_end(tmp_path):
+    process = _sweep(tmp_path, QUICKSTART, "qs1")
+    output, _ = process.communicate(timeout=600)
+    assert process.returncode == 0, output
+    client, exp, parents, children = _runs(tmp_path, "quickstart", "qs1")
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert len(parents) == 1 and len(children) == 6
+    parent = parents[0]
+    assert parent.info.status == "FINISHED"
+    assert all(c.data.tags["mlflow.parentRunId"] == parent.info.run_id for c in children)
+    grid = {(c.data.params["alpha"], c.data.params["loss_stack"]) for c in children}
+    assert grid == {(a, s) for a in ("0.0", "1.0", "2.0") for s in ("uniform", "raw_plus_ncc")}
+    for child in children:
+        assert child.info.status == "FINISHED"
+        assert float(child.data.params["c_base"]) > 0
+        history = client.get_metric_history(child.info.run_id, "val/latent_nmi")
+        assert [m.step for m in history] == [1, 2, 3, 4]
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"report.json", "report.md", "spec.json", "plots"} <= artifacts
+    plots = {a.path for a in client.list_artifacts(parent.info.run_id, "plots")}
+    assert {"plots/kappa_mean_vs_alpha.png", "plots/latent_nmi_vs_alpha.png",
+            "plots/curves_per_alpha.png"} <= plots
+    report = json.loads((tmp_path / "root" / "qs1" / "report.json").read_text())
+    assert len(report["rows"]) == 6 and report["counts"] == {"done": 6}
+    assert {(r["alpha"], r["loss_stack"]) for r in report["rows"]} == {
+        (a, s) for a in (0.0, 1.0, 2.0) for s in ("uniform", "raw_plus_ncc")}
+    # alpha = 0 is exactly uniform weighting: kappa = 1 there, > 1 elsewhere.
+    for row in report["rows"]:
+        kappa = row["val/kappa_mean_mean"]
+        assert (kappa == pytest.approx(1.0)) if row["alpha"] == 0 else kappa > 1.2
+    assert report["best"]["metric"] == "val/latent_nmi"
+    assert "best/val/latent_nmi" in parent.data.metrics
+    status = read_status(tmp_path / "root" / "qs1" / "status.json")
+    assert (status.state, status.total, status.done, status.pending, status.running) == (
+        "succeeded", 6, 6, 0, 0)
+    assert parent.data.tags["ksweep.trials_done"] == "6"
+    assert "| alpha | loss_stack |" in output
+
+
+def test_killed_driver_resumes_without_rerunning_or_duplicating(tmp_path):
+    spec = _write_spec(tmp_path, "resume", {"template.training.epochs": 6,
+                                            "budget.max_concurrent_trials": 1})
+    process = _sweep(tmp_path, spec, "rs1")
+    status_path = tmp_path / "root" / "rs1" / "status.json"
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        status = read_status(status_path)
+        if status is not None and status.done >= 2:
+            break
+        time.sleep(0.5)
+    else:
+        process.kill()
+        pytest.fail("sweep did not complete two trials in time")
+    time.sleep(2.5)  # let Tune save its experiment state (TUNE_GLOBAL_CHECKPOINT_S = 2)
+    os.killpg(process.pid, signal.SIGKILL)  # the driver and its local Ray die together
+    process.wait()
+    _, _, _, before = _runs(tmp_path, "quickstart", "rs1")
+    finished_before = {c.info.run_id for c in before if c.info.status == "FINISHED"}
+    assert len(finished_before) >= 2
+    restarted = _sweep(tmp_path, spec, "rs1")
+    output, _ = restarted.communicate(timeout=600)
+    assert restarted.returncode == 0, output
+    client, _, parents, children = _runs(tmp_path, "quickstart", "rs1")
+    assert len(parents) == 1, "the resumed driver must reuse the parent run"
+    assert len(children) == 6, [c.data.tags.get("ksweep.trial_id") for c in children]
+    trial_ids = [c.data.tags["ksweep.trial_id"] for c in children]
+    assert len(set(trial_ids)) == 6, "no trial may have two MLflow runs"
+    assert finished_before <= {c.info.run_id for c in children}
+    for child in children:
+        assert child.info.status == "FINISHED"
+        steps = [m.step for m in client.get_metric_history(child.info.run_id, "val/loss")]
+        assert steps == [1, 2, 3, 4, 5, 6], (child.data.tags["ksweep.trial_id"], steps)
+    # Completed trials were not re-run: their runs were not touched after the kill.
+    for child in children:
+        if child.info.run_id in finished_before:
+            old = next(c for c in before if c.info.run_id == child.info.run_id)
+            assert child.info.end_time == old.info.end_time
+    status = read_status(tmp_path / "root" / "rs1" / "status.json")
+    assert (status.state, status.done, status.failed) == ("succeeded", 6, 0)
+
+
+def test_optuna_asha_stops_some_trials_early(tmp_path):
+    spec = _write_spec(tmp_path, "asha", {
+        "alpha": {"low": 0.0, "high": 4.0},
+        "search": {"kind": "optuna", "sampler": "tpe", "seed": 0, "num_samples": 8},
+        "scheduler": {"kind": "asha", "grace_period": 1, "reduction_factor": 2},
+        "template.training.epochs": 4, "template.data.train_size": 256,
+    })
+    process = _sweep(tmp_path, spec, "oa1")
+    output, _ = process.communicate(timeout=600)
+    assert process.returncode == 0, output
+    report = json.loads((tmp_path / "root" / "oa1" / "report.json").read_text())
+    epochs = [t["epochs"] for t in report["trials"]]
+    assert len(epochs) == 8
+    assert report["counts"].get("stopped", 0) >= 1 and min(epochs) < 4, epochs
+    assert max(epochs) == 4
+    alphas = {t["alpha"] for t in report["trials"]}
+    assert len(alphas) == 8 and all(0.0 <= a <= 4.0 for a in alphas)
+    _, _, _, children = _runs(tmp_path, "quickstart", "oa1")
+    assert len(children) == 8
+    assert all(c.info.status == "FINISHED" for c in children)
+    stopped = [c for c in children if c.data.tags.get("ksweep.stopped_early") == "true"]
+    assert len(stopped) == report["counts"]["stopped"]
+
+
+def test_diverging_trial_fails_with_reason_others_complete(tmp_path):
+    spec = _write_spec(tmp_path, "nan", {
+        "alpha": [1.0],
+        "loss_stacks": ["uniform", {"name": "exploding",
+                                    "terms": {"token_weighted": 1e38, "uniform": 1e38}}],
+        "budget.max_failures_per_trial": 0, "template.training.epochs": 2,
+    })
+    process = _sweep(tmp_path, spec, "nan1")
+    output, _ = process.communicate(timeout=600)
+    assert process.returncode == 0, output  # the sweep succeeds: one trial finished
+    report = json.loads((tmp_path / "root" / "nan1" / "report.json").read_text())
+    states = {t["loss_stack"]: t for t in report["trials"]}
+    assert states["uniform"]["state"] == "done"
+    assert states["exploding"]["state"] == "failed"
+    assert "TrialDiverged" in states["exploding"]["error"]
+    assert "step 0" in states["exploding"]["error"]
+    _, _, _, children = _runs(tmp_path, "quickstart", "nan1")
+    failed = [c for c in children if c.data.params["loss_stack"] == "exploding"]
+    assert len(failed) == 1 and failed[0].info.status == "FAILED"
+    assert "loss became inf at step 0" in failed[0].data.tags["ksweep.failure"]
+    status = read_status(tmp_path / "root" / "nan1" / "status.json")
+    assert (status.done, status.failed) == (1, 1)
