@@ -135,20 +135,30 @@ class _ProgressCallback(tune.Callback):
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self._finish(trial)
-        # A trial ASHA stopped never reached the end of its function: close its MLflow run.
-        run_id = (trial.last_result or {}).get("mlflow_run_id")
-        if run_id and (trial.last_result or {}).get("training_iteration", 0) < self.epochs:
-            try:
-                client = MlflowClient(tracking_uri=self.tracking_uri)
-                client.set_tag(run_id, "ksweep.stopped_early", "true")
-                client.set_terminated(run_id, "FINISHED")
-            except Exception:
-                pass
+        self._close_run(trial, "FINISHED")
         self._publish(trials, force=True)
 
     def on_trial_error(self, iteration, trials, trial, **info):
         self._finish(trial)
+        self._close_run(trial, "FAILED")
         self._publish(trials, force=True)
+
+    def _close_run(self, trial, status: str) -> None:
+        """Backstop for a trial process that ended before closing its MLflow run (a trial
+        the scheduler stopped is ended with sys.exit, and its actor may be killed)."""
+        result = trial.last_result or {}
+        run_id = result.get("mlflow_run_id")
+        if not run_id:
+            return
+        try:
+            client = MlflowClient(tracking_uri=self.tracking_uri)
+            if client.get_run(run_id).info.status != "RUNNING":
+                return
+            if status == "FINISHED" and result.get("training_iteration", 0) < self.epochs:
+                client.set_tag(run_id, "ksweep.stopped_early", "true")
+            client.set_terminated(run_id, status)
+        except Exception:  # the run's state is cosmetic next to the sweep's progress
+            pass
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         self._publish(trials)

@@ -93,8 +93,12 @@ def train_trial(params: dict[str, Any], *, spec_json: str, context: dict[str, An
                     checkpoint=tune.Checkpoint.from_directory(folder),
                 )
     except SystemExit:
-        # Tune ends a trial its scheduler stopped (ASHA) with sys.exit inside report().
-        logger.set_tags({"ksweep.stopped_early": "true"})
+        # Tune ends a trial its scheduler stopped with sys.exit inside report(); ASHA also
+        # "stops" a trial at max_t, right after its last epoch, which is not early.
+        if trainer.epoch < config.training.epochs:
+            logger.set_tags({"ksweep.stopped_early": "true"})
+        else:
+            log_trial_plots(logger, trainer)
         logger.finish("FINISHED")
         raise
     except Exception as error:
