@@ -59,10 +59,10 @@ def test_quickstart_contents():
     assert quick.alpha_values() == [0.0, 1.0, 2.0]
     assert quick.stack_labels() == ["uniform", "raw_plus_ncc"]
     assert quick.models == ["discrete"] and quick.seed_list() == [0]
-    assert quick.template.training.epochs == 4 and quick.template.data.train_size == 512
+    assert quick.template.training.epochs == 6 and quick.template.data.train_size == 1024
     assert (quick.primary_metric, quick.primary_mode) == ("val/latent_nmi", "max")
     plan = build_plan(quick)
-    assert plan.max_concurrent == 2 and plan.total_epochs == 24
+    assert plan.max_concurrent == 2 and plan.total_epochs == 6 * 6
 
 
 def test_optuna_example_plan():
