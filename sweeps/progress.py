@@ -38,6 +38,11 @@ class SweepStatus:
     error: str | None = None
     parent_run_id: str | None = None
     experiment_id: str | None = None
+    trials: list[dict[str, Any]] = field(default_factory=list)
+    """One dict per trial Tune knows of, in creation order: ``trial_id``, ``state``
+    (pending | running | done | stopped | failed), ``config`` (alpha, loss_stack, model,
+    seed), ``metrics`` (the latest finite DESIGN.md metrics), ``epochs``,
+    ``mlflow_run_id`` and ``error``."""
 
     @property
     def finished(self) -> int:

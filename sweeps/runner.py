@@ -30,7 +30,7 @@ from sweeps.report import (
     summary_metrics,
     write_report_plots,
 )
-from sweeps.spec import SweepSpec
+from sweeps.spec import METRIC_NAMES, SweepSpec
 from sweeps.trainable import ROLE_TAG, SWEEP_ID_TAG, train_trial
 from workers.tracking import RunLogger, ensure_experiment, flatten_config
 
@@ -203,12 +203,29 @@ def _trial_state(trial, epochs: int) -> str:
     return "pending"
 
 
+def trial_record(trial_id: str, state: str, config: dict[str, Any], result: dict[str, Any],
+                 error: str | None = None) -> dict[str, Any]:
+    """The per-trial entry of :attr:`SweepStatus.trials` (finite DESIGN.md metrics only)."""
+    metrics = {name: float(result[name]) for name in METRIC_NAMES
+               if isinstance(result.get(name), int | float) and math.isfinite(result[name])}
+    return {
+        "trial_id": str(trial_id), "state": state,
+        "config": {k: config.get(k) for k in SEARCH_AXES}, "metrics": metrics,
+        "epochs": int(result.get("training_iteration", 0) or 0),
+        "mlflow_run_id": result.get("mlflow_run_id"), "error": error,
+    }
+
+
 def update_status_from_trials(status: SweepStatus, trials, epochs: int, metric: str, mode: str) -> None:
-    """Counters and best-so-far from Tune's trials (works the same after a restore)."""
+    """Counters, per-trial records and best-so-far from Tune's trials (the same after a restore)."""
     counts = {"done": 0, "failed": 0, "stopped": 0, "running": 0, "pending": 0}
     best_value, best_trial, best_config = None, None, None
+    records = []
     for trial in trials:
-        counts[_trial_state(trial, epochs)] += 1
+        state = _trial_state(trial, epochs)
+        counts[state] += 1
+        # The error text is read once, from the results, when the sweep ends.
+        records.append(trial_record(trial.trial_id, state, trial.config, trial.last_result or {}))
         value = (trial.last_result or {}).get(metric)
         if value is not None and isinstance(value, int | float) and math.isfinite(value) and (
             best_value is None or (value > best_value if mode == "max" else value < best_value)
@@ -221,6 +238,7 @@ def update_status_from_trials(status: SweepStatus, trials, epochs: int, metric: 
     status.pending = max(0, status.total - started)
     status.best_metric, status.best_value = metric, best_value
     status.best_trial, status.best_config = best_trial, best_config
+    status.trials = records
 
 
 def _parent_run(client: MlflowClient, tracking_uri: str, spec: SweepSpec, sweep_id: str,
@@ -383,6 +401,11 @@ def run_sweep(
     status.total = max(status.total, len(outcomes)) if spec.search.kind == "grid" else len(outcomes)
     status.pending = 0
     status.eta_seconds = 0.0
+    status.trials = [
+        trial_record(o.trial_id, o.state, o.params,
+                     {**o.final, "training_iteration": o.epochs, "mlflow_run_id": o.run_id}, o.error)
+        for o in outcomes
+    ]
     if outcomes and status.done + status.stopped == 0:
         first = next((o.error for o in outcomes if o.error), "unknown error")
         status.state = "failed"

@@ -1,0 +1,20 @@
+"""``/api/v1/objectives``: the loss terms, their options and the presets of the objective library."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+
+from objectives import describe_presets, describe_terms
+from service.deps import read_access
+from service.schemas import Objectives, PresetInfo, TermInfo
+from sweeps.spec import METRIC_NAMES
+
+router = APIRouter(tags=["objectives"])
+
+
+@router.get("/objectives", response_model=Objectives,
+            summary="Loss terms (with the JSON schema of their options), presets, metric names")
+def get_objectives(_reader: str | None = Depends(read_access)) -> Objectives:
+    return Objectives(terms=[TermInfo(**term) for term in describe_terms()],
+                      presets=[PresetInfo(**preset) for preset in describe_presets()],
+                      metrics=list(METRIC_NAMES))

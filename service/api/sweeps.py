@@ -1,0 +1,251 @@
+"""``/api/v1/sweeps``: submit, list, inspect, cancel, report, and dry-run validate."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request, Response
+
+from service.db import SweepRow
+from service.deps import Services, get_services, may_act_on, read_access, require_owner
+from service.errors import ProblemError, invalid_spec
+from service.schemas import (
+    PROBLEM_MEDIA_TYPE,
+    BestSoFar,
+    Counters,
+    DriverInfo,
+    FieldProblem,
+    MlflowLinks,
+    Plan,
+    Problem,
+    Sweep,
+    SweepPage,
+    SweepState,
+    Trial,
+    TrialPage,
+    TrialState,
+)
+from service.store import IdempotencyConflict
+from sweeps.plan import build_plan
+from sweeps.spec import SweepSpec, load_sweep_spec
+
+router = APIRouter(tags=["sweeps"])
+
+SweepId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,32}$", description="The sweep's id.")]
+
+
+def _problem(description: str) -> dict[str, Any]:
+    return {"model": Problem, "description": description,
+            "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+
+
+UNAUTHORIZED = {401: _problem("No valid bearer token.")}
+NOT_FOUND = {404: _problem("No sweep with that id.")}
+INVALID = {422: _problem("Invalid spec or parameters, with every offending field path.")}
+TOO_LARGE = {413: _problem("The request body exceeds KSWEEP_MAX_BODY_BYTES.")}
+
+
+def _quickstart_example() -> dict[str, Any]:
+    from pathlib import Path as FilePath
+
+    path = FilePath(__file__).resolve().parents[2] / "sweeps" / "examples" / "quickstart.yaml"
+    try:
+        return load_sweep_spec(path).model_dump(mode="json", exclude_defaults=True)
+    except (OSError, ValueError):
+        return {"name": "quickstart", "alpha": [0, 1, 2], "loss_stacks": ["uniform", "raw_plus_ncc"]}
+
+
+SPEC_EXAMPLES = {
+    "quickstart": {"summary": "alpha {0,1,2} x {uniform, raw_plus_ncc}, one seed",
+                   "value": _quickstart_example()},
+}
+SpecBody = Annotated[SweepSpec, Body(openapi_examples=SPEC_EXAMPLES)]
+
+
+def sweep_resource(row: SweepRow, services: Services) -> Sweep:
+    counters = Counters(total=row.total, pending=row.pending, running=row.running, done=row.done,
+                        failed=row.failed, stopped=row.stopped)
+    finished = row.done + row.failed + row.stopped
+    ui_url = None
+    if row.experiment_id:
+        base = services.settings.mlflow_ui_url.rstrip("/")
+        ui_url = f"{base}/#/experiments/{row.experiment_id}/runs"
+        if row.parent_run_id:
+            ui_url += f"/{row.parent_run_id}"
+    prefix = f"/api/v1/sweeps/{row.id}"
+    return Sweep(
+        id=row.id, name=row.name, owner=row.owner, state=row.state, counters=counters,
+        progress=min(1.0, finished / row.total) if row.total else 0.0,
+        best=BestSoFar(metric=row.best_metric, value=row.best_value, trial_id=row.best_trial,
+                       config=row.best_config),
+        eta_seconds=row.eta_seconds if row.state in ("queued", "running") else 0.0,
+        created_at=row.created_at, started_at=row.started_at, finished_at=row.finished_at,
+        updated_at=row.updated_at, error=row.error,
+        mlflow=MlflowLinks(experiment_id=row.experiment_id, parent_run_id=row.parent_run_id,
+                           ui_url=ui_url),
+        driver=DriverInfo(launcher=row.launcher, handle=row.driver_handle, attempts=row.attempts),
+        links={"self": prefix, "trials": f"{prefix}/trials", "report": f"{prefix}/report",
+               "cancel": f"{prefix}/cancel"},
+    )
+
+
+def _get_row(services: Services, sweep_id: str) -> SweepRow:
+    row = services.store.get_sweep(sweep_id)
+    if row is None:
+        raise ProblemError(404, "Sweep not found", f"no sweep with id {sweep_id!r}", kind="not-found")
+    return row
+
+
+def _check_trial_cap(spec: SweepSpec, services: Services) -> None:
+    cap = services.settings.max_trials_per_sweep
+    count = spec.trial_count()
+    if count > cap:
+        raise invalid_spec([FieldProblem(
+            field="budget.max_trials",
+            message=f"the sweep expands to {count} trials; this service accepts at most {cap} "
+                    "per sweep (KSWEEP_MAX_TRIALS_PER_SWEEP): use fewer alphas, stacks, models "
+                    "or seeds, or a smaller search.num_samples")])
+
+
+@router.post(
+    "/sweeps", status_code=201, response_model=Sweep,
+    summary="Submit a sweep (returns at once; the sweep is queued)",
+    responses={200: {"model": Sweep, "description": "Replay of an earlier request with the same "
+                                                    "Idempotency-Key and body."},
+               **UNAUTHORIZED, **INVALID, **TOO_LARGE,
+               409: _problem("The Idempotency-Key was used with a different body."),
+               429: _problem("The owner has KSWEEP_MAX_ACTIVE_SWEEPS_PER_OWNER sweeps queued or "
+                             "running; retry after Retry-After seconds.")},
+)
+def submit_sweep(
+    spec: SpecBody, request: Request, response: Response,
+    owner: str = Depends(require_owner), services: Services = Depends(get_services),
+    idempotency_key: Annotated[str | None, Header(
+        alias="Idempotency-Key", max_length=200, pattern=r"^[\x21-\x7e]{1,200}$",
+        description="Same key and body: the same sweep again; same key, other body: 409.")] = None,
+) -> Sweep:
+    _check_trial_cap(spec, services)
+    canonical = spec.canonical_json()
+    request_hash = hashlib.sha256(canonical.encode()).hexdigest()
+    store = services.store
+    if idempotency_key is not None:
+        earlier = store.find_by_idempotency_key(owner, idempotency_key)
+        if earlier is not None:
+            if earlier.request_hash != request_hash:
+                raise ProblemError(
+                    409, "Idempotency-Key reused with a different body",
+                    f"key {idempotency_key!r} already created sweep {earlier.id} from another "
+                    "spec; use a new key for a new sweep", kind="idempotency-conflict",
+                    sweep_id=earlier.id)
+            response.status_code = 200
+            response.headers["Idempotent-Replayed"] = "true"
+            return sweep_resource(earlier, services)
+    cap = services.settings.max_active_sweeps_per_owner
+    if store.count_active(owner) >= cap:
+        raise ProblemError(
+            429, "Too many active sweeps",
+            f"owner {owner!r} already has {cap} sweeps queued or running "
+            "(KSWEEP_MAX_ACTIVE_SWEEPS_PER_OWNER); wait for one to finish or cancel one",
+            kind="too-many-sweeps", headers={"Retry-After": "30"})
+    try:
+        row, created = store.create_sweep(
+            sweep_id=uuid.uuid4().hex[:12], owner=owner, name=spec.name,
+            spec=json.loads(canonical), request_hash=request_hash,
+            idempotency_key=idempotency_key, total=spec.trial_count())
+    except IdempotencyConflict as conflict:
+        raise ProblemError(409, "Idempotency-Key reused with a different body",
+                           kind="idempotency-conflict", sweep_id=conflict.sweep_id) from None
+    if not created:
+        response.status_code = 200
+        response.headers["Idempotent-Replayed"] = "true"
+    response.headers["Location"] = f"/api/v1/sweeps/{row.id}"
+    return sweep_resource(row, services)
+
+
+@router.post("/sweeps:validate", response_model=Plan, summary="Dry run: the trial plan of a spec",
+             responses={**UNAUTHORIZED, **INVALID, **TOO_LARGE})
+def validate_sweep(spec: SpecBody, _reader: str | None = Depends(read_access),
+                   services: Services = Depends(get_services)) -> Plan:
+    _check_trial_cap(spec, services)
+    return Plan(**build_plan(spec).to_dict())
+
+
+@router.get("/sweeps", response_model=SweepPage, summary="List sweeps, newest first",
+            responses={**UNAUTHORIZED, **INVALID})
+def list_sweeps(
+    state: Annotated[SweepState | None, Query(description="Only sweeps in this state.")] = None,
+    owner: Annotated[str | None, Query(max_length=100, description="Only this owner's.")] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+    _reader: str | None = Depends(read_access), services: Services = Depends(get_services),
+) -> SweepPage:
+    page = services.store.list_sweeps(state=state, owner=owner, limit=limit, offset=offset)
+    return SweepPage(items=[sweep_resource(row, services) for row in page.items],
+                     total=page.total, limit=limit, offset=offset)
+
+
+@router.get("/sweeps/{sweep_id}", response_model=Sweep, summary="A sweep: state, counters, ETA",
+            responses={**UNAUTHORIZED, **NOT_FOUND, **INVALID})
+def get_sweep(sweep_id: SweepId, _reader: str | None = Depends(read_access),
+              services: Services = Depends(get_services)) -> Sweep:
+    return sweep_resource(_get_row(services, sweep_id), services)
+
+
+@router.get("/sweeps/{sweep_id}/trials", response_model=TrialPage,
+            summary="The sweep's trials: config, state, latest metrics",
+            responses={**UNAUTHORIZED, **NOT_FOUND, **INVALID})
+def list_trials(
+    sweep_id: SweepId,
+    state: Annotated[TrialState | None, Query(description="Only trials in this state.")] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+    _reader: str | None = Depends(read_access), services: Services = Depends(get_services),
+) -> TrialPage:
+    _get_row(services, sweep_id)
+    page = services.store.list_trials(sweep_id, state=state, limit=limit, offset=offset)
+    items = [Trial(trial_id=t.trial_id, state=t.state, config=t.config, metrics=t.metrics,
+                   epochs=t.epochs, mlflow_run_id=t.mlflow_run_id, error=t.error,
+                   updated_at=t.updated_at) for t in page.items]
+    return TrialPage(items=items, total=page.total, limit=limit, offset=offset)
+
+
+@router.get("/sweeps/{sweep_id}/report", response_model=dict[str, Any],
+            summary="The sweep's report: alpha x loss_stack x model with 95% intervals",
+            responses={**UNAUTHORIZED, **NOT_FOUND, **INVALID,
+                       409: _problem("The sweep has no report (yet): it is still queued or "
+                                     "running, or was cancelled before its end.")})
+def get_report(sweep_id: SweepId, _reader: str | None = Depends(read_access),
+               services: Services = Depends(get_services)) -> dict[str, Any]:
+    row = _get_row(services, sweep_id)
+    if row.report is None:
+        why = ("it was cancelled before its report was written" if row.state == "cancelled"
+               else f"it is {row.state}; the report is written when it ends")
+        raise ProblemError(409, "Report not available", f"sweep {sweep_id} has no report: {why}",
+                           kind="report-not-ready", sweep_id=sweep_id)
+    return row.report
+
+
+def _cancel(sweep_id: str, owner: str, services: Services) -> Sweep:
+    row = _get_row(services, sweep_id)
+    if not may_act_on(owner, row.owner):
+        raise ProblemError(403, "Forbidden", f"sweep {sweep_id} belongs to {row.owner!r}; only its "
+                           "owner or an admin token may cancel it", kind="forbidden")
+    if row.state in ("queued", "running"):
+        services.supervisor.cancel(row)
+    return sweep_resource(_get_row(services, sweep_id), services)
+
+
+CANCEL = {"response_model": Sweep,
+          "responses": {**UNAUTHORIZED, **NOT_FOUND, **INVALID,
+                        403: _problem("The sweep belongs to another owner.")}}
+
+
+@router.post("/sweeps/{sweep_id}/cancel", summary="Cancel a sweep (idempotent)", **CANCEL)
+def cancel_sweep(sweep_id: SweepId, owner: str = Depends(require_owner),
+                 services: Services = Depends(get_services)) -> Sweep:
+    """Stops the driver and its trials; finished trials keep their MLflow runs. Cancelling an
+    ended sweep changes nothing and returns it as it is."""
+    return _cancel(sweep_id, owner, services)

@@ -1,0 +1,64 @@
+"""FastAPI dependencies: the process's services, and who the caller is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from service.errors import ProblemError
+from service.launchers import Launcher
+from service.settings import ADMIN_OWNER, Settings, hash_token
+from service.store import Store
+from service.supervisor import Supervisor
+
+bearer = HTTPBearer(auto_error=False, description="An API token: KSWEEP_API_TOKENS owner:token.")
+
+
+@dataclass
+class Services:
+    settings: Settings
+    store: Store
+    launcher: Launcher
+    supervisor: Supervisor
+    tokens: dict[str, str]  # sha256(token) -> owner
+
+
+def get_services(request: Request) -> Services:
+    return request.app.state.services
+
+
+def _owner_of(credentials: HTTPAuthorizationCredentials | None, services: Services) -> str | None:
+    if credentials is None or credentials.scheme.lower() != "bearer":
+        return None
+    # A dict lookup by the token's hash: the plain token is never stored or compared.
+    return services.tokens.get(hash_token(credentials.credentials))
+
+
+def _unauthorized(detail: str) -> ProblemError:
+    return ProblemError(401, "Unauthorized", detail, kind="unauthorized",
+                        headers={"WWW-Authenticate": "Bearer"})
+
+
+def require_owner(credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
+                  services: Services = Depends(get_services)) -> str:
+    """The caller's owner name; 401 without a valid bearer token."""
+    if credentials is None:
+        raise _unauthorized("this request needs 'Authorization: Bearer <token>' (KSWEEP_TOKEN)")
+    owner = _owner_of(credentials, services)
+    if owner is None:
+        raise _unauthorized("the bearer token is not valid")
+    return owner
+
+
+def read_access(credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
+                services: Services = Depends(get_services)) -> str | None:
+    """Reads are open unless KSWEEP_READ_AUTH is set; then they need a valid token too."""
+    if not services.settings.read_auth:
+        return _owner_of(credentials, services)
+    return require_owner(credentials, services)
+
+
+def may_act_on(owner: str, sweep_owner: str) -> bool:
+    return owner in (sweep_owner, ADMIN_OWNER)

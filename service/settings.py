@@ -1,0 +1,127 @@
+"""Every setting of the service, its drivers and the CLI client: read once from the environment.
+
+Each field is one environment variable (``KSWEEP_<FIELD>`` unless an alias says otherwise);
+the README lists them all. Defaults are the embedded set-up: a SQLite store and the local
+sqlite MLflow store under the working directory, one local driver process per sweep.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from workers.tracking import default_tracking_uri
+
+ADMIN_OWNER = "admin"
+LOCAL_TOKEN_FILE = "api-token"
+
+
+class Settings(BaseSettings):
+    """The service's configuration (``KSWEEP_*``, plus ``MLFLOW_TRACKING_URI`` and ``RAY_ADDRESS``)."""
+
+    model_config = SettingsConfigDict(env_prefix="KSWEEP_", extra="ignore", populate_by_name=True)
+
+    host: str = Field("127.0.0.1", description="Interface `ksweep serve` binds to.")
+    port: int = Field(8000, ge=0, le=65535, description="Port `ksweep serve` listens on.")
+    sweep_root: Path = Field(
+        Path(".ksweep"),
+        description="Tune state, caches, driver logs and (by default) the service's SQLite store.",
+    )
+    database_url: str | None = Field(
+        None,
+        description="SQLAlchemy URL of the service store; default sqlite:///<sweep_root>/service.db "
+        "(WAL mode). Postgres: postgresql+psycopg://user@host/db.",
+    )
+    api_tokens: str = Field(
+        "",
+        description="Comma-separated owner:token pairs allowed to submit and cancel; the owner "
+        "`admin` may act on every sweep. Empty: `ksweep serve` generates a token for owner `local` "
+        "into <sweep_root>/api-token (mode 0600) and the CLI finds it there.",
+    )
+    read_auth: bool = Field(False, description="Require a token for reads (GET) too.")
+    mlflow_tracking_uri: str = Field(
+        default_factory=default_tracking_uri,
+        validation_alias=AliasChoices("MLFLOW_TRACKING_URI", "KSWEEP_MLFLOW_TRACKING_URI"),
+        description="Where drivers and trials log (default sqlite:///$PWD/mlflow.db).",
+    )
+    mlflow_ui_url: str = Field(
+        "http://127.0.0.1:5000",
+        description="Base URL of the MLflow UI, for the links the API returns.",
+    )
+    launcher: Literal["local", "ray"] = Field(
+        "local", description="How a sweep's driver runs: a local process, or a Ray Job."
+    )
+    ray_address: str | None = Field(
+        None,
+        validation_alias=AliasChoices("RAY_ADDRESS", "KSWEEP_RAY_ADDRESS"),
+        description="Ray cluster for local drivers (default: each driver starts a local Ray).",
+    )
+    ray_jobs_url: str = Field(
+        "http://127.0.0.1:8265",
+        description="Ray dashboard / Jobs API address used by the `ray` launcher.",
+    )
+    driver_num_cpus: int | None = Field(
+        None, ge=1, description="CPUs of the local Ray a local driver starts (default: all)."
+    )
+    max_concurrent_sweeps: int = Field(
+        1, ge=0, description="Sweeps running at once; the rest wait in order. 0 pauses the queue."
+    )
+    max_active_sweeps_per_owner: int = Field(
+        8, ge=1, description="Queued + running sweeps one owner may have (more: 429)."
+    )
+    max_trials_per_sweep: int = Field(1000, ge=1, description="Largest trial count accepted.")
+    max_body_bytes: int = Field(1_048_576, ge=1024, description="Largest request body accepted.")
+    max_driver_restarts: int = Field(
+        2, ge=0, description="Times a sweep whose driver died is restarted before it fails."
+    )
+    poll_interval_s: float = Field(1.0, gt=0, description="How often the supervisor looks at drivers.")
+    cancel_grace_s: float = Field(10.0, ge=0, description="SIGTERM-to-SIGKILL wait on cancel.")
+    url: str = Field("http://127.0.0.1:8000", description="Service URL for the CLI client.")
+    token: str | None = Field(None, description="Bearer token for the CLI client.")
+
+    @field_validator("sweep_root")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        # Drivers and Ray workers run in other directories: every path they get is absolute.
+        return value.expanduser().resolve()
+
+    @property
+    def store_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.sweep_root / 'service.db'}"
+
+    @property
+    def local_token_path(self) -> Path:
+        return self.sweep_root / LOCAL_TOKEN_FILE
+
+    def configured_tokens(self) -> dict[str, str]:
+        """sha256(token) -> owner for every configured token (only hashes are kept around)."""
+        tokens: dict[str, str] = {}
+        for pair in filter(None, (item.strip() for item in self.api_tokens.split(","))):
+            owner, sep, token = pair.partition(":")
+            if not sep or not owner.strip() or not token.strip():
+                raise ValueError(
+                    "KSWEEP_API_TOKENS: each entry must be owner:token, comma-separated "
+                    f"(got an entry starting {pair[:8]!r})"
+                )
+            tokens[hash_token(token.strip())] = owner.strip()
+        return tokens
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def same_hash(a: str, b: str) -> bool:
+    return hmac.compare_digest(a, b)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process's settings, read once."""
+    return Settings()
