@@ -4,6 +4,14 @@ from __future__ import annotations
 
 import typer
 
+from service.client import (
+    cancel_command,
+    report_command,
+    serve_command,
+    status_command,
+    submit_command,
+    watch_command,
+)
 from sweeps.cli import sweep_app, validate_command
 from workers.cli import train_command
 
@@ -11,6 +19,12 @@ app = typer.Typer(help="kappa-sweep: sweeps over alpha and loss stacks for CVAEs
 app.command("train")(train_command)
 app.add_typer(sweep_app, name="sweep")
 app.command("validate")(validate_command)
+app.command("serve")(serve_command)
+app.command("submit")(submit_command)
+app.command("status")(status_command)
+app.command("watch")(watch_command)
+app.command("cancel")(cancel_command)
+app.command("report")(report_command)
 
 
 @app.command("objectives")

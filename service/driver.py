@@ -15,7 +15,7 @@ from service.settings import get_settings
 from service.store import Store
 from sweeps.progress import SweepStatus
 from sweeps.runner import run_sweep, sweep_dir
-from sweeps.spec import parse_sweep_spec
+from sweeps.spec import SweepSpec
 
 
 class StoreSink:
@@ -54,7 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     if row.state != "running":
         print(f"ksweep driver: sweep {sweep_id} is {row.state}, nothing to do", file=sys.stderr)
         return 0
-    spec = parse_sweep_spec(row.spec)
+    try:
+        spec = SweepSpec.model_validate(row.spec)
+    except ValueError as error:  # nothing a restart could mend: fail the sweep at once
+        store.finish(sweep_id, "failed", error=f"stored spec is invalid: {error}",
+                     from_states=("running",))
+        return 1
     folder = sweep_dir(settings.sweep_root, sweep_id)
     print(f"ksweep driver: sweep {sweep_id} ({spec.name}), attempt {row.attempts}", flush=True)
     try:

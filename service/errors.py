@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -38,6 +39,11 @@ def problem_response(problem: Problem, request: Request | None = None,
                         media_type=PROBLEM_MEDIA_TYPE, headers=headers)
 
 
+# A spec's cross-field checks say which fields contradict each other at the start of their
+# message ("search.kind, alpha: a list of values is a grid; ..."): that is their field path.
+_NAMED_FIELDS = re.compile(r"^(?:Value error, )?((?:[A-Za-z_][\w.]*)(?:, [A-Za-z_][\w.]*)*): (.+)$", re.S)
+
+
 def field_problems(errors: list[dict[str, Any]], drop_prefix: tuple[str, ...] = ("body",)) -> list[FieldProblem]:
     """Pydantic errors as dotted field paths (``alpha.low``), without the ``body`` prefix."""
     problems = []
@@ -45,7 +51,12 @@ def field_problems(errors: list[dict[str, Any]], drop_prefix: tuple[str, ...] = 
         loc = [str(part) for part in error.get("loc", ())]
         if loc and loc[0] in drop_prefix:
             loc = loc[1:]
-        problems.append(FieldProblem(field=".".join(loc) or "(body)", message=str(error.get("msg", ""))))
+        message = str(error.get("msg", ""))
+        named = _NAMED_FIELDS.match(message)
+        if named:
+            loc = [*loc, named.group(1)]
+            message = named.group(2)
+        problems.append(FieldProblem(field=".".join(loc) or "(body)", message=message))
     return problems
 
 

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, Literal
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 SweepState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 TrialState = Literal["pending", "running", "done", "stopped", "failed"]
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
+
+
+def _as_utc(value: datetime) -> datetime:
+    # SQLite hands back naive datetimes; every stored time is UTC.
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+Timestamp = Annotated[datetime, AfterValidator(_as_utc)]
 
 
 class FieldProblem(BaseModel):
@@ -80,10 +88,10 @@ class Sweep(BaseModel):
     progress: float = Field(..., ge=0, le=1, description="Finished trials / total.")
     best: BestSoFar
     eta_seconds: float | None = Field(None, description="Estimated seconds to the end.")
-    created_at: datetime
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    updated_at: datetime
+    created_at: Timestamp
+    started_at: Timestamp | None = None
+    finished_at: Timestamp | None = None
+    updated_at: Timestamp
     error: str | None = None
     mlflow: MlflowLinks
     driver: DriverInfo
@@ -105,7 +113,7 @@ class Trial(BaseModel):
     epochs: int
     mlflow_run_id: str | None = None
     error: str | None = None
-    updated_at: datetime
+    updated_at: Timestamp
 
 
 class TrialPage(BaseModel):

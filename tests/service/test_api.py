@@ -1,0 +1,213 @@
+"""The REST contract against a real uvicorn process whose queue is paused (nothing trains)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import httpx
+import pytest
+from conftest import TOKENS, auth, spec_dict, tiny_spec
+
+PROBLEM = "application/problem+json"
+
+
+def _submit(client, owner="alice", key=None, **changes):
+    headers = auth(owner) | ({"Idempotency-Key": key} if key else {})
+    return client.post("/sweeps", json=tiny_spec(**changes), headers=headers)
+
+
+def _problem(response, status):
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith(PROBLEM)
+    body = response.json()
+    assert body["status"] == status and body["title"]
+    return body
+
+
+def test_submit_returns_201_with_a_queued_sweep_at_once(paused_service):
+    with paused_service.client() as client:
+        response = _submit(client, name="submitted")
+        assert response.status_code == 201, response.text
+        sweep = response.json()
+        assert response.headers["Location"] == f"/api/v1/sweeps/{sweep['id']}"
+        assert sweep["state"] == "queued" and sweep["owner"] == "alice"
+        assert sweep["counters"] == {"total": 4, "pending": 4, "running": 0, "done": 0,
+                                     "failed": 0, "stopped": 0}
+        assert sweep["progress"] == 0.0 and sweep["driver"]["attempts"] == 0
+        fetched = client.get(f"/sweeps/{sweep['id']}").json()
+        assert fetched["id"] == sweep["id"] and fetched["name"] == "submitted"
+        assert fetched["created_at"].endswith("+00:00") or fetched["created_at"].endswith("Z")
+        assert client.get(f"/sweeps/{sweep['id']}/trials").json() == {
+            "items": [], "total": 0, "limit": 100, "offset": 0}
+        report = client.get(f"/sweeps/{sweep['id']}/report")
+        assert _problem(report, 409)["sweep_id"] == sweep["id"]
+
+
+def test_mutations_need_a_valid_token(paused_service):
+    with paused_service.client() as client:
+        missing = _problem(client.post("/sweeps", json=tiny_spec()), 401)
+        assert "Bearer" in missing["detail"]
+        assert client.post("/sweeps", json=tiny_spec()).headers["WWW-Authenticate"] == "Bearer"
+        wrong = client.post("/sweeps", json=tiny_spec(), headers={"Authorization": "Bearer nope"})
+        assert _problem(wrong, 401)["detail"] == "the bearer token is not valid"
+        basic = client.post("/sweeps", json=tiny_spec(), headers={"Authorization": "Basic eDp5"})
+        _problem(basic, 401)
+        sweep_id = _submit(client).json()["id"]
+        _problem(client.post(f"/sweeps/{sweep_id}/cancel"), 401)
+        # Reads are open by default (KSWEEP_READ_AUTH unset).
+        assert client.get(f"/sweeps/{sweep_id}").status_code == 200
+
+
+def test_only_the_owner_or_an_admin_may_cancel(paused_service):
+    with paused_service.client() as client:
+        first = _submit(client, owner="alice").json()["id"]
+        forbidden = _problem(client.post(f"/sweeps/{first}/cancel", headers=auth("bob")), 403)
+        assert "alice" in forbidden["detail"]
+        assert client.get(f"/sweeps/{first}").json()["state"] == "queued"
+        own = client.post(f"/sweeps/{first}/cancel", headers=auth("alice"))
+        assert own.status_code == 200 and own.json()["state"] == "cancelled"
+        assert own.json()["finished_at"] is not None
+        again = client.post(f"/sweeps/{first}/cancel", headers=auth("alice"))
+        assert again.status_code == 200 and again.json()["state"] == "cancelled"  # idempotent
+        second = _submit(client, owner="alice").json()["id"]
+        by_admin = client.post(f"/sweeps/{second}/cancel", headers=auth("admin"))
+        assert by_admin.status_code == 200 and by_admin.json()["state"] == "cancelled"
+        _problem(client.post("/sweeps/doesnotexist/cancel", headers=auth("alice")), 404)
+
+
+def test_idempotency_key_same_body_same_sweep_other_body_409(paused_service):
+    key = f"key-{uuid.uuid4()}"
+    with paused_service.client() as client:
+        first = _submit(client, key=key, name="idem")
+        assert first.status_code == 201
+        replay = _submit(client, key=key, name="idem")
+        assert replay.status_code == 200 and replay.headers["Idempotent-Replayed"] == "true"
+        assert replay.json()["id"] == first.json()["id"]
+        # The same spec written differently (key order, 0 vs 0.0) is the same body.
+        reordered = dict(reversed(list(tiny_spec(name="idem", alpha=[0.0, 1.0]).items())))
+        same = client.post("/sweeps", content=json.dumps(reordered),
+                           headers=auth("alice") | {"Idempotency-Key": key,
+                                                    "Content-Type": "application/json"})
+        assert same.status_code == 200 and same.json()["id"] == first.json()["id"]
+        conflict = _problem(_submit(client, key=key, name="idem", alpha=[0, 2]), 409)
+        assert conflict["sweep_id"] == first.json()["id"]
+        # Keys are per owner: bob's identical key makes bob's own sweep.
+        other = _submit(client, owner="bob", key=key, name="idem")
+        assert other.status_code == 201 and other.json()["id"] != first.json()["id"]
+        listed = client.get("/sweeps", params={"owner": "alice", "limit": 500}).json()
+        assert [s["id"] for s in listed["items"]].count(first.json()["id"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "fragment"),
+    [
+        ({"alpha": {"low": -1, "high": 2}}, "alpha", "greater than or equal to 0"),
+        ({"loss_stacks": ["uniform", "nope"]}, "loss_stacks", "nope"),
+        ({"template.training.epochz": 3}, "template.training.epochz", "Extra inputs"),
+        ({"objective": {"metrics": ["val/latent_nmx"], "modes": ["max"]}}, "objective", "val/latent_nmx"),
+        ({"search": {"kind": "optuna", "sampler": "tpe"}}, "alpha", "search.kind=grid"),
+        ({"models": ["transformer"]}, "models.0", "discrete"),
+    ],
+)
+def test_invalid_specs_are_422_with_field_paths(paused_service, changes, field, fragment):
+    with paused_service.client() as client:
+        before = client.get("/sweeps").json()["total"]
+        response = client.post("/sweeps", json=tiny_spec(**changes), headers=auth("alice"))
+        body = _problem(response, 422)
+        assert body["title"] == "Invalid sweep spec"
+        assert any(e["field"].startswith(field) for e in body["errors"]), body
+        assert fragment in json.dumps(body)
+        assert client.get("/sweeps").json()["total"] == before  # nothing stored
+
+
+def test_non_json_and_oversized_bodies(paused_service):
+    with paused_service.client() as client:
+        garbage = client.post("/sweeps", content=b"{not json", headers=auth("alice") | {
+            "Content-Type": "application/json"})
+        _problem(garbage, 422)
+        huge = {"name": "huge", "description": "x" * 2_000_000}
+        too_large = client.post("/sweeps", json=huge, headers=auth("alice"))
+        assert "KSWEEP_MAX_BODY_BYTES" in _problem(too_large, 413)["detail"]
+
+
+def test_trial_cap_and_validate_dry_run(paused_service):
+    with paused_service.client() as client:
+        big = tiny_spec(alpha=[0, 0.5, 1, 2, 4], seeds=20)  # 5 x 2 x 20 = 200 trials > 100
+        body = _problem(client.post("/sweeps:validate", json=big), 422)
+        assert body["errors"][0]["field"] == "budget.max_trials"
+        assert "200 trials" in body["errors"][0]["message"]
+        _problem(client.post("/sweeps", json=big, headers=auth("alice")), 422)
+        plan = client.post("/sweeps:validate", json=spec_dict())
+        assert plan.status_code == 200
+        plan = plan.json()
+        assert plan["trial_count"] == 6 and plan["total_epochs"] == 36
+        assert {(r["alpha"], r["loss_stack"]) for r in plan["rows"]} == {
+            (a, s) for a in (0.0, 1.0, 2.0) for s in ("uniform", "raw_plus_ncc")}
+
+
+def test_active_sweeps_per_owner_cap_is_429_with_retry_after(make_service):
+    service = make_service(KSWEEP_MAX_CONCURRENT_SWEEPS="0", KSWEEP_MAX_ACTIVE_SWEEPS_PER_OWNER="2")
+    with service.client() as client:
+        assert _submit(client).status_code == 201
+        assert _submit(client).status_code == 201
+        limited = client.post("/sweeps", json=tiny_spec(), headers=auth("alice"))
+        body = _problem(limited, 429)
+        assert limited.headers["Retry-After"] == "30" and "2 sweeps" in body["detail"]
+        assert _submit(client, owner="bob").status_code == 201  # the cap is per owner
+        queued = client.get("/sweeps", params={"owner": "alice", "state": "queued"}).json()
+        client.post(f"/sweeps/{queued['items'][0]['id']}/cancel", headers=auth("alice"))
+        assert _submit(client).status_code == 201  # room again
+
+
+def test_list_is_paginated_newest_first_and_filters(paused_service):
+    with paused_service.client() as client:
+        ids = [_submit(client, owner="bob", name=f"page-{i}").json()["id"] for i in range(3)]
+        page = client.get("/sweeps", params={"owner": "bob", "limit": 2}).json()
+        assert page["limit"] == 2 and page["total"] >= 3 and len(page["items"]) == 2
+        assert [s["id"] for s in page["items"]] == ids[::-1][:2]
+        rest = client.get("/sweeps", params={"owner": "bob", "limit": 2, "offset": 2}).json()
+        assert ids[0] in [s["id"] for s in rest["items"]]
+        _problem(client.get("/sweeps", params={"state": "sleeping"}), 422)
+        _problem(client.get("/sweeps", params={"limit": 0}), 422)
+
+
+def test_objectives_health_and_readiness(paused_service):
+    with paused_service.client() as client:
+        objectives = client.get("/objectives").json()
+        terms = {t["name"]: t for t in objectives["terms"]}
+        assert set(terms) == {"uniform", "normalized_uniform", "token_weighted",
+                              "concentration_corrected", "normalized_concentration_corrected",
+                              "kl", "bag_of_words"}
+        assert "free_bits" in terms["kl"]["options"]["properties"] and terms["kl"]["weight"] == "beta"
+        assert {p["name"] for p in objectives["presets"]} >= {"uniform", "ncc", "raw_plus_ncc"}
+        assert "val/latent_nmi" in objectives["metrics"]
+        assert client.get("/healthz").json() == {"status": "ok"}
+        ready = client.get("/readyz")
+        assert ready.status_code == 200
+        checks = ready.json()["checks"]
+        assert checks["store"] == {"ok": True, "detail": "sqlite"}
+        assert checks["mlflow"]["ok"] and checks["ray"]["ok"]
+
+
+def test_read_auth_protects_reads_when_enabled(make_service):
+    service = make_service(KSWEEP_MAX_CONCURRENT_SWEEPS="0", KSWEEP_READ_AUTH="true")
+    with service.client() as client:
+        _problem(client.get("/sweeps"), 401)
+        assert client.get("/sweeps", headers=auth("bob")).status_code == 200
+        assert client.get("/healthz").status_code == 200  # probes stay open
+
+
+def test_openapi_documents_every_route_and_error(paused_service):
+    document = httpx.get(paused_service.url.removesuffix("/api/v1") + "/openapi.json").json()
+    paths = document["paths"]
+    assert set(paths) >= {"/api/v1/sweeps", "/api/v1/sweeps/{sweep_id}", "/api/v1/sweeps/{sweep_id}/trials",
+                          "/api/v1/sweeps/{sweep_id}/cancel", "/api/v1/sweeps/{sweep_id}/report",
+                          "/api/v1/sweeps:validate", "/api/v1/objectives", "/api/v1/healthz",
+                          "/api/v1/readyz"}
+    submit = paths["/api/v1/sweeps"]["post"]
+    assert {"201", "200", "401", "409", "413", "422", "429"} <= set(submit["responses"])
+    assert submit["requestBody"]["content"]["application/json"]["examples"]["quickstart"]["value"]["name"] == "quickstart"
+    assert "application/problem+json" in submit["responses"]["422"]["content"]
+    assert document["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+    assert not any(token in json.dumps(document) for token in TOKENS.values())
