@@ -1,12 +1,13 @@
 """Run every benchmark: ``python -m benchmarks`` (``make bench``)."""
 
-from benchmarks import bench_objectives, bench_training, gpu_trial
+from benchmarks import bench_objectives, bench_sweep, bench_training, gpu_trial
 
 
 def main() -> None:
     bench_objectives.main()
     bench_training.main()
     gpu_trial.main()
+    bench_sweep.main()
 
 
 if __name__ == "__main__":

@@ -77,12 +77,12 @@ class ServiceProcess:
 
     def start(self, timeout_s: float = 60.0) -> None:
         self.starts += 1
-        log = open(self.workdir / f"serve-{self.starts}.log", "wb")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "serve", "--port", str(self.port)],
-            env=self.env, cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        with open(self.workdir / f"serve-{self.starts}.log", "wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "service.cli", "serve", "--port", str(self.port)],
+                env=self.env, cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
