@@ -61,8 +61,11 @@ class Supervisor:
         fresh = self.store.get_sweep(row.id)  # the driver may have ended the sweep meanwhile
         if fresh is None or fresh.state != "running":
             return
-        reason = self.launcher.exit_reason(row.id, handle) if handle and handle != LAUNCHING \
-            else "the API stopped while starting the driver"
+        reason = "the API stopped while starting the driver"
+        if handle and handle != LAUNCHING:
+            reason = self.launcher.exit_reason(row.id, handle)
+            # Whatever the dead driver left behind (its local Ray's daemons) goes with it.
+            self.launcher.stop(row.id, handle, grace_s=0.0)
         if fresh.attempts <= self.settings.max_driver_restarts:
             log.warning("sweep %s: driver died (%s); restarting it (attempt %d)",
                         row.id, reason.splitlines()[0], fresh.attempts + 1)
