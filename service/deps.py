@@ -52,9 +52,15 @@ def require_owner(credentials: HTTPAuthorizationCredentials | None = Depends(bea
     return owner
 
 
-def read_access(credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
-                services: Services = Depends(get_services)) -> str | None:
-    """Reads are open unless KSWEEP_READ_AUTH is set; then they need a valid token too."""
+def read_access(request: Request, services: Services = Depends(get_services)) -> str | None:
+    """Reads are open unless KSWEEP_READ_AUTH is set; then they need a valid token too.
+
+    The header is read by hand rather than through ``bearer`` so that the OpenAPI document
+    does not claim reads need a token when, by default, they do not.
+    """
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    credentials = HTTPAuthorizationCredentials(scheme=scheme, credentials=token.strip()) \
+        if scheme and token.strip() else None
     if not services.settings.read_auth:
         return _owner_of(credentials, services)
     return require_owner(credentials, services)

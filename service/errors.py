@@ -90,15 +90,31 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, error: StarletteHTTPException):
         titles = {404: "Not found", 405: "Method not allowed", 401: "Unauthorized"}
+        headers = dict(getattr(error, "headers", None) or {})
+        if error.status_code == 405:
+            # Starlette names only the first matching route's methods; a path served by
+            # several routes (GET and POST /sweeps) allows all of theirs.
+            headers["Allow"] = ", ".join(_allowed_methods(request))
         return problem_response(Problem(title=titles.get(error.status_code, str(error.detail)),
                                         status=error.status_code, detail=str(error.detail)),
-                                request, getattr(error, "headers", None))
+                                request, headers or None)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, error: Exception):
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return problem_response(Problem(title="Internal server error", status=500,
                                         detail=f"{type(error).__name__}; see the service log"), request)
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    from starlette.routing import Match
+
+    methods: set[str] = set()
+    for route in request.app.routes:
+        match, _ = route.matches(request.scope)
+        if match != Match.NONE:
+            methods.update(getattr(route, "methods", None) or ())
+    return sorted(methods)
 
 
 class BodySizeLimit:

@@ -45,7 +45,8 @@ def _problem(description: str) -> dict[str, Any]:
 UNAUTHORIZED = {401: _problem("No valid bearer token.")}
 NOT_FOUND = {404: _problem("No sweep with that id.")}
 INVALID = {422: _problem("Invalid spec or parameters, with every offending field path.")}
-TOO_LARGE = {413: _problem("The request body exceeds KSWEEP_MAX_BODY_BYTES.")}
+TOO_LARGE = {413: _problem("The request body exceeds KSWEEP_MAX_BODY_BYTES."),
+             400: _problem("The request body could not be parsed (not UTF-8 JSON).")}
 
 
 def _quickstart_example() -> dict[str, Any]:
