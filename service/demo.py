@@ -1,10 +1,96 @@
-"""``make demo``: a short demonstration of the objective family on synthetic surprisal.
+"""``make demo``: the whole product on embedded defaults, over REST.
 
-(The service issue turns this into the full REST demo.)
+Starts ``ksweep serve`` on 127.0.0.1, submits ``sweeps/examples/quickstart.yaml`` with
+``ksweep submit``, follows it with ``ksweep watch``, prints ``ksweep report`` and the
+command that opens the MLflow UI on the same store, then stops the service.
 """
 
-from service.objectives_demo import print_demo, print_registry
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from service.settings import get_settings
+
+QUICKSTART = Path(__file__).resolve().parents[1] / "sweeps" / "examples" / "quickstart.yaml"
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex((host, port)) != 0
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _ksweep(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "service.cli", *args], env=env, text=True,
+                          stdout=subprocess.PIPE if args[0] == "submit" else None)
+
+
+def main() -> int:
+    settings = get_settings()
+    host = "127.0.0.1"
+    port = settings.port if _port_free(host, settings.port) else _free_port(host)
+    env = {**os.environ, "KSWEEP_HOST": host, "KSWEEP_PORT": str(port),
+           "KSWEEP_URL": f"http://{host}:{port}", "KSWEEP_SWEEP_ROOT": str(settings.sweep_root),
+           "MLFLOW_TRACKING_URI": settings.mlflow_tracking_uri}
+    log_path = settings.sweep_root / "demo-serve.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    print(f"== starting ksweep serve on http://{host}:{port} (log: {log_path})", flush=True)
+    with open(log_path, "ab") as log:
+        server = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"], env=env,
+                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                if httpx.get(f"http://{host}:{port}/api/v1/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                print(log_path.read_text()[-3000:], file=sys.stderr)
+                print("the service did not come up", file=sys.stderr)
+                return 1
+            time.sleep(0.5)
+        print(f"== submitting {QUICKSTART.name} over REST", flush=True)
+        submitted = _ksweep("submit", str(QUICKSTART), env=env)
+        if submitted.returncode != 0:
+            print(submitted.stdout)
+            return submitted.returncode
+        print(submitted.stdout, end="")
+        sweep_id = submitted.stdout.strip().splitlines()[-1]
+        print("== watching (a live progress bar until the sweep ends)", flush=True)
+        watched = _ksweep("watch", sweep_id, env=env)
+        print("== the comparison", flush=True)
+        _ksweep("report", sweep_id, env=env)
+        sweep = httpx.get(f"http://{host}:{port}/api/v1/sweeps/{sweep_id}", timeout=10).json()
+        experiment = sweep["mlflow"]["experiment_id"]
+        print("== compare every alpha and loss stack in the MLflow UI:")
+        print(f"   {Path(sys.executable).parent / 'mlflow'} ui --backend-store-uri "
+              f"{settings.mlflow_tracking_uri} --port 5000")
+        if experiment:
+            print(f"   then open http://127.0.0.1:5000/#/experiments/{experiment}/runs")
+        return watched.returncode
+    finally:
+        print("== stopping the service", flush=True)
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
 
 if __name__ == "__main__":
-    print_registry()
-    print_demo()
+    sys.exit(main())
