@@ -112,8 +112,10 @@ def _print_logs(state_dir: Path) -> None:
         print(f"----- {log.relative_to(state_dir)} -----", *lines, sep="\n")
 
 
-@pytest.mark.skipif(not _postgres_installed(), reason="Postgres server binaries not installed "
-                    "(.ci/run installs them)")
+# Skipped only on a developer machine without Postgres; in CI (CI=true) .ci/run installs it, so
+# a missing Postgres there fails the test instead of hiding it.
+@pytest.mark.skipif(not _postgres_installed() and not os.environ.get("CI"),
+                    reason="Postgres server binaries not installed (.ci/run installs them)")
 def test_quickstart_runs_as_a_ray_job_on_the_loopback_cluster(tmp_path: Path) -> None:
     state_dir = tmp_path / "cluster"
     began = time.monotonic()
