@@ -123,22 +123,6 @@ class TrialPage(BaseModel):
     offset: int
 
 
-class Plan(BaseModel):
-    """The dry-run expansion of a spec (what ``ksweep validate`` prints)."""
-
-    name: str
-    trial_count: int
-    rows: list[dict[str, Any]]
-    epochs_per_trial: int
-    total_epochs: int
-    resources_per_trial: dict[str, float]
-    max_concurrent: int
-    peak_resources: dict[str, float]
-    search: dict[str, Any]
-    scheduler: dict[str, Any]
-    objective: dict[str, Any]
-
-
 class TermInfo(BaseModel):
     name: str
     summary: str

@@ -19,7 +19,6 @@ from service.schemas import (
     DriverInfo,
     FieldProblem,
     MlflowLinks,
-    Plan,
     Problem,
     Sweep,
     SweepPage,
@@ -29,7 +28,7 @@ from service.schemas import (
     TrialState,
 )
 from service.store import IdempotencyConflict
-from sweeps.plan import build_plan
+from sweeps.plan import SweepPlan, build_plan
 from sweeps.spec import SweepSpec, load_sweep_spec
 
 router = APIRouter(tags=["sweeps"])
@@ -166,12 +165,12 @@ def submit_sweep(
     return sweep_resource(row, services)
 
 
-@router.post("/sweeps:validate", response_model=Plan, summary="Dry run: the trial plan of a spec",
+@router.post("/sweeps:validate", response_model=SweepPlan, summary="Dry run: the trial plan of a spec",
              responses={**UNAUTHORIZED, **INVALID, **TOO_LARGE})
 def validate_sweep(spec: SpecBody, _reader: str | None = Depends(read_access),
-                   services: Services = Depends(get_services)) -> Plan:
+                   services: Services = Depends(get_services)) -> SweepPlan:
     _check_trial_cap(spec, services)
-    return Plan(**build_plan(spec).to_dict())
+    return build_plan(spec)
 
 
 @router.get("/sweeps", response_model=SweepPage, summary="List sweeps, newest first",
