@@ -124,6 +124,7 @@ def sweep_overhead(rounds: int = 2) -> None:
     spec = bench_spec()
     trials, slots = spec.trial_count(), spec.budget.max_concurrent_trials or NUM_CPUS
     saved_uri = os.environ.get("MLFLOW_TRACKING_URI")
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp:
         root = Path(tmp)
         tracking_uri = f"sqlite:///{root}/mlflow.db"
@@ -156,6 +157,8 @@ def sweep_overhead(rounds: int = 2) -> None:
                 os.environ["MLFLOW_TRACKING_URI"] = saved_uri
     print(f"\n== sweep driver overhead: {trials} trials x {spec.template.training.epochs} epochs, "
           f"{slots} at a time on {NUM_CPUS} CPUs (quickstart task); {rounds} rounds after warm-up")
+    print(f"  1-min load average before the runs: {load_before:.1f} on {os.cpu_count()} CPUs "
+          "(other work on the machine skews these figures)")
     walls = {name: statistics.median(t.wall_s for t in timings) for name, timings in samples.items()}
     for name, timings in samples.items():
         each = ", ".join(f"{t.wall_s:.2f}" for t in timings)
