@@ -93,15 +93,19 @@ def _stats(
         kappa = has_active.to(_COMPUTE_DTYPE)
         return _cast(TokenWeightStats(uniform_weights, kappa, base_uniform, base_uniform, n_active), dtype)
 
-    log_b = torch.log(b)  # log 0 = -inf: weight 0 for b_t = 0 and for off-mask entries
-    max_log_b = log_b.amax(dim=-1, keepdim=True)
+    # b_t = 0 (and every off-mask entry, zeroed above) gets weight 0: log 0 = -inf. The zeros
+    # are kept away from log and exp all the same, because CPU kernels take a slow path on
+    # -inf (about 200x slower per element), which padding alone would otherwise trigger.
+    zero = b == 0
+    log_b = torch.log(torch.where(zero, 1.0, b))
+    max_log_b = torch.where(zero, float("-inf"), log_b).amax(dim=-1, keepdim=True)
     # A row is "positive" when some active b_t > 0; all-zero and empty rows take the
     # conventions below instead of the NaN their -inf shift would give.
     positive = max_log_b.squeeze(-1) > float("-inf")
-    shifted = log_b - torch.where(positive.unsqueeze(-1), max_log_b, 0.0)
-    power_one = torch.exp(shifted)  # b / max b
-    # alpha * log(b / max b), i.e. xlogy(alpha, b / max b) for alpha > 0 (log 0 = -inf -> weight 0).
-    power_alpha = torch.exp(alpha * shifted)
+    shifted = torch.where(zero, 0.0, log_b - torch.where(positive.unsqueeze(-1), max_log_b, 0.0))
+    power_one = torch.where(zero, 0.0, torch.exp(shifted))  # b / max b
+    # alpha * log(b / max b), i.e. xlogy(alpha, b / max b) for alpha > 0 (b = 0 -> weight 0).
+    power_alpha = torch.where(zero, 0.0, torch.exp(alpha * shifted))
     sum_alpha = power_alpha.sum(dim=-1)
     sum_alpha_plus_one = (power_alpha * power_one).sum(dim=-1)
     sum_one = power_one.sum(dim=-1)
