@@ -1,6 +1,6 @@
 """Run every benchmark: ``python -m benchmarks`` (``make bench``)."""
 
-from benchmarks import bench_objectives, bench_sweep, bench_training, gpu_trial
+from benchmarks import bench_objectives, bench_service, bench_sweep, bench_training, gpu_trial
 
 
 def main() -> None:
@@ -8,6 +8,7 @@ def main() -> None:
     bench_training.main()
     gpu_trial.main()
     bench_sweep.main()
+    bench_service.main()
 
 
 if __name__ == "__main__":
