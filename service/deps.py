@@ -25,7 +25,9 @@ class Services:
     tokens: dict[str, str]  # sha256(token) -> owner
 
 
-def get_services(request: Request) -> Services:
+# Dependencies are `async def` so FastAPI runs them on the event loop instead of handing each
+# to the thread pool (a pool round trip costs more than their work).
+async def get_services(request: Request) -> Services:
     return request.app.state.services
 
 
@@ -41,9 +43,7 @@ def _unauthorized(detail: str) -> ProblemError:
                         headers={"WWW-Authenticate": "Bearer"})
 
 
-def require_owner(credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
-                  services: Services = Depends(get_services)) -> str:
-    """The caller's owner name; 401 without a valid bearer token."""
+def _require_owner(credentials: HTTPAuthorizationCredentials | None, services: Services) -> str:
     if credentials is None:
         raise _unauthorized("this request needs 'Authorization: Bearer <token>' (KSWEEP_TOKEN)")
     owner = _owner_of(credentials, services)
@@ -52,7 +52,13 @@ def require_owner(credentials: HTTPAuthorizationCredentials | None = Depends(bea
     return owner
 
 
-def read_access(request: Request, services: Services = Depends(get_services)) -> str | None:
+async def require_owner(credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
+                        services: Services = Depends(get_services)) -> str:
+    """The caller's owner name; 401 without a valid bearer token."""
+    return _require_owner(credentials, services)
+
+
+async def read_access(request: Request, services: Services = Depends(get_services)) -> str | None:
     """Reads are open unless KSWEEP_READ_AUTH is set; then they need a valid token too.
 
     The header is read by hand rather than through ``bearer`` so that the OpenAPI document
@@ -63,7 +69,7 @@ def read_access(request: Request, services: Services = Depends(get_services)) ->
         if scheme and token.strip() else None
     if not services.settings.read_auth:
         return _owner_of(credentials, services)
-    return require_owner(credentials, services)
+    return _require_owner(credentials, services)
 
 
 def may_act_on(owner: str, sweep_owner: str) -> bool:

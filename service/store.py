@@ -8,13 +8,16 @@ and two supervisors can never both start the same queued sweep.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, defer
 
 from service.db import (
     ACTIVE_STATES,
@@ -53,6 +56,15 @@ class Store:
             migrate(url)
         self.engine = make_engine(url)
         self.session = make_sessionmaker(self.engine)
+        # One writer at a time within the process: concurrent submissions queue here and
+        # wake at once, instead of in SQLite's busy-wait sleeps of up to 100 ms.
+        self._write_lock = threading.Lock()
+
+    @contextmanager
+    def writing(self) -> Iterator[Session]:
+        """A write transaction, under the process's write lock."""
+        with self._write_lock, self.session.begin() as session:
+            yield session
 
     @property
     def dialect(self) -> str:
@@ -69,20 +81,20 @@ class Store:
 
     def create_sweep(self, *, sweep_id: str, owner: str, name: str, spec: dict[str, Any],
                      request_hash: str, idempotency_key: str | None, total: int) -> tuple[SweepRow, bool]:
-        """Store a queued sweep. With an Idempotency-Key seen before: the earlier sweep and
-        False when the body is the same, :class:`IdempotencyConflict` when it differs."""
-        if idempotency_key is not None:
-            earlier = self.find_by_idempotency_key(owner, idempotency_key)
-            if earlier is not None:
-                return self._replay(earlier, request_hash), False
+        """Store a queued sweep; returns it and True.
+
+        The caller looks an Idempotency-Key up first (:meth:`find_by_idempotency_key`); when a
+        concurrent request with the same key wins the race to insert, this returns that
+        request's sweep and False for the same body, and raises :class:`IdempotencyConflict`
+        for another body.
+        """
         row = SweepRow(id=sweep_id, owner=owner, name=name, state="queued", spec=spec,
                        request_hash=request_hash, idempotency_key=idempotency_key,
                        total=total, pending=total, attempts=0)
         try:
-            with self.session.begin() as session:
+            with self.writing() as session:
                 session.add(row)
         except IntegrityError:
-            # A concurrent request with the same key won the race: answer as a replay.
             earlier = self.find_by_idempotency_key(owner, idempotency_key or "")
             if earlier is None:
                 raise
@@ -112,8 +124,10 @@ class Store:
             query, counted = query.where(SweepRow.state == state), counted.where(SweepRow.state == state)
         if owner is not None:
             query, counted = query.where(SweepRow.owner == owner), counted.where(SweepRow.owner == owner)
-        # The report is the biggest column and the list never shows it.
-        query = query.order_by(SweepRow.created_at.desc(), SweepRow.id).limit(limit).offset(offset)
+        # The list never shows the spec or the report, the two big JSON columns: not loaded.
+        query = (query.options(defer(SweepRow.report, raiseload=True),
+                               defer(SweepRow.spec, raiseload=True))
+                 .order_by(SweepRow.created_at.desc(), SweepRow.id).limit(limit).offset(offset))
         with self.session() as session:
             total = session.scalar(counted) or 0
             return Page(list(session.scalars(query)), total)
@@ -136,7 +150,7 @@ class Store:
 
     def _transition(self, sweep_id: str, from_states: Sequence[str], **values: Any) -> bool:
         values.setdefault("updated_at", utcnow())
-        with self.session.begin() as session:
+        with self.writing() as session:
             result = session.execute(update(SweepRow).where(
                 SweepRow.id == sweep_id, SweepRow.state.in_(tuple(from_states))).values(**values))
             return result.rowcount == 1
@@ -153,7 +167,7 @@ class Store:
         return self._transition(sweep_id, from_states, **values)
 
     def set_driver_handle(self, sweep_id: str, handle: str) -> None:
-        with self.session.begin() as session:
+        with self.writing() as session:
             session.execute(update(SweepRow).where(SweepRow.id == sweep_id)
                             .values(driver_handle=handle))
 
@@ -188,7 +202,7 @@ class Store:
             values.update(state=status.state, finished_at=now, error=status.error, running=0)
             if report is not None:
                 values["report"] = report
-        with self.session.begin() as session:
+        with self.writing() as session:
             result = session.execute(update(SweepRow).where(
                 SweepRow.id == status.sweep_id, SweepRow.state == "running").values(**values))
             if result.rowcount != 1:
@@ -216,7 +230,7 @@ class Store:
                 setattr(row, key, value)
 
     def save_report(self, sweep_id: str, report: dict[str, Any]) -> None:
-        with self.session.begin() as session:
+        with self.writing() as session:
             session.execute(update(SweepRow).where(SweepRow.id == sweep_id).values(report=report))
 
     def list_trials(self, sweep_id: str, *, state: str | None = None, limit: int = 100,
@@ -228,3 +242,4 @@ class Store:
         query = query.order_by(TrialRow.position, TrialRow.trial_id).limit(limit).offset(offset)
         with self.session() as session:
             return Page(list(session.scalars(query)), session.scalar(counted) or 0)
+

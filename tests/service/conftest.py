@@ -66,6 +66,8 @@ class ServiceProcess:
             "KSWEEP_CANCEL_GRACE_S": "5",
             "RAY_ADDRESS": "",
             "PYTHONUNBUFFERED": "1",
+            # This checkout's code, whatever the venv's editable install points at.
+            "PYTHONPATH": str(ROOT),
             **settings,
         }
         self.process: subprocess.Popen | None = None

@@ -26,6 +26,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
         "KSWEEP_SWEEP_ROOT": str(tmp_path / "root"),
         "RAY_ADDRESS": "",
         "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": str(ROOT),  # this checkout's code, whatever the venv's install points at
     }
 
 
