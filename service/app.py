@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from service.api import health, objectives, sweeps
-from service.deps import Services
+from service.deps import PageCache, Services
 from service.errors import BodySizeLimit, install_error_handlers
 from service.launchers import make_launcher
 from service.settings import Settings, get_settings, hash_token
@@ -45,7 +45,8 @@ def build_services(settings: Settings) -> Services:
     store = Store(settings.store_url)
     launcher = make_launcher(settings)
     return Services(settings=settings, store=store, launcher=launcher,
-                    supervisor=Supervisor(settings, store, launcher), tokens=tokens)
+                    supervisor=Supervisor(settings, store, launcher), tokens=tokens,
+                    pages=PageCache(store, settings.list_cache_s))
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

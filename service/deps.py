@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -16,6 +18,32 @@ from service.supervisor import Supervisor
 bearer = HTTPBearer(auto_error=False, description="An API token: KSWEEP_API_TOKENS owner:token.")
 
 
+class PageCache:
+    """GET /sweeps pages, reused for ``ttl_s`` seconds while the store has not been written by
+    this process: dashboards and ``ksweep status`` poll the same page over and over, and a
+    page is no staler than the drivers' own ~1 s progress reports."""
+
+    MAX_ENTRIES = 256
+
+    def __init__(self, store: Store, ttl_s: float) -> None:
+        self.store, self.ttl_s = store, ttl_s
+        self._entries: dict[tuple, tuple[int, float, Any]] = {}
+
+    def get(self, key: tuple) -> Any | None:
+        entry = self._entries.get(key)
+        if entry is None or entry[0] != self.store.generation \
+                or time.monotonic() - entry[1] >= self.ttl_s:
+            return None
+        return entry[2]
+
+    def put(self, key: tuple, value: Any) -> None:
+        if self.ttl_s <= 0:
+            return
+        if len(self._entries) >= self.MAX_ENTRIES:
+            self._entries.clear()
+        self._entries[key] = (self.store.generation, time.monotonic(), value)
+
+
 @dataclass
 class Services:
     settings: Settings
@@ -23,6 +51,7 @@ class Services:
     launcher: Launcher
     supervisor: Supervisor
     tokens: dict[str, str]  # sha256(token) -> owner
+    pages: PageCache
 
 
 # Dependencies are `async def` so FastAPI runs them on the event loop instead of handing each

@@ -81,6 +81,10 @@ class Settings(BaseSettings):
         2, ge=0, description="Times a sweep whose driver died is restarted before it fails."
     )
     poll_interval_s: float = Field(1.0, gt=0, description="How often the supervisor looks at drivers.")
+    list_cache_s: float = Field(
+        1.0, ge=0, description="GET /sweeps pages are reused for this long (dropped at once when "
+        "this API writes; driver progress shows within it). 0: no cache.",
+    )
     cancel_grace_s: float = Field(10.0, ge=0, description="SIGTERM-to-SIGKILL wait on cancel.")
     url: str = Field("http://127.0.0.1:8000", description="Service URL for the CLI client.")
     token: str | None = Field(None, description="Bearer token for the CLI client.")
