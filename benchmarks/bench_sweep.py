@@ -3,7 +3,7 @@
 Both variants run the same four trials (alpha {0, 1} x stacks {uniform, raw_plus_ncc} on the
 quickstart task) on one local Ray, two at a time with one CPU each. The bare variant is a
 plain Tune function trainable: the trial config from ``spec.trial_config``, ``Trainer.run_epoch``
-and ``tune.report`` per epoch, no checkpoint, no MLflow, with the same actor reuse as the driver. The ksweep variant is
+and ``tune.report`` per epoch, no checkpoint, no MLflow. The ksweep variant is
 ``sweeps.runner.run_sweep`` (MLflow parent and child runs, per-epoch checkpoints, report).
 They run in turn after one warm-up of each, so machine drift hits both alike.
 
@@ -83,9 +83,9 @@ def run_bare(spec: SweepSpec, root: Path) -> SweepTiming:
             "model": tune.grid_search(list(spec.models)),
             "seed": tune.grid_search(spec.seed_list()),
         },
-        # Actors are reused as run_sweep reuses them, so the ratio is the price of the spec,
-        # MLflow, checkpoints and progress, not of a different Tune set-up.
-        tune_config=tune.TuneConfig(num_samples=1, reuse_actors=True,
+        # The same Tune set-up as run_sweep (no actor reuse), so the ratio is the price of the
+        # spec, MLflow, checkpoints and progress.
+        tune_config=tune.TuneConfig(num_samples=1,
                                     max_concurrent_trials=spec.budget.max_concurrent_trials),
         run_config=tune.RunConfig(name="bare", storage_path=str(root), verbose=0),
     )

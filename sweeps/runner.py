@@ -370,10 +370,9 @@ def run_sweep(
                     search_alg=_search_alg(spec), scheduler=_scheduler(spec),
                     num_samples=1 if spec.search.kind == "grid" else spec.search.num_samples,
                     max_concurrent_trials=spec.budget.max_concurrent_trials,
-                    # A trial process pays ~4 s of imports (torch, MLflow's store, matplotlib)
-                    # before its first step; reusing the actor pays them once per slot. Every
-                    # trial still reseeds and rebuilds its model, data and optimiser.
-                    reuse_actors=True,
+                    # No reuse_actors: it would pay a trial process's ~4 s of imports once per
+                    # slot, but a completed trial was then re-run after a kill -9 and resume
+                    # (tests/sweeps/test_runner.py), and resuming without re-running comes first.
                     time_budget_s=spec.budget.time_budget_s,
                 ),
                 run_config=run_config,
