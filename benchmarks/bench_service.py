@@ -37,7 +37,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -54,6 +53,7 @@ import httpx
 from sqlalchemy import insert
 
 from service.db import SweepRow, TrialRow
+from service.serve_process import ServeProcess
 from service.store import Store
 from sweeps.report import TrialOutcome, build_report
 from sweeps.spec import METRIC_NAMES, SweepSpec, load_sweep_spec
@@ -176,69 +176,22 @@ def seed_store(url: str, rng: random.Random) -> list[str]:
 # ---- the server -------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Server:
+def make_server(folder: Path) -> ServeProcess:
     """``python -m service.cli serve`` on the seeded store, queue paused."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.port = _free_port()
-        self.log_path = folder / "serve.log"
-        self.env = {
-            **os.environ,
-            "KSWEEP_HOST": "127.0.0.1",
-            "KSWEEP_SWEEP_ROOT": str(folder),
-            "KSWEEP_API_TOKENS": ",".join(f"{o}:{t}" for o, t in TOKENS.items()),
-            "KSWEEP_MAX_CONCURRENT_SWEEPS": "0",
-            "KSWEEP_MAX_ACTIVE_SWEEPS_PER_OWNER": "1000000",
-            "MLFLOW_TRACKING_URI": f"sqlite:///{folder}/mlflow.db",
-            "RAY_ADDRESS": "",
-            "PYTHONUNBUFFERED": "1",
-            # This checkout's service, whatever the environment's editable install points at.
-            "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))),
-        }
-        self.process: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/api/v1"
-
-    def start(self, timeout_s: float = 60.0) -> None:
-        with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "service.cli", "serve", "--port", str(self.port)],
-                env=self.env, cwd=self.folder, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"ksweep serve exited:\n{self.log_tail()}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.3)
-        raise RuntimeError(f"ksweep serve did not come up:\n{self.log_tail()}")
-
-    def log_tail(self) -> str:
-        return self.log_path.read_text(errors="replace")[-4000:] if self.log_path.exists() else ""
-
-    def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGINT)
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
+    env = {
+        **os.environ,
+        "KSWEEP_HOST": "127.0.0.1",
+        "KSWEEP_SWEEP_ROOT": str(folder),
+        "KSWEEP_API_TOKENS": ",".join(f"{o}:{t}" for o, t in TOKENS.items()),
+        "KSWEEP_MAX_CONCURRENT_SWEEPS": "0",
+        "KSWEEP_MAX_ACTIVE_SWEEPS_PER_OWNER": "1000000",
+        "MLFLOW_TRACKING_URI": f"sqlite:///{folder}/mlflow.db",
+        "RAY_ADDRESS": "",
+        "PYTHONUNBUFFERED": "1",
+        # This checkout's service, whatever the environment's editable install points at.
+        "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))),
+    }
+    return ServeProcess(env, folder / "serve.log", cwd=folder)
 
 
 # ---- the load -----------------------------------------------------------------------------------
@@ -427,7 +380,7 @@ def _stop_profile(spy: subprocess.Popen | None) -> None:
         spy.wait()
 
 
-async def measure(server: Server, sweep_ids: list[str], body: dict[str, Any], client_kind: str,
+async def measure(server: ServeProcess, sweep_ids: list[str], body: dict[str, Any], client_kind: str,
                   profile: Path | None) -> dict[str, dict[int, Phase]]:
     assert server.process is not None
     pid = server.process.pid
@@ -499,12 +452,12 @@ def print_results(results: dict[str, dict[int, Phase]], client: str) -> None:
 
 def main(client: str = "raw", profile: Path | None = None) -> None:
     folder = Path(tempfile.mkdtemp(prefix="ksweep-bench-service-"))
-    server: Server | None = None
+    server: ServeProcess | None = None
     try:
         started = time.perf_counter()
         sweep_ids = seed_store(f"sqlite:///{folder / 'service.db'}", random.Random(SEED))
         seeded_s = time.perf_counter() - started
-        server = Server(folder)
+        server = make_server(folder)
         server.start()
         body = load_sweep_spec(QUICKSTART).model_dump(mode="json")
         if profile is not None:

@@ -8,15 +8,14 @@ command that opens the MLflow UI on the same store, then stops the service.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
+from service.serve_process import ServeProcess, free_port
 from service.settings import get_settings
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "sweeps" / "examples" / "quickstart.yaml"
@@ -27,12 +26,6 @@ def _port_free(host: str, port: int) -> bool:
         return sock.connect_ex((host, port)) != 0
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
 def _ksweep(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "service.cli", *args], env=env, text=True,
                           stdout=subprocess.PIPE if args[0] == "submit" else None)
@@ -41,29 +34,18 @@ def _ksweep(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
 def main() -> int:
     settings = get_settings()
     host = "127.0.0.1"
-    port = settings.port if _port_free(host, settings.port) else _free_port(host)
+    port = settings.port if _port_free(host, settings.port) else free_port(host)
     env = {**os.environ, "KSWEEP_HOST": host, "KSWEEP_PORT": str(port),
            "KSWEEP_URL": f"http://{host}:{port}", "KSWEEP_SWEEP_ROOT": str(settings.sweep_root),
            "MLFLOW_TRACKING_URI": settings.mlflow_tracking_uri}
-    log_path = settings.sweep_root / "demo-serve.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    print(f"== starting ksweep serve on http://{host}:{port} (log: {log_path})", flush=True)
-    with open(log_path, "ab") as log:
-        server = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"], env=env,
-                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    server = ServeProcess(env, settings.sweep_root / "demo-serve.log", port=port, host=host)
+    print(f"== starting ksweep serve on http://{host}:{port} (log: {server.log_path})", flush=True)
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                if httpx.get(f"http://{host}:{port}/api/v1/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                print(log_path.read_text()[-3000:], file=sys.stderr)
-                print("the service did not come up", file=sys.stderr)
-                return 1
-            time.sleep(0.5)
+        try:
+            server.start(timeout_s=90, probe="/readyz")
+        except RuntimeError as error:
+            print(error, file=sys.stderr)
+            return 1
         print(f"== submitting {QUICKSTART.name} over REST", flush=True)
         submitted = _ksweep("submit", str(QUICKSTART), env=env)
         if submitted.returncode != 0:
@@ -75,7 +57,7 @@ def main() -> int:
         watched = _ksweep("watch", sweep_id, env=env)
         print("== the comparison", flush=True)
         _ksweep("report", sweep_id, env=env)
-        sweep = httpx.get(f"http://{host}:{port}/api/v1/sweeps/{sweep_id}", timeout=10).json()
+        sweep = httpx.get(f"{server.url}/sweeps/{sweep_id}", timeout=10).json()
         experiment = sweep["mlflow"]["experiment_id"]
         print("== compare every alpha and loss stack in the MLflow UI:")
         print(f"   {Path(sys.executable).parent / 'mlflow'} ui --backend-store-uri "
@@ -85,11 +67,7 @@ def main() -> int:
         return watched.returncode
     finally:
         print("== stopping the service", flush=True)
-        server.send_signal(signal.SIGINT)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        server.stop(timeout_s=30)
 
 
 if __name__ == "__main__":

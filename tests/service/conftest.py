@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +12,8 @@ import httpx
 import pytest
 import yaml
 
+from service.serve_process import ServeProcess
+
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "sweeps" / "examples" / "quickstart.yaml"
 TOKENS = {"alice": "alice-token", "bob": "bob-token", "admin": "admin-token"}
@@ -22,12 +21,6 @@ TOKENS = {"alice": "alice-token", "bob": "bob-token", "admin": "admin-token"}
 
 def auth(owner: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {TOKENS[owner]}"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def spec_dict(**changes) -> dict:
@@ -49,13 +42,12 @@ def tiny_spec(name: str = "tiny", **changes) -> dict:
     return spec_dict(**{**base, **changes})
 
 
-class ServiceProcess:
-    """``python -m service.cli serve`` with a given environment; restartable on its store."""
+class ServiceProcess(ServeProcess):
+    """``ksweep serve`` on a test's folder (its store, sweep root and MLflow store there);
+    restartable on the same store and port."""
 
     def __init__(self, workdir: Path, **settings: str) -> None:
-        self.workdir = workdir
-        self.port = free_port()
-        self.env = {
+        env = {
             **os.environ,
             "KSWEEP_HOST": "127.0.0.1",
             "KSWEEP_SWEEP_ROOT": str(workdir / "root"),
@@ -70,50 +62,7 @@ class ServiceProcess:
             "PYTHONPATH": str(ROOT),
             **settings,
         }
-        self.process: subprocess.Popen | None = None
-        self.starts = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/api/v1"
-
-    def start(self, timeout_s: float = 60.0) -> None:
-        self.starts += 1
-        with open(self.workdir / f"serve-{self.starts}.log", "wb") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "service.cli", "serve", "--port", str(self.port)],
-                env=self.env, cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"ksweep serve exited:\n{self.log_tail()}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.3)
-        raise RuntimeError(f"ksweep serve did not come up:\n{self.log_tail()}")
-
-    def log_tail(self) -> str:
-        logs = sorted(self.workdir.glob("serve-*.log"))
-        return logs[-1].read_text(errors="replace")[-4000:] if logs else ""
-
-    def kill9(self) -> None:
-        assert self.process is not None
-        self.process.kill()
-        self.process.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        super().__init__(env, workdir / "serve.log", cwd=workdir)
 
     def client(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=60)
