@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import threading
 
+from sqlalchemy import Row
+
 from service.db import SweepRow
 from service.launchers import Launcher
 from service.settings import Settings
@@ -90,7 +92,7 @@ class Supervisor:
         self.store.set_driver_handle(sweep_id, handle)
         log.info("sweep %s: driver started (%s, attempt %d)", sweep_id, handle, attempt)
 
-    def cancel(self, row: SweepRow) -> bool:
+    def cancel(self, row: SweepRow | Row) -> bool:
         """Cancel an active sweep: the store first (so nothing restarts or revives it), then
         the driver and its trials. False when the sweep had already ended."""
         with self.lock:

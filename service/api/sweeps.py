@@ -94,14 +94,12 @@ def sweep_resource(row: SweepRow | Row, services: Services) -> Sweep:
     )
 
 
-def _not_found(sweep_id: str) -> ProblemError:
-    return ProblemError(404, "Sweep not found", f"no sweep with id {sweep_id!r}", kind="not-found")
-
-
-def _get_row(services: Services, sweep_id: str) -> SweepRow:
-    row = services.store.get_sweep(sweep_id)
+def _get_row(services: Services, sweep_id: str, *, with_documents: bool = False) -> SweepRow | Row:
+    """The sweep or 404; its spec and report are loaded only ``with_documents``."""
+    store = services.store
+    row = store.get_sweep(sweep_id) if with_documents else store.get_sweep_summary(sweep_id)
     if row is None:
-        raise _not_found(sweep_id)
+        raise ProblemError(404, "Sweep not found", f"no sweep with id {sweep_id!r}", kind="not-found")
     return row
 
 
@@ -206,10 +204,7 @@ async def list_sweeps(
             responses={**UNAUTHORIZED, **NOT_FOUND, **INVALID})
 async def get_sweep(sweep_id: SweepId, _reader: str | None = Depends(read_access),
                     services: Services = Depends(get_services)) -> Sweep:
-    row = services.store.get_sweep_summary(sweep_id)
-    if row is None:
-        raise _not_found(sweep_id)
-    return sweep_resource(row, services)
+    return sweep_resource(_get_row(services, sweep_id), services)
 
 
 @router.get("/sweeps/{sweep_id}/trials", response_model=TrialPage,
@@ -237,7 +232,7 @@ def list_trials(
                                      "running, or was cancelled before its end.")})
 def get_report(sweep_id: SweepId, _reader: str | None = Depends(read_access),
                services: Services = Depends(get_services)) -> dict[str, Any]:
-    row = _get_row(services, sweep_id)
+    row = _get_row(services, sweep_id, with_documents=True)
     if row.report is None:
         why = ("it was cancelled before its report was written" if row.state == "cancelled"
                else f"it is {row.state}; the report is written when it ends")
