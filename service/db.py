@@ -27,10 +27,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
-SWEEP_STATES = ("queued", "running", "succeeded", "failed", "cancelled")
 ACTIVE_STATES = ("queued", "running")
-TERMINAL_STATES = ("succeeded", "failed", "cancelled")
-TRIAL_STATES = ("pending", "running", "done", "stopped", "failed")
 
 
 def utcnow() -> datetime:

@@ -8,7 +8,6 @@ sqlite MLflow store under the working directory, one local driver process per sw
 from __future__ import annotations
 
 import hashlib
-import hmac
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -119,10 +118,6 @@ class Settings(BaseSettings):
 
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
-
-
-def same_hash(a: str, b: str) -> bool:
-    return hmac.compare_digest(a, b)
 
 
 @lru_cache(maxsize=1)

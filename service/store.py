@@ -238,10 +238,6 @@ class Store:
             for key, value in values.items():
                 setattr(row, key, value)
 
-    def save_report(self, sweep_id: str, report: dict[str, Any]) -> None:
-        with self.writing() as session:
-            session.execute(update(SweepRow).where(SweepRow.id == sweep_id).values(report=report))
-
     def list_trials(self, sweep_id: str, *, state: str | None = None, limit: int = 100,
                     offset: int = 0) -> Page:
         query = select(TrialRow).where(TrialRow.sweep_id == sweep_id)
