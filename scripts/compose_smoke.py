@@ -139,7 +139,14 @@ def run_sweep(stack: Stack, api: str, head: str, mlflow: str, spec: dict[str, An
     handle = sweep["driver"]["handle"] or ""
     if not handle.startswith("ray-job:"):
         raise SmokeError(f"sweep {sweep_id} did not run as a Ray Job (driver handle {handle!r})")
-    job = http("GET", f"{head}/api/jobs/{handle.removeprefix('ray-job:')}", stack.ray_token)
+    # The driver records the outcome, then exits: its Ray Job ends a moment later.
+    job_url = f"{head}/api/jobs/{handle.removeprefix('ray-job:')}"
+
+    def job_ended():
+        job = http("GET", job_url, stack.ray_token)
+        return job if job["status"] not in ("PENDING", "RUNNING") else None
+
+    job = wait_for(f"Ray Job {handle} to end", job_ended, 120, every=1)
     nodes = ray_state(head, stack.ray_token, "nodes")
     head_ids = {n["node_id"] for n in nodes if n.get("is_head_node")}
     if job["status"] != "SUCCEEDED" or job.get("driver_node_id") not in head_ids:
