@@ -68,8 +68,19 @@ class Stack:
                    cwd=REPO)
 
     def url(self, service: str, port: int) -> str:
-        out = self("port", service, str(port), capture=True, timeout=30).stdout.strip()
-        return f"http://{out.splitlines()[-1]}"
+        out = self("port", service, str(port), capture=True, timeout=30).stdout.split()
+        if not out:
+            raise SmokeError(f"{service} publishes no port {port} (is it running?)")
+        return f"http://{out[-1]}"
+
+    def check_running(self) -> None:
+        """Every service but the one-shot bucket job is running (and healthy, with a check)."""
+        rows = [json.loads(line) for line in
+                self("ps", "-a", "--format", "json", capture=True, timeout=30).stdout.splitlines() if line]
+        bad = [f"{r['Service']}: {r['Status']}" for r in rows if r["Service"] != "minio-buckets"
+               and (r["State"] != "running" or r.get("Health") not in ("", "healthy"))]
+        if bad:
+            raise SmokeError(f"after `up --wait`: {bad}")
 
     def container_ips(self, service: str) -> set[str]:
         ids = self("ps", "-q", service, capture=True, timeout=30).stdout.split()
@@ -204,6 +215,8 @@ def smoke(args: argparse.Namespace, figures: dict[str, Any]) -> None:
         t = time.monotonic()
         stack("up", "-d", "--wait", "--no-build", "--wait-timeout", "600", timeout=700)
         figures["up_s"] = time.monotonic() - t
+        # Compose v2.40 can exit 0 from `up --wait` when a dependency ended unhealthy.
+        stack.check_running()
         api, head, mlflow = stack.url("api", 8000), stack.url("ray-head", 8265), stack.url("mlflow", 5000)
         wait_for("the ray-worker to join", lambda: alive_worker_ips(stack, head), 120)
         spec = yaml.safe_load(SPEC.read_text())
@@ -254,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
         outcome, code = "FAILED", 1
     except KeyboardInterrupt:
         outcome, code = "INTERRUPTED", 130
+    except Exception as error:  # a bug or an unexpected answer: still the one last line
+        print(f"compose-smoke: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+        outcome, code = "FAILED", 1
     summary = json.dumps({k: (round(v) if isinstance(v, float) else
                               {t: round(s) for t, s in v.items()} if isinstance(v, dict) else v)
                           for k, v in figures.items()})
