@@ -25,11 +25,14 @@ from workers.models.config import ModelConfig
 Params = dict[str, torch.Tensor]
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """``x [K, ..., in]``, ``weight [K, out, in]``, ``bias [K, out]`` -> ``[K, ..., out]``."""
     members = x.shape[0]
     flat = x.reshape(members, -1, x.shape[-1])
-    out = torch.baddbmm(bias.unsqueeze(1), flat, weight.transpose(1, 2))
+    if bias is None:
+        out = torch.bmm(flat, weight.transpose(1, 2))
+    else:
+        out = torch.baddbmm(bias.unsqueeze(1), flat, weight.transpose(1, 2))
     return out.reshape(*x.shape[:-1], weight.shape[1])
 
 
@@ -40,24 +43,26 @@ def embed(weight: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return F.embedding(tokens + offsets * vocab, weight.reshape(members * vocab, width))
 
 
-def gru(params: Params, prefix: str, inputs: torch.Tensor, num_layers: int,
-        state: torch.Tensor | None = None) -> torch.Tensor:
+def gru(params: Params, prefix: str, inputs: torch.Tensor | None, num_layers: int,
+        state: torch.Tensor | None = None, gates: torch.Tensor | None = None) -> torch.Tensor:
     """An ``nn.GRU(batch_first=True)`` over ``inputs [K, B, L, E]``; returns outputs ``[K, B, L, H]``.
 
-    ``state [K, num_layers, B, H]`` is the initial hidden state (zeros when None).
+    ``state [K, num_layers, B, H]`` is the initial hidden state (zeros when None). ``gates``:
+    the first layer's input projection ``W_ih x + b_ih`` ``[K, B, L, 3H]``, when the caller
+    computed it (then ``inputs`` is unused).
     """
     outputs = inputs
     for layer in range(num_layers):
         w_hh = params[f"{prefix}.weight_hh_l{layer}"]
         b_hh = params[f"{prefix}.bias_hh_l{layer}"].unsqueeze(1)
-        gates_x = linear(outputs, params[f"{prefix}.weight_ih_l{layer}"],
-                         params[f"{prefix}.bias_ih_l{layer}"])
-        members, batch, length, _ = gates_x.shape
+        gates_x = gates if layer == 0 and gates is not None else linear(
+            outputs, params[f"{prefix}.weight_ih_l{layer}"], params[f"{prefix}.bias_ih_l{layer}"])
+        members, batch = gates_x.shape[:2]
         h = gates_x.new_zeros(members, batch, w_hh.shape[-1]) if state is None else state[:, layer]
         w_hh_t = w_hh.transpose(1, 2)
         steps = []
-        for t in range(length):
-            x_r, x_z, x_n = gates_x[:, :, t].chunk(3, dim=-1)
+        for gates_t in gates_x.unbind(2):  # unbind, not slicing: its backward is one stack
+            x_r, x_z, x_n = gates_t.chunk(3, dim=-1)
             h_r, h_z, h_n = torch.baddbmm(b_hh, h, w_hh_t).chunk(3, dim=-1)
             reset = torch.sigmoid(x_r + h_r)
             update = torch.sigmoid(x_z + h_z)
@@ -81,19 +86,32 @@ def encode(params: Params, prefix: str, config: ModelConfig, tokens: torch.Tenso
 
 def token_nll(params: Params, config: ModelConfig, decoder_input: torch.Tensor,
               target: torch.Tensor, condition: torch.Tensor) -> torch.Tensor:
-    """``ConditionalDecoder.token_nll``: per-token NLL ``[K, B, T]`` (0 at PAD)."""
-    members, batch, length = decoder_input.shape
-    layers = config.num_layers
-    state = torch.tanh(linear(condition, params["decoder.init_state.weight"],
-                              params["decoder.init_state.bias"]))
-    state = state.view(members, batch, layers, -1).transpose(1, 2)
-    steps = condition.unsqueeze(2).expand(members, batch, length, condition.shape[-1])
-    inputs = torch.cat([embed(params["embedding.weight"], decoder_input), steps], dim=-1)
-    outputs = gru(params, "decoder.gru", inputs, layers, state)
+    """``ConditionalDecoder.token_nll``: per-token NLL ``[K, B, T]`` (0 at PAD).
+
+    ``condition [K, B, C]``, or ``[K, B, R, C]`` for R conditions per row (each z category
+    when enumerating; then ``[K, B, R, T]``). The GRU's input projection of
+    ``[embedding; condition]`` is split in two, so the tokens are projected once per row
+    and the condition once per sequence, not once per position and category.
+    """
+    single = condition.dim() == 3
+    if single:
+        condition = condition.unsqueeze(2)
+    members, batch, repeats, _ = condition.shape
+    length, layers = decoder_input.shape[-1], config.num_layers
+    flat = condition.reshape(members, batch * repeats, -1)
+    state = torch.tanh(linear(flat, params["decoder.init_state.weight"], params["decoder.init_state.bias"]))
+    state = state.view(members, batch * repeats, layers, -1).transpose(1, 2)
+    w_ih, width = params["decoder.gru.weight_ih_l0"], params["embedding.weight"].shape[-1]
+    x_tokens = linear(embed(params["embedding.weight"], decoder_input), w_ih[..., :width],
+                      params["decoder.gru.bias_ih_l0"])
+    x_condition = linear(condition, w_ih[..., width:], None)
+    gates = (x_tokens.unsqueeze(2) + x_condition.unsqueeze(3)).reshape(members, batch * repeats, length, -1)
+    outputs = gru(params, "decoder.gru", None, layers, state, gates)
     logits = linear(outputs, params["decoder.output.weight"], params["decoder.output.bias"])
-    nll = F.cross_entropy(upcast(logits).reshape(-1, logits.shape[-1]), target.reshape(-1),
-                          reduction="none", ignore_index=PAD_ID)
-    return nll.view_as(target)
+    targets = target.unsqueeze(2).expand(members, batch, repeats, length)
+    nll = F.cross_entropy(upcast(logits).reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                          reduction="none", ignore_index=PAD_ID).view(members, batch, repeats, length)
+    return nll.squeeze(2) if single else nll
 
 
 def _head(params: Params, name: str, x: torch.Tensor) -> torch.Tensor:
@@ -142,13 +160,8 @@ def cvae_forward(params: Params, config: ModelConfig, num_categories: int, conte
     if config.discrete_estimator == "enumerate":
         condition = torch.cat([h_context.unsqueeze(2).expand(members, batch, k, -1),
                                latent.unsqueeze(1).expand(members, batch, k, -1)], dim=-1)
-
-        def repeat(t: torch.Tensor) -> torch.Tensor:
-            return t.unsqueeze(2).expand(members, batch, k, t.shape[-1]).reshape(members, batch * k, -1)
-
-        nll = token_nll(params, config, repeat(decoder_input), repeat(target),
-                        condition.reshape(members, batch * k, -1))
-        nll = (q.unsqueeze(-1) * nll.view(members, batch, k, -1)).sum(dim=2)
+        nll = token_nll(params, config, decoder_input, target, condition)
+        nll = (q.unsqueeze(-1) * nll).sum(dim=2)
         z_mean = torch.bmm(q.to(latent.dtype), latent)
     else:  # F.gumbel_softmax(q_logits, tau, hard=True) with the given draws
         soft = ((q_logits + noise) / temperature).softmax(dim=-1)

@@ -17,99 +17,24 @@ from __future__ import annotations
 
 import contextlib
 import math
-import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch.func import stack_module_state
 
 from objectives import LossInputs
-from workers.cohorts import cohort_key, cohort_problem
 from workers.models import CVAEOutput
 from workers.models.backbone import upcast
 from workers.models.functional import cvae_forward
+from workers.train.cohort_member import Member, MemberCallback, capture, check_cohort, own_rng
 from workers.train.cohort_optim import StackedAdamW, clip_per_member
 from workers.train.config import TrialConfig
 from workers.train.loop import Trainer, TrialCheckFailed
 
 OUTPUTS = ("token_nll", "kl", "bow_logits")
 SPLIT_FIELDS = ("context", "target", "mask")
-
-
-@dataclass
-class Member:
-    """One trial of a cohort. ``status``: running | finished | failed | stopped."""
-
-    position: int  # index in the configs the cohort was made from
-    trainer: Trainer
-    generator: torch.Generator  # the stream of the forward's noise (the lone trial's torch RNG)
-    host_rng: tuple  # (python, numpy, torch CPU) states, swapped in around its evaluation
-    status: str = "running"
-    error: str | None = None
-    step_losses: list[float] = field(default_factory=list)  # every step's training loss
-    best: float = math.inf
-    since_best: int = 0
-
-    @property
-    def config(self) -> TrialConfig:
-        return self.trainer.config
-
-
-MemberCallback = Callable[[Member, int, dict[str, float]], object]
-
-
-def _capture(position: int, trainer: Trainer) -> Member:
-    """Freeze the RNG streams a lone run of ``trainer`` would go on with."""
-    cpu = torch.get_rng_state()
-    if trainer.device.type == "cpu":
-        generator = torch.Generator()
-        generator.set_state(cpu)
-    else:  # the lone run's CUDA stream is fresh after seed_everything (init happens on CPU)
-        generator = torch.Generator(trainer.device).manual_seed(trainer.config.seed)
-    return Member(position, trainer, generator, (random.getstate(), np.random.get_state(), cpu))
-
-
-@contextlib.contextmanager
-def _own_rng(member: Member):
-    """Run with the member's host RNG states as the global ones (its lone run's), then save them."""
-    saved = (random.getstate(), np.random.get_state(), torch.get_rng_state())
-    python, numpy_state, cpu = member.host_rng
-    on_cpu = member.trainer.device.type == "cpu"
-    random.setstate(python)
-    np.random.set_state(numpy_state)
-    torch.set_rng_state(member.generator.get_state() if on_cpu else cpu)
-    try:
-        yield
-    finally:
-        cpu = torch.get_rng_state()
-        if on_cpu:
-            member.generator.set_state(cpu)
-        member.host_rng = (random.getstate(), np.random.get_state(), cpu)
-        random.setstate(saved[0])
-        np.random.set_state(saved[1])
-        torch.set_rng_state(saved[2])
-
-
-def check_cohort(configs: Sequence[TrialConfig]) -> None:
-    """Raise ValueError unless ``configs`` may train as one cohort."""
-    if not configs:
-        raise ValueError("a cohort needs at least one trial config")
-    problems = [cohort_problem(c) for c in configs] if len(configs) > 1 else []
-    for index, problem in enumerate(problems):
-        if problem:
-            raise ValueError(f"cohort member {index}: {problem}")
-    first = cohort_key(configs[0])
-    for index, config in enumerate(configs[1:], start=1):
-        if cohort_key(config) != first:
-            raise ValueError(
-                f"cohort member {index} differs from member 0 in a shape or budget field (data "
-                "except seed, base, model, or training besides learning_rate, weight_decay, "
-                "grad_clip); group trials with workers.cohorts.group_cohorts"
-            )
 
 
 class Cohort:
@@ -136,7 +61,7 @@ class Cohort:
                 trainer.load_checkpoint(checkpoints[position])
             data = shared.setdefault(config.data, (trainer.train_data, trainer.val_data))
             trainer.train_data, trainer.val_data = data  # identical, so kept once
-            members.append(_capture(position, trainer))
+            members.append(capture(position, trainer))
         if len({(m.trainer.epoch, m.trainer.step) for m in members}) > 1:
             raise ValueError("cohort members resume from different epochs; resume them alone")
         return cls(members)
@@ -238,70 +163,107 @@ class Cohort:
 
     # -- one epoch --------------------------------------------------------------------------
 
+    def _loss_groups(self, active: list[Member]) -> list[tuple[torch.Tensor, Callable]]:
+        """Members with one loss stack (and c_base) share one vmapped loss: ``(index, loss_fn)``."""
+        groups: dict[tuple, list[int]] = {}
+        for k, member in enumerate(active):
+            key = (member.config.loss_stack.model_dump_json(), member.trainer.c_base)
+            groups.setdefault(key, []).append(k)
+        result = []
+        for indices in groups.values():
+            stack, diagnostics = active[indices[0]].trainer._stacks()
+
+            def member_loss(token_nll, base_nll, mask, kl, bow_logits, targets, step, stack=stack,
+                            diagnostics=diagnostics):
+                """The lone train step's loss and batch metrics for one member (vmapped)."""
+                inputs = LossInputs(token_nll=token_nll, base_nll=base_nll, mask=mask, kl=kl,
+                                    bow_logits=bow_logits, targets=targets, step=step)
+                out = stack(inputs)
+                diag_out = diagnostics(LossInputs(token_nll.detach(), base_nll, mask))
+                output = CVAEOutput(token_nll, kl, bow_logits)
+                values, count = Trainer._batch_values(out, diag_out, output, mask)
+                return out.total, {k: v.detach() for k, v in out.terms.items()}, values, count
+
+            result.append((torch.tensor(indices, device=self.device), member_loss))
+        return result
+
     def _train_pass(self, active: list[Member]):
         """One pass over the train split for all running members; per-member tensors back."""
         training = active[0].config.training
-        stacks = [m.trainer._stacks() for m in active]
+        groups = self._loss_groups(active)
         size = self._data["target"].shape[1]
         order = torch.stack([torch.randperm(size, generator=m.trainer._generator) for m in active])
-        sums: list[dict[str, torch.Tensor]] = [{} for _ in active]
-        counts = [torch.zeros((), dtype=torch.long, device=self.device) for _ in active]
-        losses: list[list[torch.Tensor]] = [[] for _ in active]
-        terms: list[list[dict[str, torch.Tensor]]] = [[] for _ in active]
+        inject = [m.config.training.inject_nan_at_step for m in active]
+        sums = [{} for _ in groups]
+        counts = [0 for _ in groups]
+        losses: list[list[torch.Tensor]] = [[] for _ in groups]
+        terms: list[list[dict[str, torch.Tensor]]] = [[] for _ in groups]
         autocast = (torch.autocast("cuda", dtype=torch.bfloat16)
                     if training.bf16 and self.device.type == "cuda" else contextlib.nullcontext())
         lead = active[0].trainer.model
         for indices in order.split(training.batch_size, dim=1):
             indices = indices.to(self.device)
-            rows = self._source.unsqueeze(1)
-            batch = {key: value[rows, indices] for key, value in self._data.items()}
+            batch = {key: value[self._source.unsqueeze(1), indices] for key, value in self._data.items()}
             lead.step = self.step
             with autocast:
                 out = cvae_forward(self.params, self.model_config, self.num_categories,
                                    batch["context"], batch["decoder_input"], batch["target"],
                                    batch["mask"], self._noise([m.generator for m in active], indices.shape[1]),
                                    lead.gumbel_temperature())
-            leaves = {key: [value.detach().requires_grad_() for value in upcast(out[key]).unbind(0)]
-                      for key in OUTPUTS}
+            leaves = [{key: upcast(out[key])[index].detach().requires_grad_() for key in OUTPUTS}
+                      for index, _ in groups]
             totals = []
-            for k, member in enumerate(active):
-                stack, diagnostics = stacks[k]
-                inputs = LossInputs(
-                    token_nll=leaves["token_nll"][k], base_nll=batch["base_nll"][k], mask=batch["mask"][k],
-                    kl=leaves["kl"][k], bow_logits=leaves["bow_logits"][k], targets=batch["target"][k],
-                    step=self.step,
-                )
-                stack_out = stack(inputs)
-                loss = stack_out.total
-                if member.config.training.inject_nan_at_step == self.step:
-                    loss = loss * float("nan")
-                totals.append(loss)
-                with torch.no_grad():
-                    diag_out = diagnostics(LossInputs(inputs.token_nll.detach(), inputs.base_nll, inputs.mask))
-                    output = CVAEOutput(inputs.token_nll, inputs.kl, inputs.bow_logits)
-                    values, count = Trainer._batch_values(stack_out, diag_out, output, inputs.mask)
-                    values["loss"] = loss.detach()
-                    for key, value in values.items():
-                        sums[k][key] = sums[k].get(key, 0.0) + value * count
-                    counts[k] = counts[k] + count
-                losses[k].append(loss.detach())
-                terms[k].append({key: v.detach() for key, v in stack_out.terms.items()})
+            for g, (index, member_loss) in enumerate(groups):
+                total, term_values, values, count = torch.func.vmap(member_loss, in_dims=(0,) * 6 + (None,))(
+                    leaves[g]["token_nll"], batch["base_nll"][index], batch["mask"][index], leaves[g]["kl"],
+                    leaves[g]["bow_logits"], batch["target"][index], self.step)
+                if any(inject[k] == self.step for k in index.tolist()):
+                    total = total * torch.tensor([math.nan if inject[k] == self.step else 1.0
+                                                  for k in index.tolist()], dtype=total.dtype, device=total.device)
+                totals.append(total.sum())
+                values["loss"] = total.detach()
+                for key, value in values.items():
+                    sums[g][key] = sums[g].get(key, 0.0) + value * count
+                counts[g] = counts[g] + count
+                losses[g].append(total.detach())
+                terms[g].append(term_values)
             torch.stack(totals).sum().backward()
-            reached, tensors, grads = {}, [], []
-            for key in OUTPUTS:
-                reached[key] = [leaf.grad is not None for leaf in leaves[key]]
-                if any(reached[key]):
-                    tensors.append(out[key])
-                    grads.append(torch.stack([leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
-                                              for leaf in leaves[key]]).to(out[key].dtype))
-            torch.autograd.backward(tensors, grads)
-            param_grads = {n: p.grad for n, p in self.params.items() if p.grad is not None}
-            clip_per_member(param_grads, self.max_norm)
-            self.optimizer.step(param_grads, self._used(reached))
-            for param in self.params.values():
-                param.grad = None
+            self._backward(out, groups, leaves, len(active))
             self.step += 1
-        return sums, counts, losses, terms
+        return self._per_member(active, groups, sums, counts, losses, terms)
+
+    def _backward(self, out, groups, leaves, members: int) -> None:
+        """Backpropagate the members' output gradients through the model, clip, step."""
+        reached, tensors, grads = {}, [], []
+        for key in OUTPUTS:
+            grad = torch.zeros_like(out[key], dtype=upcast(out[key]).dtype)
+            reached[key] = [False] * members
+            for (index, _), leaf in zip(groups, leaves, strict=True):
+                if leaf[key].grad is not None:
+                    grad[index] = leaf[key].grad
+                    for k in index.tolist():
+                        reached[key][k] = True
+            if any(reached[key]):
+                tensors.append(out[key])
+                grads.append(grad.to(out[key].dtype))
+        torch.autograd.backward(tensors, grads)
+        param_grads = {n: p.grad for n, p in self.params.items() if p.grad is not None}
+        clip_per_member(param_grads, self.max_norm)
+        self.optimizer.step(param_grads, self._used(reached))
+        for param in self.params.values():
+            param.grad = None
+
+    @staticmethod
+    def _per_member(active, groups, sums, counts, losses, terms):
+        """Group-stacked epoch tensors -> member k's sums, count, step losses and step terms."""
+        result = [None] * len(active)
+        for g, (index, _) in enumerate(groups):
+            step_losses = torch.stack(losses[g], dim=1)
+            step_terms = {key: torch.stack([t[key] for t in terms[g]], dim=1) for key in terms[g][0]}
+            for j, k in enumerate(index.tolist()):
+                result[k] = ({key: v[j] for key, v in sums[g].items()}, counts[g][j], step_losses[j],
+                             {key: v[j] for key, v in step_terms.items()})
+        return [list(column) for column in zip(*result, strict=True)]
 
     def run_epoch(self, patience: int | None = None, monitor: str = "val/loss") -> dict[int, dict[str, float]]:
         """Train one epoch for every running member, then each one's lone epoch-end code.
@@ -318,11 +280,11 @@ class Cohort:
         results: dict[int, dict[str, float]] = {}
         for k, member in enumerate(active):
             trainer = member.trainer
-            step_losses = torch.stack(losses[k])
+            step_losses = losses[k]
             finite = torch.isfinite(step_losses)
             if not bool(finite.all()):
                 bad = int((~finite).nonzero()[0])
-                detail = ", ".join(f"{key}={float(v):.6g}" for key, v in terms[k][bad].items())
+                detail = ", ".join(f"{key}={float(v[bad]):.6g}" for key, v in terms[k].items())
                 self._fail(member, f"TrialDiverged: loss became {float(step_losses[bad])} at step "
                            f"{first_step + bad} (epoch {trainer.epoch + 1}); terms: {detail}")
                 continue
@@ -335,7 +297,7 @@ class Cohort:
             train["perf/cohort_size"] = float(len(active))
             trainer.train_epoch = lambda metrics=train: metrics  # the lone run_epoch, minus its pass
             try:
-                with _own_rng(member):
+                with own_rng(member):
                     results[member.position] = trainer.run_epoch()
             except TrialCheckFailed as error:
                 self._fail(member, f"{type(error).__name__}: {error}")
@@ -384,7 +346,7 @@ class Cohort:
 
     def save_checkpoint(self, member: Member, path: Path | str) -> Path:
         """The member's lone-trainer checkpoint (a lone Trainer or a cohort can resume from it)."""
-        with _own_rng(member):
+        with own_rng(member):
             return member.trainer.save_checkpoint(path)
 
 
