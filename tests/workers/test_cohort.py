@@ -184,3 +184,30 @@ def test_gpu_trial_smoke_runs_on_cpu():
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "trials/hour" in done.stdout
+
+
+def test_each_member_is_its_own_mlflow_run(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from workers.cohort_trial import run_logged_cohort
+    from workers.contract import FAILURE_TAG
+    from workers.tracking import metric_history
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    configs = members(base_config("discrete", epochs=2))[:3]
+    configs[2] = configs[2].model_copy(update={
+        "name": "nan-member",
+        "training": configs[2].training.model_copy(update={"inject_nan_at_step": 4})})
+    pairs = run_logged_cohort(configs, uri, "cohort-test", tmp_path,
+                              tags=[{"ksweep.trial_id": f"t{i}"} for i in range(3)])
+    client = MlflowClient(tracking_uri=uri)
+    runs = [client.get_run(run.logger.run_id) for _, run in pairs]
+    assert [r.info.status for r in runs] == ["FINISHED", "FINISHED", "FAILED"]
+    assert "TrialDiverged" in runs[2].data.tags[FAILURE_TAG]
+    assert [r.data.tags["ksweep.trial_id"] for r in runs] == ["t0", "t1", "t2"]
+    assert [float(r.data.params["alpha"]) for r in runs] == [1.0, 0.0, 2.0]
+    for (member, _), record in zip(pairs[:2], runs[:2], strict=True):
+        history = metric_history(client, record.info.run_id, "val/loss")
+        assert [step for step, _ in history] == [1, 2]
+        assert [value for _, value in history] == pytest.approx(member.trainer.history["val/loss"])
+    assert len({r.info.run_id for r in runs}) == 3
