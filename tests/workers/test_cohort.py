@@ -44,17 +44,23 @@ def variant(config: TrialConfig, seed: int, stack: dict, lr: float, **training) 
 
 
 def members(config: TrialConfig) -> list[TrialConfig]:
-    """Different alpha, stacks (with and without KL / bag of words), beta, free bits, lr, seed."""
+    """Different alpha, stacks (with and without KL / bag of words / annealing), beta, free bits, lr,
+    weight decay, clipping, seed."""
     return [
         variant(config, 0, {"preset": "raw_plus_ncc", "alpha": 1.0, "terms": KL}, 3e-3),
         variant(config, 1, {"preset": "uniform", "alpha": 0.0}, 1e-2, weight_decay=0.1),
         variant(config, 2, {"preset": "ncc", "alpha": 2.0, "terms": {
-            "kl": {"weight": 1.0, "options": {"free_bits": 1.0}}, "bag_of_words": 0.3}}, 5e-3,
+            "kl": {"weight": 1.0, "options": {"free_bits": 0.5}}, "bag_of_words": 0.3}}, 5e-3,
             grad_clip=None),
         variant(config, 0, {"preset": "raw_token_weighted", "alpha": 0.5, "terms": {
             "kl": {"weight": 2.0, "options": {"anneal": "linear", "warmup_steps": 3}}}}, 2e-3,
             grad_clip=0.05),
     ]
+
+
+def with_other_data(config: TrialConfig) -> TrialConfig:
+    """Another sample of the same task shapes (a member with its own data)."""
+    return config.model_copy(update={"data": config.data.model_copy(update={"seed": 7})})
 
 
 def lone_run(config: TrialConfig, cache: Path) -> tuple[Trainer, list[float]]:
@@ -83,8 +89,10 @@ def lone_run(config: TrialConfig, cache: Path) -> tuple[Trainer, list[float]]:
 ])
 def test_members_match_lone_trials_in_float64(family, model, float64, tmp_path):
     configs = members(base_config(family, **model))
+    configs[3] = with_other_data(configs[3])
     cohort = Cohort.create(configs, tmp_path)
     assert cohort.params["embedding.weight"].dtype == torch.float64
+    assert cohort._source.tolist() == [0, 0, 0, 1]  # one stacked copy per distinct train split
     result = cohort.run()
     for member, config in zip(result, configs, strict=True):
         assert member.status == "finished", member.error

@@ -16,6 +16,7 @@ others go on, re-stacked without it. Same seed, same config: the same losses as 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -54,13 +55,11 @@ class Cohort:
                checkpoints: Mapping[int, Path | str] | None = None) -> Cohort:
         """One lone Trainer per config (resumed from ``checkpoints[i]`` if given), then stacked."""
         check_cohort(configs)
-        members, shared = [], {}
+        members = []
         for position, config in enumerate(configs):
             trainer = Trainer.create(config, cache_root)
             if checkpoints and checkpoints.get(position):
                 trainer.load_checkpoint(checkpoints[position])
-            data = shared.setdefault(config.data, (trainer.train_data, trainer.val_data))
-            trainer.train_data, trainer.val_data = data  # identical, so kept once
             members.append(capture(position, trainer))
         if len({(m.trainer.epoch, m.trainer.step) for m in members}) > 1:
             raise ValueError("cohort members resume from different epochs; resume them alone")
@@ -92,12 +91,12 @@ class Cohort:
             for name, param in member.trainer.model.named_parameters():
                 if param in state and state[param]:
                     self.optimizer.load_member_state(name, index, state[param])
-        splits = {}
+        splits, source = {}, []  # members with the same train split share one stacked copy
         for member in active:
-            splits.setdefault(id(member.trainer.train_data), member.trainer.train_data)
-        order = list(splits)
-        self._source = torch.tensor([order.index(id(m.trainer.train_data)) for m in active],
-                                    device=self.device)
+            key = _fingerprint(member.trainer.train_data)
+            source.append(list(splits).index(key) if key in splits else len(splits))
+            splits.setdefault(key, member.trainer.train_data)
+        self._source = torch.tensor(source, device=self.device)
         datas = list(splits.values())
         shapes = {tuple(getattr(d.split, f).shape for f in SPLIT_FIELDS) for d in datas}
         if len(shapes) > 1:
@@ -319,9 +318,11 @@ class Cohort:
             member.best, member.since_best = value, 0
         else:
             member.since_best += 1
-        if member.trainer.epoch >= member.config.training.epochs:
+        trainer = member.trainer  # the lone trainer's own early stopping, where it has one
+        stopped = bool(getattr(getattr(trainer, "selection", None), "stopped", False))
+        if trainer.epoch >= member.config.training.epochs:
             member.status = "finished"
-        elif patience is not None and member.since_best >= patience:
+        elif stopped or (patience is not None and member.since_best >= patience):
             member.status = "stopped"
 
     def stop(self, member: Member, reason: str = "stopped") -> None:
@@ -342,12 +343,26 @@ class Cohort:
                 member = self.members[position]
                 if on_epoch is not None and on_epoch(member, member.trainer.epoch, metrics):
                     self.stop(member, "stopped by on_epoch")
+        for member in self.members:  # the lone run's end-of-run step, where the trainer has one
+            finalize = getattr(member.trainer, "finalize", None)
+            if member.status != "failed" and finalize is not None:
+                with own_rng(member):
+                    finalize()
         return self.members
 
     def save_checkpoint(self, member: Member, path: Path | str) -> Path:
         """The member's lone-trainer checkpoint (a lone Trainer or a cohort can resume from it)."""
         with own_rng(member):
             return member.trainer.save_checkpoint(path)
+
+
+def _fingerprint(data) -> str:
+    """A digest of a split's training tensors (equal digests: the same data)."""
+    digest = hashlib.sha1()
+    for tensor in (data.split.context, data.split.target, data.split.mask, data.base_nll):
+        digest.update(str(tuple(tensor.shape)).encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
 
 
 def run_cohort(configs: Sequence[TrialConfig], cache_root: Path | str = ".ksweep", *,
