@@ -104,7 +104,9 @@ def test_members_match_lone_trials_in_float64(family, model, float64, tmp_path):
         for key, values in lone.history.items():
             if key.startswith("perf/"):
                 continue
-            assert member.trainer.history[key] == pytest.approx(values, abs=1e-9, nan_ok=True), key
+            # Read-outs may pass through float32 (e.g. posterior probabilities); losses may not.
+            tolerance = {"abs": 1e-9} if key.endswith("/loss") else {"abs": 1e-9, "rel": 1e-6}
+            assert member.trainer.history[key] == pytest.approx(values, nan_ok=True, **tolerance), key
         for (name, mine), theirs in zip(member.trainer.model.named_parameters(),
                                         lone.model.parameters(), strict=True):
             assert torch.allclose(mine, theirs, atol=1e-9, rtol=0), name
