@@ -162,8 +162,8 @@ class Cohort:
 
     # -- one epoch --------------------------------------------------------------------------
 
-    def _loss_groups(self, active: list[Member]) -> list[tuple[torch.Tensor, Callable]]:
-        """Members with one loss stack (and c_base) share one vmapped loss: ``(index, loss_fn)``."""
+    def _loss_groups(self, active: list[Member]) -> list[tuple[torch.Tensor, list[int], Callable]]:
+        """Members with one loss stack (and c_base) share one vmapped loss: ``(index, positions, fn)``."""
         groups: dict[tuple, list[int]] = {}
         for k, member in enumerate(active):
             key = (member.config.loss_stack.model_dump_json(), member.trainer.c_base)
@@ -183,7 +183,7 @@ class Cohort:
                 values, count = Trainer._batch_values(out, diag_out, output, mask)
                 return out.total, {k: v.detach() for k, v in out.terms.items()}, values, count
 
-            result.append((torch.tensor(indices, device=self.device), member_loss))
+            result.append((torch.tensor(indices, device=self.device), indices, member_loss))
         return result
 
     def _train_pass(self, active: list[Member]):
@@ -210,15 +210,15 @@ class Cohort:
                                    batch["mask"], self._noise([m.generator for m in active], indices.shape[1]),
                                    lead.gumbel_temperature())
             leaves = [{key: upcast(out[key])[index].detach().requires_grad_() for key in OUTPUTS}
-                      for index, _ in groups]
+                      for index, _, _ in groups]
             totals = []
-            for g, (index, member_loss) in enumerate(groups):
+            for g, (index, positions, member_loss) in enumerate(groups):
                 total, term_values, values, count = torch.func.vmap(member_loss, in_dims=(0,) * 6 + (None,))(
                     leaves[g]["token_nll"], batch["base_nll"][index], batch["mask"][index], leaves[g]["kl"],
                     leaves[g]["bow_logits"], batch["target"][index], self.step)
-                if any(inject[k] == self.step for k in index.tolist()):
+                if any(inject[k] == self.step for k in positions):
                     total = total * torch.tensor([math.nan if inject[k] == self.step else 1.0
-                                                  for k in index.tolist()], dtype=total.dtype, device=total.device)
+                                                  for k in positions], dtype=total.dtype, device=total.device)
                 totals.append(total.sum())
                 values["loss"] = total.detach()
                 for key, value in values.items():
@@ -237,10 +237,10 @@ class Cohort:
         for key in OUTPUTS:
             grad = torch.zeros_like(out[key], dtype=upcast(out[key]).dtype)
             reached[key] = [False] * members
-            for (index, _), leaf in zip(groups, leaves, strict=True):
+            for (index, positions, _), leaf in zip(groups, leaves, strict=True):
                 if leaf[key].grad is not None:
                     grad[index] = leaf[key].grad
-                    for k in index.tolist():
+                    for k in positions:
                         reached[key][k] = True
             if any(reached[key]):
                 tensors.append(out[key])
@@ -256,10 +256,10 @@ class Cohort:
     def _per_member(active, groups, sums, counts, losses, terms):
         """Group-stacked epoch tensors -> member k's sums, count, step losses and step terms."""
         result = [None] * len(active)
-        for g, (index, _) in enumerate(groups):
+        for g, (_, positions, _) in enumerate(groups):
             step_losses = torch.stack(losses[g], dim=1)
             step_terms = {key: torch.stack([t[key] for t in terms[g]], dim=1) for key in terms[g][0]}
-            for j, k in enumerate(index.tolist()):
+            for j, k in enumerate(positions):
                 result[k] = ({key: v[j] for key, v in sums[g].items()}, counts[g][j], step_losses[j],
                              {key: v[j] for key, v in step_terms.items()})
         return [list(column) for column in zip(*result, strict=True)]
