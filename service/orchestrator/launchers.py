@@ -59,6 +59,9 @@ class Launcher(Protocol):
         """Raise when the launcher cannot reach what it launches on."""
 
 
+SECRET_ENV = ("KSWEEP_API_TOKENS", "KSWEEP_TOKEN")
+
+
 def driver_environment(settings: Settings) -> dict[str, str]:
     """The settings a driver needs, as environment variables (absolute paths only)."""
     env = {
@@ -103,7 +106,9 @@ class LocalLauncher:
 
     def launch(self, sweep_id: str, attempt: int) -> str:
         log_path = _driver_log(self.settings, sweep_id, attempt)
-        env = {**os.environ, **driver_environment(self.settings)}
+        # The API's tokens stay in the API: a driver and its trials never see them.
+        env = {name: value for name, value in os.environ.items() if name not in SECRET_ENV}
+        env.update(driver_environment(self.settings))
         if self.settings.ray_address:
             env["RAY_ADDRESS"] = self.settings.ray_address
         with open(log_path, "ab") as log:
@@ -296,7 +301,11 @@ class RayJobLauncher:
             time.sleep(0.5)
 
     def ping(self) -> None:
-        self.client().list_jobs()
+        # Bounded like a health check: the SDK's calls have no timeout, and a stopped
+        # dashboard (SIGSTOP) would hang /readyz.
+        response = httpx.get(f"{self.settings.ray_jobs_url.rstrip('/')}/api/version",
+                             headers=self._headers(), timeout=self.settings.ray_jobs_timeout_s)
+        response.raise_for_status()
 
 
 def make_launcher(settings: Settings) -> Launcher:
