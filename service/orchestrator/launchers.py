@@ -23,7 +23,7 @@ import httpx
 import psutil
 
 from service.settings import Settings
-from workers.contract import ATTEMPT_TAG, SWEEP_ID_TAG, TUNE_ENV
+from workers.contract import ATTEMPT_TAG, LOOPBACK_RAY_ENV, SWEEP_ID_TAG, TUNE_ENV
 
 DRIVER_MODULE = "service.driver"
 log = logging.getLogger("ksweep.launchers")
@@ -111,6 +111,9 @@ class LocalLauncher:
         env.update(driver_environment(self.settings))
         if self.settings.ray_address:
             env["RAY_ADDRESS"] = self.settings.ray_address
+        else:
+            # Its own local Ray listens on loopback only (workers.contract.LOOPBACK_RAY_ENV).
+            env.update({name: os.environ.get(name, value) for name, value in LOOPBACK_RAY_ENV.items()})
         with open(log_path, "ab") as log:
             process = subprocess.Popen(
                 [sys.executable, "-m", DRIVER_MODULE, sweep_id], stdout=log,
