@@ -127,7 +127,8 @@ def _check_trial_cap(spec: SweepSpec, services: Services) -> None:
 )
 async def submit_sweep(
     _schema: SpecBody, request: Request, response: Response,
-    owner: str = Depends(require_owner), spec: SweepSpec = STRICT_SPEC, services: Services = Depends(get_services),
+    owner: str = Depends(require_owner), spec: SweepSpec = STRICT_SPEC,
+    services: Services = Depends(get_services),
     idempotency_key: Annotated[str | None, Header(
         alias="Idempotency-Key", max_length=200, pattern=r"^[\x21-\x7e]{1,200}$",
         description="Same key and body: the same sweep again; same key, other body: 409.")] = None,

@@ -52,7 +52,7 @@ class Lease:
         """Acquire or renew; True when this holder has the lease for the next ``ttl_s``."""
         now = time.time()
         try:
-            with self.store.writing() as session:
+            with self.store.writing(changes_sweeps=False) as session:
                 taken = session.execute(
                     update(LeaseRow)
                     .where(LeaseRow.name == self.name,
@@ -72,7 +72,7 @@ class Lease:
 
     def release(self) -> None:
         """Give the lease up now (a clean shutdown), so that a standby takes over at once."""
-        with self.store.writing() as session:
+        with self.store.writing(changes_sweeps=False) as session:
             session.execute(delete(LeaseRow).where(LeaseRow.name == self.name,
                                                    LeaseRow.holder == self.holder))
 
