@@ -32,6 +32,7 @@ from pydantic import (
 
 from objectives.field_errors import Problem, located_errors
 from objectives.spec import PRESETS, LossStackSpec, TermSpec
+from sweeps.yaml_loader import load_yaml
 from workers.contract import DEFAULT_OBJECTIVE_METRIC, MAXIMISED_METRICS, METRIC_NAMES
 from workers.models.config import ModelConfig
 from workers.train.config import TrialConfig
@@ -577,7 +578,7 @@ def parse_sweep_spec(text: str, format: Literal["yaml", "json"] = "yaml") -> Swe
         if format == "json":
             data = json.loads(text)
         elif format == "yaml":
-            data = yaml.safe_load(text)
+            data = load_yaml(text)  # YAML 1.2, bounded (sweeps.yaml_loader)
         else:
             raise ValueError(f"format must be 'yaml' or 'json', got {format!r}")
     except (json.JSONDecodeError, yaml.YAMLError) as error:

@@ -154,6 +154,13 @@ TUNE_ENV: dict[str, str] = {
     "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
 }
 
+# The environment of a process that starts its own local Ray, set before Ray is imported:
+# Ray 2.60's ray.init turns a node IP of 127.0.0.1 into the host's address and binds its gRPC
+# servers to every interface, unless cluster mode is off (Ray's switch for macOS and Windows);
+# then GCS, raylet, workers and agents listen on loopback only. A value already in the
+# environment wins (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1 opts out).
+LOOPBACK_RAY_ENV: dict[str, str] = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+
 # --- the progress record ------------------------------------------------------------------
 
 SWEEP_STATES: tuple[str, ...] = ("queued", "running", "succeeded", "failed", "cancelled")

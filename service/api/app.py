@@ -56,7 +56,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI):
         services = build_services(settings)
         app.state.services = services
-        services.supervisor.tick()  # reconcile before the first request
+        services.supervisor.lead_and_tick()  # reconcile before the first request (if leading)
         services.supervisor.start()
         try:
             yield

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,8 +64,14 @@ async def get_services(request: Request) -> Services:
 def _owner_of(credentials: HTTPAuthorizationCredentials | None, services: Services) -> str | None:
     if credentials is None or credentials.scheme.lower() != "bearer":
         return None
-    # A dict lookup by the token's hash: the plain token is never stored or compared.
-    return services.tokens.get(hash_token(credentials.credentials))
+    # The token's hash against every known hash in constant time (no early exit, no
+    # short-circuiting comparison); the plain token is never stored, compared or logged.
+    digest = hash_token(credentials.credentials)
+    owner = None
+    for known, name in services.tokens.items():
+        if hmac.compare_digest(known, digest):
+            owner = name
+    return owner
 
 
 def _unauthorized(detail: str) -> ProblemError:

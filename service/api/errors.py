@@ -13,6 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.schemas import PROBLEM_MEDIA_TYPE, FieldProblem, Problem
+from service.api.strict_body import ProblemHTTPError
 
 log = logging.getLogger("ksweep.service")
 PROBLEM_BASE = "https://kappa-sweep.dev/problems/"
@@ -82,6 +83,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, error: StarletteHTTPException):
+        if isinstance(error, ProblemHTTPError):  # a strict body refused while it was read
+            return problem_response(error.problem.model_copy(), request)
         titles = {404: "Not found", 405: "Method not allowed", 401: "Unauthorized"}
         headers = dict(getattr(error, "headers", None) or {})
         if error.status_code == 405:

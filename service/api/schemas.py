@@ -154,5 +154,5 @@ class Check(BaseModel):
 
 
 class Readiness(BaseModel):
-    status: Literal["ready", "unready"]
+    status: Literal["ready", "degraded", "unready"]
     checks: dict[str, Check]

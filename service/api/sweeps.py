@@ -27,13 +27,16 @@ from service.api.schemas import (
     TrialPage,
     TrialState,
 )
+from service.api.strict_body import StrictRoute, strict_body
 from service.store.db import SweepRow
 from service.store.queries import IdempotencyConflict
 from sweeps.plan import SweepPlan, build_plan
 from sweeps.spec import SweepSpec, load_sweep_spec
 from workers.contract import mlflow_ui_url
 
-router = APIRouter(tags=["sweeps"])
+# Spec bodies are parsed strictly (service.api.strict_body); `_schema` only documents them.
+router = APIRouter(tags=["sweeps"], route_class=StrictRoute)
+STRICT_SPEC = Depends(strict_body(SweepSpec))
 
 SweepId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,32}$", description="The sweep's id.")]
 
@@ -123,8 +126,9 @@ def _check_trial_cap(spec: SweepSpec, services: Services) -> None:
                              "running; retry after Retry-After seconds.")},
 )
 async def submit_sweep(
-    spec: SpecBody, request: Request, response: Response,
-    owner: str = Depends(require_owner), services: Services = Depends(get_services),
+    _schema: SpecBody, request: Request, response: Response,
+    owner: str = Depends(require_owner), spec: SweepSpec = STRICT_SPEC,
+    services: Services = Depends(get_services),
     idempotency_key: Annotated[str | None, Header(
         alias="Idempotency-Key", max_length=200, pattern=r"^[\x21-\x7e]{1,200}$",
         description="Same key and body: the same sweep again; same key, other body: 409.")] = None,
@@ -169,8 +173,8 @@ async def submit_sweep(
 
 @router.post("/sweeps:validate", response_model=SweepPlan, summary="Dry run: the trial plan of a spec",
              responses={**UNAUTHORIZED, **INVALID, **TOO_LARGE})
-def validate_sweep(spec: SpecBody, _reader: str | None = Depends(read_access),
-                   services: Services = Depends(get_services)) -> SweepPlan:
+def validate_sweep(_schema: SpecBody, _reader: str | None = Depends(read_access),
+                   spec: SweepSpec = STRICT_SPEC, services: Services = Depends(get_services)) -> SweepPlan:
     _check_trial_cap(spec, services)
     return build_plan(spec)
 

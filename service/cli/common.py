@@ -31,11 +31,12 @@ def format_validation_error(error: ValidationError) -> str:
 
 
 def load_spec_or_exit(path: Path) -> SweepSpec:
-    """Load and validate a spec, printing every problem with its field path (exit 2)."""
-    from sweeps.spec import load_sweep_spec
+    """Load a spec file (YAML 1.2 or JSON, bounded: :mod:`sweeps.yaml_loader`) and validate it
+    as strictly as the API does, printing every problem with its field path (exit 2)."""
+    from sweeps.yaml_loader import read_spec_file
 
     try:
-        return load_sweep_spec(path)
+        return SweepSpec.model_validate(read_spec_file(path), strict=True)
     except ValidationError as error:
         console.print(f"[red]invalid sweep spec {path}:[/red]\n{format_validation_error(error)}")
         raise typer.Exit(2) from None

@@ -36,6 +36,7 @@ from service.cli.common import (
 )
 from workers.contract import (
     LOCAL_MLFLOW_UI,
+    LOOPBACK_RAY_ENV,
     TRIAL_SUMMARY_METRICS,
     TUNE_ENV,
     VAL_LATENT_NMI,
@@ -132,13 +133,14 @@ def run_command(
     experiment: str = typer.Option(None, help="MLflow experiment (default: the spec's name)."),
 ) -> None:
     """Run a sweep in-process on embedded defaults (local Ray, sqlite MLflow) and print the report."""
+    # This process is the sweep's driver: Tune reads these knobs from its environment, and a
+    # local Ray started here listens on loopback only (both before Ray is imported).
+    for name, value in (TUNE_ENV | ({} if os.environ.get("RAY_ADDRESS") else LOOPBACK_RAY_ENV)).items():
+        os.environ.setdefault(name, value)
     from sweeps.report import report_markdown
     from sweeps.runner import run_sweep
 
     spec = load_spec_or_exit(spec_path)
-    # This process is the sweep's driver: Tune reads these knobs from its environment.
-    for name, value in TUNE_ENV.items():
-        os.environ.setdefault(name, value)
     sweep_id = sweep_id or uuid.uuid4().hex[:12]
     tracking_uri = default_tracking_uri()
     console.print(f"sweep [bold]{spec.name}[/bold] id {sweep_id}: {spec.trial_count()} trials, "

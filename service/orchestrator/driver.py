@@ -41,6 +41,19 @@ class StoreSink:
             print(f"ksweep driver: could not record progress: {error}", file=sys.stderr)
 
 
+def init_tracking_store(tracking_uri: str) -> None:
+    """Create a sqlite MLflow store's schema under a file lock: two drivers starting at once
+    on a fresh ``mlflow.db`` otherwise race in MLflow's own migrations ("table ... already
+    exists") and one of them dies."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return
+    from filelock import FileLock
+    from mlflow.tracking import MlflowClient
+
+    with FileLock(tracking_uri.removeprefix("sqlite:///") + ".init.lock", timeout=300):
+        MlflowClient(tracking_uri=tracking_uri).search_experiments(max_results=1)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
@@ -63,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                      from_states=("running",))
         return 1
     folder = sweep_dir(settings.sweep_root, sweep_id)
+    init_tracking_store(settings.mlflow_tracking_uri)
     print(f"ksweep driver: sweep {sweep_id} ({spec.name}), attempt {row.attempts}", flush=True)
     try:
         outcome = run_sweep(

@@ -23,7 +23,7 @@ import httpx
 import psutil
 
 from service.settings import Settings
-from workers.contract import ATTEMPT_TAG, SWEEP_ID_TAG, TUNE_ENV
+from workers.contract import ATTEMPT_TAG, LOOPBACK_RAY_ENV, SWEEP_ID_TAG, TUNE_ENV
 
 DRIVER_MODULE = "service.driver"
 log = logging.getLogger("ksweep.launchers")
@@ -57,6 +57,9 @@ class Launcher(Protocol):
 
     def ping(self) -> None:
         """Raise when the launcher cannot reach what it launches on."""
+
+
+SECRET_ENV = ("KSWEEP_API_TOKENS", "KSWEEP_TOKEN")
 
 
 def driver_environment(settings: Settings) -> dict[str, str]:
@@ -103,9 +106,14 @@ class LocalLauncher:
 
     def launch(self, sweep_id: str, attempt: int) -> str:
         log_path = _driver_log(self.settings, sweep_id, attempt)
-        env = {**os.environ, **driver_environment(self.settings)}
+        # The API's tokens stay in the API: a driver and its trials never see them.
+        env = {name: value for name, value in os.environ.items() if name not in SECRET_ENV}
+        env.update(driver_environment(self.settings))
         if self.settings.ray_address:
             env["RAY_ADDRESS"] = self.settings.ray_address
+        else:
+            # Its own local Ray listens on loopback only (workers.contract.LOOPBACK_RAY_ENV).
+            env.update({name: os.environ.get(name, value) for name, value in LOOPBACK_RAY_ENV.items()})
         with open(log_path, "ab") as log:
             process = subprocess.Popen(
                 [sys.executable, "-m", DRIVER_MODULE, sweep_id], stdout=log,
@@ -296,7 +304,11 @@ class RayJobLauncher:
             time.sleep(0.5)
 
     def ping(self) -> None:
-        self.client().list_jobs()
+        # Bounded like a health check: the SDK's calls have no timeout, and a stopped
+        # dashboard (SIGSTOP) would hang /readyz.
+        response = httpx.get(f"{self.settings.ray_jobs_url.rstrip('/')}/api/version",
+                             headers=self._headers(), timeout=self.settings.ray_jobs_timeout_s)
+        response.raise_for_status()
 
 
 def make_launcher(settings: Settings) -> Launcher:

@@ -3,6 +3,10 @@
 At start it reconciles: a running sweep whose driver is alive is simply watched again; one
 whose driver died is restarted (the driver resumes from its Tune state) until it has been
 started ``1 + max_driver_restarts`` times, after which the sweep fails with the reason.
+
+Several API processes may share one store: each runs this loop, but a pass only runs in the
+process holding the store's ``supervisor`` lease (:mod:`service.store.lease`), renewed every
+poll and taken over by a standby within ``lease_ttl_s`` when its holder dies.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from sqlalchemy import Row
 from service.orchestrator.launchers import DriverHealth, Launcher
 from service.settings import Settings
 from service.store.db import SweepRow
+from service.store.lease import Lease, new_holder_id
 from service.store.queries import Store
 from workers.contract import STATE_TAG, SWEEP_ID_TAG, runs_with_tag_filter
 
@@ -25,6 +30,10 @@ LAUNCHING = "launching"
 class Supervisor:
     def __init__(self, settings: Settings, store: Store, launcher: Launcher) -> None:
         self.settings, self.store, self.launcher = settings, store, launcher
+        self.lease = Lease(store, new_holder_id(), settings.lease_ttl_s)
+        self.leading = False
+        # Sweep id -> driver handle of the drivers whose health the last pass could not tell.
+        self.unknown_health: dict[str, str] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         # Cancels and the loop never act on the same sweep at once.
@@ -38,11 +47,25 @@ class Supervisor:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        if self.leading:
+            self.lease.release()
+            self.leading = False
+
+    def lead_and_tick(self) -> bool:
+        """Renew (or take) the lease and, holding it, run one pass; False on a standby."""
+        leading = self.lease.hold()
+        if leading != self.leading:
+            log.warning("supervisor %s: %s", self.lease.holder,
+                        "took the lease: supervising" if leading else "lost the lease: standing by")
+            self.leading = leading
+        if leading:
+            self.tick()
+        return leading
 
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.tick()
+                self.lead_and_tick()
             except Exception:  # keep supervising through a store or cluster hiccup
                 log.exception("supervisor tick failed")
             self._stop.wait(self.settings.poll_interval_s)
@@ -50,22 +73,25 @@ class Supervisor:
     def tick(self) -> None:
         """One pass: deal with dead drivers, then start queued sweeps while there is room."""
         with self.lock:
+            unknown = {}
             for row in self.store.sweeps_in_state("running"):
-                self._watch(row)
+                if self._watch(row) == DriverHealth.UNKNOWN:
+                    unknown[row.id] = row.driver_handle
+            self.unknown_health = unknown
             room = self.settings.max_concurrent_sweeps - self.store.count_in_state("running")
             if room > 0:
                 for row in self.store.sweeps_in_state("queued")[:room]:
                     self._launch(row.id, attempt=1, from_states=("queued",))
 
-    def _watch(self, row: SweepRow) -> None:
+    def _watch(self, row: SweepRow) -> DriverHealth | None:
         handle = row.driver_handle
         if handle and handle != LAUNCHING:
             health = self.launcher.health(row.id, handle)
             if health == DriverHealth.ALIVE:
-                return
+                return health
             if health == DriverHealth.UNKNOWN:  # ask again next tick; never spend a restart
                 log.info("sweep %s: driver %s health unknown; not restarting", row.id, handle)
-                return
+                return health
         fresh = self.store.get_sweep(row.id)  # the driver may have ended the sweep meanwhile
         if fresh is None or fresh.state != "running":
             return

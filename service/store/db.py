@@ -104,6 +104,22 @@ class TrialRow(Base):
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class LeaseRow(Base):
+    """A named lease (``supervisor``): who holds it and until when (Unix seconds).
+
+    Several API processes share one store; only the holder of the ``supervisor`` lease runs
+    the supervisor loop, renewing it every poll. A dead holder's lease expires and another
+    process takes it over.
+    """
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(200))
+    expires_at: Mapped[float] = mapped_column(Float)
+    acquired_at: Mapped[float] = mapped_column(Float)
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     # WAL: the API reads while drivers write. busy_timeout: writers queue instead of failing.

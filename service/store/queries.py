@@ -66,10 +66,12 @@ class Store:
 
 
     @contextmanager
-    def writing(self) -> Iterator[Session]:
-        """A write transaction, under the process's write lock."""
+    def writing(self, *, changes_sweeps: bool = True) -> Iterator[Session]:
+        """A write transaction, under the process's write lock. ``changes_sweeps=False`` (the
+        supervisor lease's renewals) leaves :attr:`generation`, and so cached pages, alone."""
         with self._write_lock, self.session.begin() as session:
-            self.generation += 1
+            if changes_sweeps:
+                self.generation += 1
             yield session
 
     @property
