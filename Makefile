@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint demo bench clean
+.PHONY: install test lint demo bench compose-smoke clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks
+
+# The docker-compose cluster built and run for real (README, "Local cluster"): needs a Docker
+# engine, or root on Debian to start one. COMPOSE_SMOKE_ARGS=--local-bases forces the stand-ins.
+compose-smoke: $(STAMP)
+	scripts/compose-smoke $(COMPOSE_SMOKE_ARGS)
 
 clean:
 	rm -rf .pytest_cache .ruff_cache .mypy_cache .hypothesis

@@ -1,0 +1,265 @@
+"""scripts/compose-smoke: the docker-compose cluster, built and run for real.
+
+    scripts/compose-smoke [--local-bases | --hub-bases] [--keep] [--timeout SECONDS]
+
+Starts a Docker engine when none answers (and this is root), builds the images, brings the
+stack up (``docker compose up -d --wait``), submits scripts/compose_smoke_spec.yaml over REST
+to the api container, waits for it to succeed and checks: the sweep ran as a Ray Job whose
+driver is on the head, its trials ran on ray-worker containers, and MLflow holds the parent
+run and one finished child per trial. Then it scales ray-worker to 2, runs the sweep again and
+checks that its trials used both workers; then ``docker compose down -v`` and a check that no
+container, volume or network of the project is left. The last line is the outcome and the
+wall time. ``--local-bases`` (the default when Docker Hub cannot be reached) builds on a
+Debian base made here and runs Postgres and S3 stand-ins (docker/compose.standins.yml).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compose_engine import (  # noqa: E402
+    REPO,
+    Engine,
+    SmokeError,
+    build_images,
+    compose_command,
+    hub_reachable,
+    log,
+    run,
+)
+
+PROJECT = "ksweep-smoke"
+SPEC = REPO / "scripts" / "compose_smoke_spec.yaml"
+TORCH_VERSION = "2.13.0"
+IMAGES = [("kappa-sweep:dev", "docker/kappa-sweep/Dockerfile"),
+          ("kappa-sweep-mlflow:dev", "docker/mlflow/Dockerfile")]
+STANDIN = ("kappa-sweep-standin:dev", "docker/standins/Dockerfile")
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+class Stack:
+    """``docker compose`` of this run: its project name, files and environment."""
+
+    def __init__(self, local_bases: bool) -> None:
+        self.cmd = compose_command() + ["--project-name", PROJECT, "-f", "docker-compose.yml"]
+        if local_bases:
+            self.cmd += ["-f", "docker/compose.standins.yml"]
+        self.cmd += ["-f", "docker/compose.smoke.yml"]
+        self.api_token = os.environ.get("KSWEEP_SMOKE_API_TOKEN") or secrets.token_hex(16)
+        self.ray_token = os.environ.get("RAY_AUTH_TOKEN") or secrets.token_hex(32)
+        # Interpolated into the compose files; nothing else of the caller's .env applies.
+        self.env = {**os.environ, "KSWEEP_API_TOKENS": f"admin:{self.api_token}",
+                    "RAY_AUTH_TOKEN": self.ray_token}
+
+    def __call__(self, *args: str, timeout: float = 300, capture: bool = False, check: bool = True):
+        return run([*self.cmd, *args], timeout=timeout, capture=capture, check=check, env=self.env,
+                   cwd=REPO)
+
+    def url(self, service: str, port: int) -> str:
+        out = self("port", service, str(port), capture=True, timeout=30).stdout.strip()
+        return f"http://{out.splitlines()[-1]}"
+
+    def container_ips(self, service: str) -> set[str]:
+        ids = self("ps", "-q", service, capture=True, timeout=30).stdout.split()
+        out = run(["docker", "inspect", "--format",
+                   "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", *ids],
+                  timeout=30, capture=True).stdout
+        return set(out.split())
+
+
+def http(method: str, url: str, token: str | None = None, body: Any = None,
+         timeout: float = 30) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as error:
+        raise SmokeError(f"{method} {url}: HTTP {error.code}: {error.read()[:2000]!r}") from None
+
+
+def ray_state(head: str, token: str, resource: str) -> list[dict[str, Any]]:
+    """Rows of Ray's State API (``/api/v0/nodes``, ``/api/v0/actors``) on the head."""
+    data = http("GET", f"{head}/api/v0/{resource}?limit=10000&detail=true", token)
+    result = data.get("data", {}).get("result", {})
+    return result.get("result", result) if isinstance(result, dict) else result
+
+
+def wait_for(what: str, check, timeout: float, every: float = 3.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise SmokeError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(every)
+
+
+def alive_worker_ips(stack: Stack, head: str) -> set[str]:
+    workers = stack.container_ips("ray-worker")
+    nodes = ray_state(head, stack.ray_token, "nodes")
+    return {n["node_ip"] for n in nodes if n.get("state") == "ALIVE" and n["node_ip"] in workers}
+
+
+def run_sweep(stack: Stack, api: str, head: str, mlflow: str, spec: dict[str, Any],
+              timeout: float) -> dict[str, Any]:
+    """Submit, wait, check the Ray Job, the trial placement and MLflow; returns the figures."""
+    start = time.monotonic()
+    sweep = http("POST", f"{api}/api/v1/sweeps", stack.api_token, spec)
+    sweep_id = sweep["id"]
+    log(f"submitted sweep {sweep_id} ({sweep['counters']['total']} trials)")
+
+    def finished():
+        current = http("GET", f"{api}/api/v1/sweeps/{sweep_id}", stack.api_token)
+        return current if current["state"] in TERMINAL else None
+
+    sweep = wait_for(f"sweep {sweep_id} to finish", finished, timeout)
+    wall = time.monotonic() - start
+    if sweep["state"] != "succeeded":
+        raise SmokeError(f"sweep {sweep_id} ended {sweep['state']}: {sweep.get('error')}")
+    total = sweep["counters"]["total"]
+    if sweep["counters"]["done"] != total:
+        raise SmokeError(f"sweep {sweep_id}: {sweep['counters']} (expected {total} done)")
+    handle = sweep["driver"]["handle"] or ""
+    if not handle.startswith("ray-job:"):
+        raise SmokeError(f"sweep {sweep_id} did not run as a Ray Job (driver handle {handle!r})")
+    # The driver records the outcome, then exits: its Ray Job ends a moment later.
+    job_url = f"{head}/api/jobs/{handle.removeprefix('ray-job:')}"
+
+    def job_ended():
+        job = http("GET", job_url, stack.ray_token)
+        return job if job["status"] not in ("PENDING", "RUNNING") else None
+
+    job = wait_for(f"Ray Job {handle} to end", job_ended, 120, every=1)
+    nodes = ray_state(head, stack.ray_token, "nodes")
+    head_ids = {n["node_id"] for n in nodes if n.get("is_head_node")}
+    if job["status"] != "SUCCEEDED" or job.get("driver_node_id") not in head_ids:
+        raise SmokeError(f"Ray Job {handle}: status {job['status']}, driver on node "
+                         f"{job.get('driver_node_id')} (head: {head_ids})")
+    node_ip = {n["node_id"]: n["node_ip"] for n in nodes}
+    trial_ips = {node_ip.get(a["node_id"], a["node_id"]) for a in ray_state(head, stack.ray_token, "actors")
+                 if a.get("job_id") == job["job_id"] and a.get("node_id") not in head_ids}
+    worker_ips = stack.container_ips("ray-worker")
+    if not trial_ips or not trial_ips <= worker_ips:
+        raise SmokeError(f"sweep {sweep_id}: trial actors on {trial_ips or 'no node'}, "
+                         f"ray-worker containers are {worker_ips}")
+    check_mlflow(mlflow, sweep, total)
+    return {"id": sweep_id, "trials": total, "wall_s": wall, "trial_nodes": trial_ips}
+
+
+def check_mlflow(mlflow: str, sweep: dict[str, Any], total: int) -> None:
+    """The parent run, and exactly one FINISHED child run per trial, on the MLflow server."""
+    links = sweep["mlflow"]
+    parent_id = links["parent_run_id"]
+    parent = http("GET", f"{mlflow}/api/2.0/mlflow/runs/get?run_id={parent_id}")["run"]
+    if parent["info"]["status"] != "FINISHED":
+        raise SmokeError(f"MLflow parent run {parent_id} is {parent['info']['status']}")
+    found = http("POST", f"{mlflow}/api/2.0/mlflow/runs/search", body={
+        "experiment_ids": [links["experiment_id"]], "max_results": 1000,
+        "filter": f"tags.mlflow.parentRunId = '{parent_id}' and tags.`ksweep.role` = 'trial'"})
+    children = found.get("runs", [])
+    trials = [{t["key"]: t["value"] for t in r["data"].get("tags", [])}.get("ksweep.trial_id")
+              for r in children]
+    states = {r["info"]["status"] for r in children}
+    if len(children) != total or len(set(trials)) != total or states != {"FINISHED"}:
+        raise SmokeError(f"MLflow: {len(children)} child runs of {parent_id} for {len(set(trials))} "
+                         f"trials, states {states} (expected {total} FINISHED, one per trial)")
+
+
+def leftovers() -> list[str]:
+    label = f"label=com.docker.compose.project={PROJECT}"
+    left = []
+    for kind in (["ps", "-a"], ["volume", "ls"], ["network", "ls"]):
+        out = run(["docker", *kind, "-q", "--filter", label], timeout=30, capture=True).stdout.split()
+        left += [f"{kind[0]} {x}" for x in out]
+    return left
+
+
+def smoke(args: argparse.Namespace, figures: dict[str, Any]) -> None:
+    local = args.local_bases if args.local_bases is not None else not hub_reachable()
+    log(f"bases: {'local (debootstrap + stand-ins)' if local else 'Docker Hub'}")
+    stack = Stack(local)
+    t = time.monotonic()
+    images = IMAGES + ([STANDIN] if local else [])
+    figures["build_s"] = build_images(images, local_bases=local, torch_version=TORCH_VERSION,
+                                      timeout=args.timeout)
+    figures["build_total_s"] = time.monotonic() - t
+    try:
+        t = time.monotonic()
+        stack("up", "-d", "--wait", "--no-build", "--wait-timeout", "600", timeout=700)
+        figures["up_s"] = time.monotonic() - t
+        api, head, mlflow = stack.url("api", 8000), stack.url("ray-head", 8265), stack.url("mlflow", 5000)
+        wait_for("the ray-worker to join", lambda: alive_worker_ips(stack, head), 120)
+        spec = yaml.safe_load(SPEC.read_text())
+        first = run_sweep(stack, api, head, mlflow, spec, timeout=900)
+        log(f"sweep 1 succeeded in {first['wall_s']:.0f} s, trials on {sorted(first['trial_nodes'])}")
+        t = time.monotonic()
+        stack("up", "-d", "--wait", "--no-build", "--scale", "ray-worker=2", timeout=400)
+        wait_for("two ray-workers", lambda: len(alive_worker_ips(stack, head)) == 2, 180)
+        figures["scale_s"] = time.monotonic() - t
+        second = run_sweep(stack, api, head, mlflow, spec, timeout=900)
+        if len(second["trial_nodes"]) != 2:
+            raise SmokeError(f"sweep 2 ran its trials on {second['trial_nodes']}, not both workers")
+        log(f"sweep 2 succeeded in {second['wall_s']:.0f} s, trials on {sorted(second['trial_nodes'])}")
+        figures["sweep_s"] = [round(first["wall_s"]), round(second["wall_s"])]
+    except BaseException:
+        stack("ps", "-a", check=False, timeout=60)
+        stack("logs", "--no-color", "--tail=60", check=False, timeout=120)
+        raise
+    finally:
+        if args.keep:
+            log(f"--keep: the stack stays up (docker compose -p {PROJECT} down -v)")
+        else:
+            t = time.monotonic()
+            stack("down", "-v", "--remove-orphans", "--timeout", "30", timeout=300, check=False)
+            figures["down_s"] = time.monotonic() - t
+    if not args.keep and (left := leftovers()):
+        raise SmokeError(f"left after `down -v`: {left}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    bases = parser.add_mutually_exclusive_group()
+    bases.add_argument("--local-bases", dest="local_bases", action="store_true", default=None,
+                       help="build on a local Debian base and run the Postgres/S3 stand-ins")
+    bases.add_argument("--hub-bases", dest="local_bases", action="store_false",
+                       help="build on python:3.11-slim and run the real Postgres and MinIO images")
+    parser.add_argument("--keep", action="store_true", help="leave the stack up at the end")
+    parser.add_argument("--timeout", type=float, default=2400, help="limit per image build (s)")
+    args = parser.parse_args(argv)
+    start = time.monotonic()
+    figures: dict[str, Any] = {}
+    outcome, code = "PASSED", 0
+    try:
+        with Engine():
+            smoke(args, figures)
+    except SmokeError as error:
+        print(f"compose-smoke: {error}", file=sys.stderr, flush=True)
+        outcome, code = "FAILED", 1
+    except KeyboardInterrupt:
+        outcome, code = "INTERRUPTED", 130
+    summary = json.dumps({k: (round(v) if isinstance(v, float) else
+                              {t: round(s) for t, s in v.items()} if isinstance(v, dict) else v)
+                          for k, v in figures.items()})
+    print(f"compose-smoke: {outcome} in {time.monotonic() - start:.0f} s {summary}", flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
