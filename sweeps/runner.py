@@ -22,6 +22,7 @@ from mlflow.tracking import MlflowClient
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
+from sweeps.plan import TRIAL_AXES
 from sweeps.progress import MlflowTagSink, ProgressSink, StatusFileSink, SweepStatus, publish
 from sweeps.report import (
     TrialOutcome,
@@ -30,13 +31,15 @@ from sweeps.report import (
     summary_metrics,
     write_report_plots,
 )
+from sweeps.search_space import param_space
 from sweeps.spec import METRIC_NAMES, SweepSpec
+from sweeps.summary_runs import publish_summary
 from sweeps.trainable import ROLE_TAG, SWEEP_ID_TAG, train_trial
 from workers.tracking import RunLogger, ensure_experiment, flatten_config
 
 TUNE_FOLDER = "tune"
 STATUS_FILE = "status.json"
-SEARCH_AXES = ("alpha", "loss_stack", "model", "seed")
+SEARCH_AXES = (*TRIAL_AXES, "shared_by")
 
 
 def sweep_dir(sweep_root: Path | str, sweep_id: str) -> Path:
@@ -53,30 +56,6 @@ def ensure_ray(num_cpus: int | None = None, address: str | None = None) -> None:
     else:
         ray.init(num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False,
                  log_to_driver=False, configure_logging=False)
-
-
-def param_space(spec: SweepSpec) -> dict[str, Any]:
-    """The Tune search space of the spec's axes."""
-    stacks, models, seeds = spec.stack_labels(), list(spec.models), spec.seed_list()
-    kind = spec.search.kind
-    if kind == "grid":
-        return {
-            "alpha": tune.grid_search([float(a) for a in spec.alpha]),
-            "loss_stack": tune.grid_search(stacks),
-            "model": tune.grid_search(models),
-            "seed": tune.grid_search(seeds),
-        }
-    low, high = spec.alpha.low, spec.alpha.high
-    alpha = tune.loguniform(low, high) if spec.alpha.log else tune.uniform(low, high)
-    space = {
-        "alpha": alpha,
-        "loss_stack": tune.choice(stacks) if len(stacks) > 1 else stacks[0],
-        "model": tune.choice(models) if len(models) > 1 else models[0],
-    }
-    # Random search replicates every sampled configuration over the seeds; Optuna (one
-    # configuration per trial) runs the spec's single seed.
-    space["seed"] = tune.grid_search(seeds) if kind == "random" else seeds[0]
-    return space
 
 
 def _search_alg(spec: SweepSpec):
@@ -387,7 +366,9 @@ def run_sweep(
         raise
     _LIVE_PROGRESS.pop(sweep_id, None)
     outcomes = _outcomes(results, epochs)
-    report = build_report(spec.name, sweep_id, outcomes, spec.primary_metric, spec.primary_mode)
+    report = build_report(spec, sweep_id, outcomes)
+    report["mlflow_view_url"] = publish_summary(tracking_uri, experiment_name, parent.run_id,
+                                                parent.experiment_id, report)
     with tempfile.TemporaryDirectory(prefix="ksweep-report-") as tmp:
         (Path(tmp) / "report.json").write_text(json.dumps(report, indent=2, allow_nan=False))
         (Path(tmp) / "report.md").write_text(report_markdown(report))
