@@ -222,8 +222,8 @@ def summary_metrics(report: dict[str, Any]) -> dict[str, float]:
     values: dict[str, float] = {}
     for best in report["best"]:
         if best["test"] and best["test"]["mean"] is not None:
-            values[f"best/{split}/{metric}/{best['model']}/beta_{best['beta']:g}"] = \
-                best["test"]["mean"]
+            beta = "" if best["beta"] is None else f"/beta_{best['beta']:g}"
+            values[f"best/{split}/{metric}/{best['model']}{beta}"] = best["test"]["mean"]
     for cell in report["cells"]:
         if (cell["split"], cell["kind"], cell["metric"]) == (split, ALL_KINDS, metric) and \
                 cell["mean"] is not None:

@@ -99,9 +99,10 @@ def report_markdown(report: Mapping[str, Any], metrics: Sequence[str] | None = N
              f"({dedup['trials_saved_by_dedup']} saved by dedup). Tables: {report['split']} "
              f"split, read at {report['readout_source']}. Selection (best, collapse beta) reads "
              "val only.", ""]
-    if report.get("mlflow_view_url"):
-        lines += [f"MLflow view (summary runs, metric against alpha): {report['mlflow_view_url']}",
-                  ""]
+    views = report.get("mlflow_views") or {}
+    if views:
+        lines += [f"MLflow: metric against alpha (summary runs) {views['summary']} ; "
+                  f"the trial runs with their axes {views['trials']}", ""]
     if report["limitations"]:
         lines += ["## What this report cannot claim", ""]
         lines += [f"- {words}" for words in report["limitations"]] + [""]

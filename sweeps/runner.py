@@ -35,6 +35,7 @@ from sweeps.search_space import param_space
 from sweeps.spec import METRIC_NAMES, SweepSpec
 from sweeps.summary_runs import publish_summary
 from sweeps.trainable import ROLE_TAG, SWEEP_ID_TAG, train_trial
+from workers.contract import RUN_KIND_SWEEP, RUN_KIND_TAG
 from workers.tracking import RunLogger, ensure_experiment, flatten_config
 
 TUNE_FOLDER = "tune"
@@ -232,7 +233,8 @@ def _parent_run(client: MlflowClient, tracking_uri: str, spec: SweepSpec, sweep_
         return RunLogger.attach(tracking_uri, existing[0].info.run_id)
     logger = RunLogger.start(
         tracking_uri, experiment_name, f"sweep-{spec.name}-{sweep_id[:8]}",
-        tags={SWEEP_ID_TAG: sweep_id, ROLE_TAG: "sweep", "mlflow.note.content": spec.description,
+        tags={SWEEP_ID_TAG: sweep_id, ROLE_TAG: "sweep", RUN_KIND_TAG: RUN_KIND_SWEEP,
+              "mlflow.note.content": spec.description,
               **{f"tag.{k}": v for k, v in spec.tags.items()}},
     )
     logger.log_params({
@@ -367,7 +369,7 @@ def run_sweep(
     _LIVE_PROGRESS.pop(sweep_id, None)
     outcomes = _outcomes(results, epochs)
     report = build_report(spec, sweep_id, outcomes)
-    report["mlflow_view_url"] = publish_summary(tracking_uri, experiment_name, parent.run_id,
+    report["mlflow_views"] = publish_summary(tracking_uri, experiment_name, parent.run_id,
                                                 parent.experiment_id, report)
     with tempfile.TemporaryDirectory(prefix="ksweep-report-") as tmp:
         (Path(tmp) / "report.json").write_text(json.dumps(report, indent=2, allow_nan=False))

@@ -13,6 +13,7 @@ filters the table to the summary runs and opens those line charts; its link is p
 from __future__ import annotations
 
 import json
+import os
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
@@ -22,14 +23,17 @@ from mlflow.tracking import MlflowClient
 from workers.contract import (
     RUN_KIND_SUMMARY,
     RUN_KIND_TAG,
+    RUN_KIND_TRIAL,
+    SHARED_BY_TAG,
     SHARED_VIEW_TAG_PREFIX,
     runs_page_url,
 )
 from workers.tracking import RunLogger
 
-__all__ = ["log_summary_runs", "publish_summary", "save_view", "view_state"]
+__all__ = ["log_summary_runs", "publish_summary", "save_view", "trials_view_state", "view_state"]
 
 SWEEP_ID_TAG = "ksweep.sweep_id"
+TRIAL_COLUMNS = ("alpha", "loss_stack", "model", "seed", "c_base")
 
 
 def _series(report: Mapping[str, Any]) -> dict[tuple, dict[float, dict[str, float]]]:
@@ -108,22 +112,36 @@ def view_state(report: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def save_view(tracking_uri: str, experiment_id: str, report: Mapping[str, Any],
+def trials_view_state(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The runs-page state listing the sweep's trial runs with their axes as columns."""
+    return {
+        "searchFilter": f"tags.`{RUN_KIND_TAG}` = '{RUN_KIND_TRIAL}' and "
+                        f"tags.`{SWEEP_ID_TAG}` = '{report['sweep_id']}'",
+        "orderByKey": "attributes.start_time", "orderByAsc": True,
+        "selectedColumns": [f"params.`{name}`" for name in TRIAL_COLUMNS]
+                           + [f"tags.`{SHARED_BY_TAG}`"],
+    }
+
+
+def save_view(tracking_uri: str, experiment_id: str, key: str, state: Mapping[str, Any],
               ui_base_url: str) -> str:
-    """Store the view as the experiment's shared view state; returns its runs-page link."""
-    key = f"ksweep-{report['sweep_id']}"
+    """Store a view as the experiment's shared view state ``key``; returns its runs-page link."""
     client = MlflowClient(tracking_uri=tracking_uri)
     client.set_experiment_tag(experiment_id, f"{SHARED_VIEW_TAG_PREFIX}{key}",
-                              json.dumps(view_state(report), separators=(",", ":")))
+                              json.dumps(state, separators=(",", ":")))
     return runs_page_url(ui_base_url, experiment_id, key)
 
 
 def publish_summary(tracking_uri: str, experiment_name: str, parent_run_id: str,
-                    experiment_id: str, report: Mapping[str, Any]) -> str:
-    """Summary runs and the saved view of a finished sweep; returns the view's link (base URL
-    from ``KSWEEP_MLFLOW_UI_URL``, default ``http://127.0.0.1:5000``)."""
-    import os
-
+                    experiment_id: str, report: Mapping[str, Any]) -> dict[str, str]:
+    """Summary runs and the two saved views of a finished sweep; returns their links,
+    ``{"summary": ..., "trials": ...}`` (base URL from ``KSWEEP_MLFLOW_UI_URL``, default
+    ``http://127.0.0.1:5000``)."""
     log_summary_runs(tracking_uri, experiment_name, parent_run_id, report["sweep_id"], report)
     base = os.environ.get("KSWEEP_MLFLOW_UI_URL", "http://127.0.0.1:5000")
-    return save_view(tracking_uri, experiment_id, report, base)
+    key = f"ksweep-{report['sweep_id']}"
+    return {
+        "summary": save_view(tracking_uri, experiment_id, key, view_state(report), base),
+        "trials": save_view(tracking_uri, experiment_id, f"{key}-trials",
+                            trials_view_state(report), base),
+    }

@@ -16,6 +16,7 @@ from typing import Any
 from mlflow.tracking import MlflowClient
 from ray import tune
 
+from workers.contract import RUN_KIND_TAG, RUN_KIND_TRIAL
 from workers.tracking import RunLogger, ensure_experiment
 from workers.train import Trainer
 from workers.trial import finite_metrics, log_trial_plots, trial_params
@@ -55,6 +56,7 @@ def _open_run(
     logger = RunLogger.start(
         uri, context["experiment_name"], trainer.config.name or trial_id,
         tags={SWEEP_ID_TAG: context["sweep_id"], TRIAL_ID_TAG: trial_id, ROLE_TAG: "trial",
+              RUN_KIND_TAG: RUN_KIND_TRIAL,
               **{f"ksweep.{k}": v for k, v in params.items()}},
         parent_run_id=context["parent_run_id"],
     )
