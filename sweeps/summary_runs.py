@@ -85,6 +85,11 @@ def log_summary_runs(tracking_uri: str, experiment_name: str, parent_run_id: str
     return run_ids
 
 
+def _group_by(params: tuple[str, ...]) -> dict[str, Any]:
+    return {"aggregateFunction": "average",
+            "groupByKeys": [{"mode": "param", "groupByData": name} for name in params]}
+
+
 def view_state(report: Mapping[str, Any]) -> dict[str, Any]:
     """The runs-page state of the saved view: summary runs only, and one line chart per
     read-out of the primary metric with alpha on the x axis."""
@@ -108,7 +113,8 @@ def view_state(report: Mapping[str, Any]) -> dict[str, Any]:
         "compareRunCharts": charts,
         "compareRunSections": [{"display": True, "name": "Metric against alpha",
                                 "uuid": "default", "isReordered": False}],
-        "isAccordionReordered": False, "hideEmptyCharts": True,
+        "isAccordionReordered": False, "hideEmptyCharts": False,
+        "groupBy": _group_by(("loss_stack", "model", "beta")), "useGroupedValuesInCharts": False,
     }
 
 
@@ -120,6 +126,9 @@ def trials_view_state(report: Mapping[str, Any]) -> dict[str, Any]:
         "orderByKey": "attributes.start_time", "orderByAsc": True,
         "selectedColumns": [f"params.`{name}`" for name in TRIAL_COLUMNS]
                            + [f"tags.`{SHARED_BY_TAG}`"],
+        # Grouped rows list the trial runs themselves; ungrouped, they would stay collapsed
+        # under their parent (a shared view does not carry which rows are expanded).
+        "groupBy": _group_by(("loss_stack",)),
     }
 
 
