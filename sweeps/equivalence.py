@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import json
 
-from objectives import TERMS, LossStackSpec
+from objectives.spec import TERM_INFO as TERMS
+from objectives.spec import LossStackSpec
 
 __all__ = [
     "RECONSTRUCTION_TERMS",

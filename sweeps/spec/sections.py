@@ -7,6 +7,8 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from workers.contract import DEFAULT_OBJECTIVE_METRIC, MAXIMISED_METRICS, METRIC_NAMES
+
 __all__ = [
     "METRIC_NAMES",
     "READOUT_METRICS",
@@ -23,19 +25,9 @@ __all__ = [
     "ValueRange",
 ]
 
-_SPLIT_METRICS = (
-    "loss", "recon_uniform", "recon_token_weighted", "recon_ncc", "kl",
-    "kappa_mean", "kappa_p50", "kappa_p90", "kappa_max", "cv2_mean",
-)
-_LATENT_METRICS = ("val/latent_nmi", "val/latent_ari", "val/mutual_info", "val/active_units")
-METRIC_NAMES: tuple[str, ...] = (
-    *(f"{split}/{name}" for split in ("train", "val") for name in _SPLIT_METRICS),
-    *_LATENT_METRICS,
-)
-"""Every metric a trial reports per epoch (DESIGN.md), i.e. every valid objective metric."""
-
-# Latent recovery is better when higher; every loss, KL and concentration statistic when lower.
-_MAXIMISED = frozenset(_LATENT_METRICS)
+# Every metric a trial reports per epoch (DESIGN.md), i.e. every valid objective metric, and
+# which of them are better when higher: workers/contract.py.
+_MAXIMISED = MAXIMISED_METRICS
 
 
 class ValueRange(BaseModel):
@@ -136,7 +128,7 @@ class ObjectiveSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     metrics: list[str] = Field(
-        default_factory=lambda: ["val/latent_nmi"],
+        default_factory=lambda: [DEFAULT_OBJECTIVE_METRIC],
         min_length=1,
         max_length=4,
         description="Metric names (see METRIC_NAMES); the first is the primary one. Several "

@@ -29,7 +29,8 @@ from pydantic import (
     model_validator,
 )
 
-from objectives import LossStackSpec, TermSpec
+from objectives.field_errors import located_errors
+from objectives.spec import LossStackSpec, TermSpec
 from sweeps.spec.checks import NAME_PATTERN, consistency_problems, stack_problems
 from sweeps.spec.sections import (
     AlphaRange,
@@ -196,7 +197,7 @@ class SweepSpec(BaseModel):
     def _valid_stacks(cls, stacks: list[str | LossStackSpec]) -> list[str | LossStackSpec]:
         problems = stack_problems(stacks)
         if problems:
-            raise ValueError("; ".join(problems))
+            raise located_errors(cls.__name__, problems)
         return stacks
 
     @field_validator("common_terms", mode="before")
@@ -255,7 +256,7 @@ class SweepSpec(BaseModel):
     def _consistent(self) -> SweepSpec:
         problems = consistency_problems(self)
         if problems:
-            raise ValueError("; ".join(problems))
+            raise located_errors(type(self).__name__, problems)
         return self
 
     # ---- the axes ---------------------------------------------------------------------------
