@@ -32,7 +32,8 @@ def test_submit_returns_201_with_a_queued_sweep_at_once(paused_service):
         sweep = response.json()
         assert response.headers["Location"] == f"/api/v1/sweeps/{sweep['id']}"
         assert sweep["state"] == "queued" and sweep["owner"] == "alice"
-        assert sweep["counters"] == {"total": 4, "pending": 4, "running": 0, "done": 0,
+        # tiny_spec: 4 rows, 3 trials (uniform is one trial at both alphas).
+        assert sweep["counters"] == {"total": 3, "pending": 3, "running": 0, "done": 0,
                                      "failed": 0, "stopped": 0}
         assert sweep["progress"] == 0.0 and sweep["driver"]["attempts"] == 0
         fetched = client.get(f"/sweeps/{sweep['id']}").json()
