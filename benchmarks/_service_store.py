@@ -33,7 +33,7 @@ SEED = 20240611
 def stored_spec() -> dict[str, Any]:
     """The quickstart spec with alphas {0, 0.5, 1, 1.5, 2} (10 trials), as the API stores it."""
     data = load_sweep_spec(QUICKSTART).model_dump(mode="json")
-    data["alpha"] = [0.0, 0.5, 1.0, 1.5, 2.0]
+    data.update(alpha=[0.0, 0.5, 1.0, 1.5, 2.0], loss_stacks=["ncc", "raw_plus_ncc"], seeds=1)
     spec = SweepSpec.model_validate(data)
     assert spec.trial_count() == TRIALS_PER_SWEEP
     return json.loads(spec.canonical_json())
@@ -92,7 +92,7 @@ def _sweep_rows(spec: dict[str, Any], rng: random.Random) -> tuple[list[dict], l
         best = max(scored, key=lambda o: o.final["val/latent_nmi"]) if scored else None
         report = None
         if state in ("succeeded", "failed"):
-            report = build_report(spec["name"], sweep_id, outcomes, "val/latent_nmi", "max")
+            report = build_report(SweepSpec.model_validate(spec), sweep_id, outcomes)
         sweeps.append({
             "id": sweep_id, "name": spec["name"], "owner": rng.choice(owners), "state": state,
             "spec": spec, "request_hash": f"{rng.getrandbits(256):064x}", "idempotency_key": None,

@@ -31,6 +31,7 @@ from sweeps.report import (
     write_report_plots,
 )
 from sweeps.spec import SweepSpec
+from sweeps.summary_runs import publish_summary
 from sweeps.trainable import train_trial
 from sweeps.tune_progress import LIVE, ProgressCallback, finished_state, trial_record
 from sweeps.tune_setup import TUNE_FOLDER, ensure_ray, make_tuner, param_space
@@ -230,7 +231,9 @@ def run_sweep(
     finally:
         LIVE.unregister(sweep_id)
     outcomes = _outcomes(results, epochs)
-    report = build_report(spec.name, sweep_id, outcomes, spec.primary_metric, spec.primary_mode)
+    report = build_report(spec, sweep_id, outcomes)
+    report["mlflow_views"] = publish_summary(tracking_uri, experiment_name, parent.run_id,
+                                             parent.experiment_id, report)
     _log_report(parent, report, outcomes, folder)
     _final_status(status, spec, outcomes)
     if status.state == "failed":

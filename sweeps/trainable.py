@@ -64,9 +64,7 @@ def train_trial(params: dict[str, Any], *, spec_json: str, context: dict[str, An
     from sweeps.spec import SweepSpec
 
     spec = SweepSpec.model_validate_json(spec_json)
-    config = spec.trial_config(
-        float(params["alpha"]), str(params["loss_stack"]), str(params["model"]), int(params["seed"])
-    )
+    config = spec.trial_config_for(params)
     trial_id = tune.get_context().get_trial_id()
     trainer = Trainer.create(config, context["cache_root"])
     checkpoint_run_id = None

@@ -17,6 +17,7 @@ import ray
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
+from sweeps.search_space import param_space
 from sweeps.spec import SweepSpec
 
 TUNE_FOLDER = "tune"
@@ -32,30 +33,6 @@ def ensure_ray(num_cpus: int | None = None, address: str | None = None) -> None:
     else:
         ray.init(num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False,
                  log_to_driver=False, configure_logging=False)
-
-
-def param_space(spec: SweepSpec) -> dict[str, Any]:
-    """The Tune search space of the spec's axes."""
-    stacks, models, seeds = spec.stack_labels(), list(spec.models), spec.seed_list()
-    kind = spec.search.kind
-    if kind == "grid":
-        return {
-            "alpha": tune.grid_search([float(a) for a in spec.alpha]),
-            "loss_stack": tune.grid_search(stacks),
-            "model": tune.grid_search(models),
-            "seed": tune.grid_search(seeds),
-        }
-    low, high = spec.alpha.low, spec.alpha.high
-    alpha = tune.loguniform(low, high) if spec.alpha.log else tune.uniform(low, high)
-    space = {
-        "alpha": alpha,
-        "loss_stack": tune.choice(stacks) if len(stacks) > 1 else stacks[0],
-        "model": tune.choice(models) if len(models) > 1 else models[0],
-    }
-    # Random search replicates every sampled configuration over the seeds; Optuna (one
-    # configuration per trial) runs the spec's single seed.
-    space["seed"] = tune.grid_search(seeds) if kind == "random" else seeds[0]
-    return space
 
 
 def _search_alg(spec: SweepSpec):

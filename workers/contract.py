@@ -73,6 +73,11 @@ RUN_KIND_TAG = "ksweep.run_kind"
 RUN_KIND_TRIAL = "trial"  # the only kind counted as trials
 RUN_KIND_SWEEP = "sweep"  # the parent run of a sweep
 RUN_KIND_SUMMARY = "summary"
+SHARED_BY_TAG = "ksweep.shared_by"
+"""On a trial run that stands in several rows: the rows, ``stack@alpha=a`` comma-separated."""
+SHARED_VIEW_TAG_PREFIX = "mlflow.sharedViewState."
+"""MLflow >= 3.15 keeps a shared runs-page view as the experiment tag ``<prefix><key>``."""
+VIEW_STATE_QUERY = "viewStateShareKey"
 FAILURE_TAG = "ksweep.failure"
 STOPPED_EARLY_TAG = "ksweep.stopped_early"
 STATE_TAG = "ksweep.state"
@@ -113,8 +118,11 @@ LOSS_STACK_PARAM = "loss_stack"
 MODEL_PARAM = "model"
 SEED_PARAM = "seed"
 C_BASE_PARAM = "c_base"
+BETA_PARAM = "beta"  # the KL weight, a param of a trial only when the sweep sweeps it
+FREE_BITS_PARAM = "free_bits"  # likewise
 # The search axes of a sweep, in this order, and the named params of every trial run.
-SEARCH_AXES: tuple[str, ...] = (ALPHA_PARAM, LOSS_STACK_PARAM, MODEL_PARAM, SEED_PARAM)
+SEARCH_AXES: tuple[str, ...] = (ALPHA_PARAM, LOSS_STACK_PARAM, MODEL_PARAM, SEED_PARAM,
+                                BETA_PARAM, FREE_BITS_PARAM)
 
 # --- MLflow locations and links -----------------------------------------------------------
 
@@ -134,6 +142,12 @@ def default_tracking_uri() -> str:
     if from_env:
         return from_env
     return f"sqlite:///{Path('mlflow.db').resolve()}"
+
+
+def runs_page_url(base_url: str, experiment_id: str, share_key: str | None = None) -> str:
+    """The runs page of an experiment, opened on a shared view when a key is given."""
+    url = mlflow_ui_url(base_url, experiment_id)
+    return url if share_key is None else f"{url}?{VIEW_STATE_QUERY}={share_key}"
 
 
 def mlflow_ui_url(base_url: str, experiment_id: str, run_id: str | None = None) -> str:

@@ -37,8 +37,10 @@ def spec_dict(**changes) -> dict:
 
 
 def tiny_spec(name: str = "tiny", **changes) -> dict:
-    """Four short trials (alpha {0, 1} x {uniform, raw_plus_ncc}, 3 epochs on 256 examples)."""
-    base = {"name": name, "alpha": [0, 1], "template.training.epochs": 3,
+    """Four rows (alpha {0, 1} x {uniform, raw_plus_ncc}, one seed), three trials after dedup
+    (uniform is one objective at both alphas), 3 epochs on 256 examples."""
+    base = {"name": name, "alpha": [0, 1], "loss_stacks": ["uniform", "raw_plus_ncc"],
+            "seeds": 1, "template.training.epochs": 3,
             "template.data.train_size": 256, "template.data.val_size": 128}
     return spec_dict(**{**base, **changes})
 
