@@ -1,11 +1,19 @@
 """Run every benchmark: ``python -m benchmarks`` (``make bench``)."""
 
-from benchmarks import bench_objectives, bench_service, bench_sweep, bench_training, gpu_trial
+from benchmarks import (
+    bench_cohort,
+    bench_objectives,
+    bench_service,
+    bench_sweep,
+    bench_training,
+    gpu_trial,
+)
 
 
 def main() -> None:
     bench_objectives.main()
     bench_training.main()
+    bench_cohort.main()
     gpu_trial.main()
     bench_sweep.main()
     bench_service.main()

@@ -65,13 +65,7 @@ def check_pair(base_nll: object, mask: object, name: str = "base_nll") -> None:
             f"mask must have dtype torch.bool (True on active y-region tokens), got {mask.dtype}; "
             "convert with mask.bool()"
         )
-    if mask.shape != base_nll.shape:
-        raise ValueError(
-            f"mask must have the same shape as {name}: mask {tuple(mask.shape)} vs "
-            f"{name} {tuple(base_nll.shape)}"
-        )
-    if mask.device != base_nll.device:
-        raise ValueError(f"mask is on {mask.device} but {name} is on {base_nll.device}")
+    _check_like("mask", mask, name, base_nll)
 
 
 def check_token_nll(token_nll: object, base_nll: torch.Tensor) -> None:
@@ -80,13 +74,18 @@ def check_token_nll(token_nll: object, base_nll: torch.Tensor) -> None:
         raise ValueError(f"token_nll must be a torch.Tensor, got {type(token_nll).__name__}")
     if not token_nll.is_floating_point():
         raise ValueError(f"token_nll must be a floating-point tensor, got dtype {token_nll.dtype}")
-    if token_nll.shape != base_nll.shape:
+    _check_like("token_nll", token_nll, "base_nll", base_nll)
+
+
+def _check_like(name: str, tensor: torch.Tensor, reference_name: str, reference: torch.Tensor) -> None:
+    """``tensor`` must have the shape and device of ``reference``."""
+    if tensor.shape != reference.shape:
         raise ValueError(
-            f"token_nll must have the same shape as base_nll: token_nll {tuple(token_nll.shape)} "
-            f"vs base_nll {tuple(base_nll.shape)}"
+            f"{name} must have the same shape as {reference_name}: {name} {tuple(tensor.shape)} "
+            f"vs {reference_name} {tuple(reference.shape)}"
         )
-    if token_nll.device != base_nll.device:
-        raise ValueError(f"token_nll is on {token_nll.device} but base_nll is on {base_nll.device}")
+    if tensor.device != reference.device:
+        raise ValueError(f"{name} is on {tensor.device} but {reference_name} is on {reference.device}")
 
 
 def check_values(base_nll: torch.Tensor, mask: torch.Tensor, token_nll: torch.Tensor | None) -> None:

@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from workers.tracking import default_tracking_uri
+from workers.contract import default_tracking_uri
 
 ADMIN_OWNER = "admin"
 LOCAL_TOKEN_FILE = "api-token"
@@ -38,7 +38,7 @@ class Settings(BaseSettings):
         "(WAL mode). Postgres: postgresql+psycopg://user@host/db.",
     )
     api_tokens: str = Field(
-        "",
+        "", repr=False,
         description="Comma-separated owner:token pairs allowed to submit and cancel; the owner "
         "`admin` may act on every sweep. Empty: `ksweep serve` generates a token for owner `local` "
         "into <sweep_root>/api-token (mode 0600) and the CLI finds it there.",
@@ -65,6 +65,10 @@ class Settings(BaseSettings):
         "http://127.0.0.1:8265",
         description="Ray dashboard / Jobs API address used by the `ray` launcher.",
     )
+    ray_jobs_timeout_s: float = Field(
+        10.0, gt=0, description="Timeout of one Jobs API health check; no answer in time means "
+        "the driver's health is unknown (never a restart).",
+    )
     driver_num_cpus: int | None = Field(
         None, ge=1, description="CPUs of the local Ray a local driver starts (default: all)."
     )
@@ -80,13 +84,17 @@ class Settings(BaseSettings):
         2, ge=0, description="Times a sweep whose driver died is restarted before it fails."
     )
     poll_interval_s: float = Field(1.0, gt=0, description="How often the supervisor looks at drivers.")
+    lease_ttl_s: float = Field(
+        10.0, gt=0, description="How long the supervisor lease in the store lasts without renewal "
+        "(renewed every poll): a standby API process takes over this long after the leader died.",
+    )
     list_cache_s: float = Field(
         1.0, ge=0, description="GET /sweeps pages are reused for this long (dropped at once when "
         "this API writes; driver progress shows within it). 0: no cache.",
     )
     cancel_grace_s: float = Field(10.0, ge=0, description="SIGTERM-to-SIGKILL wait on cancel.")
     url: str = Field("http://127.0.0.1:8000", description="Service URL for the CLI client.")
-    token: str | None = Field(None, description="Bearer token for the CLI client.")
+    token: str | None = Field(None, repr=False, description="Bearer token for the CLI client.")
 
     @field_validator("sweep_root")
     @classmethod

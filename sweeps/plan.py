@@ -1,19 +1,44 @@
-"""The plan of a sweep: what would run, and what it would cost, without running anything."""
+"""The plan of a sweep: what would run, and what it would cost, without running anything.
+
+This is the one place the axes are expanded. The requested rows are every point of
+alpha x loss stack x model x beta x free bits x seed; rows whose objective is identical
+(:func:`sweeps.equivalence.objective_signature`) for the same model and seed run as one
+trial, which stands in every row it belongs to. ``SweepSpec.trial_count``, the runner's
+Tune search space and the report all read this plan.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from sweeps.spec import AlphaRange, SweepSpec
+from sweeps.equivalence import objective_signature
+from sweeps.spec import SweepSpec, ValueRange
 
-__all__ = ["SweepPlan", "build_plan", "render_plan"]
+__all__ = ["TRIAL_AXES", "SweepPlan", "build_plan", "render_plan", "row_label", "trial_key"]
 
 SHOWN_ROWS = 50
+TRIAL_AXES = ("alpha", "loss_stack", "model", "seed", "beta", "free_bits")
+"""The params that identify a trial (beta and free_bits only when swept)."""
+
+
+def row_label(row: dict[str, Any]) -> str:
+    """A requested row as the ``ksweep.shared_by`` tag lists it: ``uniform@alpha=1``."""
+    return f"{row['loss_stack']}@alpha={float(row['alpha']):g}"
+
+
+def trial_key(params: dict[str, Any]) -> tuple:
+    """The identity of a trial from its params (Tune config or MLflow params)."""
+    def number(value: Any) -> float | None:
+        return None if value in (None, "", "None") else float(value)
+
+    return (number(params["alpha"]), str(params["loss_stack"]), str(params["model"]),
+            int(params["seed"]), number(params.get("beta")), number(params.get("free_bits")))
 
 
 @dataclass
@@ -21,10 +46,17 @@ class SweepPlan:
     """The expansion of a spec (``ksweep validate``, ``POST /sweeps:validate``).
 
     Attributes:
-        trial_count: trials the sweep runs.
-        rows: one dict (alpha, loss_stack, model, seed) per trial. For random and Optuna
-            search the sampled axes are shown as distributions: alpha ``U[0, 4]`` or
-            ``logU[0.1, 4]``, loss_stack ``choice(a|b)``.
+        trial_count: trials the sweep runs (= trials_after_dedup).
+        trials_requested: rows of the full grid (for random/optuna: the samples).
+        trials_after_dedup: trials left once objective-identical rows share one trial.
+        trials_saved_by_dedup: trials_requested - trials_after_dedup.
+        rows: one dict per requested row (alpha, loss_stack, model, seed, plus beta and
+            free_bits when swept) with ``trial``, the index of the trial that runs it, and
+            ``shared`` (whether that trial stands in other rows too). For random and Optuna
+            search the sampled axes are shown as distributions (``U[0, 4]``, ``logU[0.1, 4]``,
+            ``choice(a|b)``) and nothing is shared.
+        trials: the trials that run: their params and ``shared_by``, the row labels
+            (``stack@alpha=a``) each stands for when it stands for more than one.
         epochs_per_trial: the most epochs one trial runs (ASHA may stop it sooner).
         total_epochs: epochs of the whole sweep if no trial stops early (the upper bound).
         resources_per_trial: ``{"cpu": ..., "gpu": ...}`` reserved by one trial.
@@ -46,39 +78,100 @@ class SweepPlan:
     scheduler: dict[str, Any]
     objective: dict[str, Any]
     name: str = ""
+    trials_requested: int = 0
+    trials_after_dedup: int = 0
+    trials_saved_by_dedup: int = 0
+    trials: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as JSON-serialisable dicts and lists."""
         return dataclasses.asdict(self)
+
+    def rows_of_trial(self) -> dict[tuple, list[dict[str, Any]]]:
+        """trial_key of each trial that runs -> the requested rows it stands in."""
+        by_index: dict[int, list[dict[str, Any]]] = {}
+        for row in self.rows:
+            by_index.setdefault(row["trial"], []).append(row)
+        return {trial_key(trial): by_index.get(index, []) for index, trial in enumerate(self.trials)}
 
 
 def _choice(options: list[str]) -> str:
     return options[0] if len(options) == 1 else f"choice({'|'.join(options)})"
 
 
-def _rows(spec: SweepSpec) -> list[dict[str, Any]]:
-    if spec.search.kind == "grid":
-        return spec.grid_points()
-    alpha = spec.alpha.describe() if isinstance(spec.alpha, AlphaRange) else str(spec.alpha)
-    sampled = {
-        "alpha": alpha,
+def _grid_rows(spec: SweepSpec) -> list[dict[str, Any]]:
+    rows = []
+    for model, stack, alpha, beta, free_bits, seed in itertools.product(
+        spec.models, spec.stack_labels(), spec.alpha_values(), spec.beta_values(),
+        spec.free_bits_values(), spec.seed_list(),
+    ):
+        row: dict[str, Any] = {"alpha": float(alpha), "loss_stack": stack, "model": model,
+                               "seed": seed}
+        if beta is not None:
+            row["beta"] = float(beta)
+        if free_bits is not None:
+            row["free_bits"] = float(free_bits)
+        rows.append(row)
+    return rows
+
+
+def _dedup(spec: SweepSpec, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Give every row its ``trial``; return the trials (first row of each objective)."""
+    trials: list[dict[str, Any]] = []
+    index_of: dict[tuple, int] = {}
+    signatures: dict[tuple, str] = {}
+    for row in rows:
+        point = (row["loss_stack"], row["alpha"], row.get("beta"), row.get("free_bits"))
+        if point not in signatures:
+            signatures[point] = objective_signature(
+                spec.stack_spec(row["loss_stack"], row["alpha"], row.get("beta"),
+                                row.get("free_bits")))
+        key = (signatures[point], row["model"], row["seed"])
+        if key not in index_of:
+            index_of[key] = len(trials)
+            trials.append({**row, "shared_by": []})
+        row["trial"] = index_of[key]
+        trials[row["trial"]]["shared_by"].append(row_label(row))
+    for row in rows:
+        row["shared"] = len(trials[row["trial"]]["shared_by"]) > 1
+    for trial in trials:
+        if len(trial["shared_by"]) == 1:
+            trial["shared_by"] = []
+    return trials
+
+
+def _describe(value: Any) -> str:
+    return value.describe() if isinstance(value, ValueRange) else str(value)
+
+
+def _sampled_rows(spec: SweepSpec) -> list[dict[str, Any]]:
+    sampled: dict[str, Any] = {
+        "alpha": _describe(spec.alpha),
         "loss_stack": _choice(spec.stack_labels()),
         "model": _choice(list(spec.models)),
     }
-    if spec.search.kind == "random":
-        # Each sample runs once per seed, so replicates share a configuration.
-        return [
-            {**sampled, "seed": seed}
-            for _ in range(spec.search.num_samples)
-            for seed in spec.seed_list()
-        ]
-    seed = spec.seed_list()[0]
-    return [{**sampled, "seed": seed} for _ in range(spec.search.num_samples)]
+    for axis in ("beta", "free_bits"):
+        if getattr(spec, axis) is not None:
+            sampled[axis] = _describe(getattr(spec, axis))
+    # Random search runs each sample once per seed, so replicates share a configuration;
+    # Optuna (one configuration per trial) runs the spec's single seed.
+    seeds = spec.seed_list() if spec.search.kind == "random" else spec.seed_list()[:1]
+    rows = [{**sampled, "seed": seed} for _ in range(spec.search.num_samples) for seed in seeds]
+    for index, row in enumerate(rows):
+        row.update(trial=index, shared=False)
+    return rows
 
 
 def build_plan(spec: SweepSpec) -> SweepPlan:
     """Expand a validated spec into its plan (deterministic; samples nothing)."""
-    count = spec.trial_count()
+    if spec.search.kind == "grid":
+        rows = _grid_rows(spec)
+        trials = _dedup(spec, rows)
+    else:
+        rows = _sampled_rows(spec)
+        trials = [{k: v for k, v in row.items() if k not in ("trial", "shared")}
+                  | {"shared_by": []} for row in rows]
+    count = len(trials)
     epochs = spec.epochs_per_trial()
     per_trial = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
     concurrent = min(spec.budget.max_concurrent_trials or count, count)
@@ -87,7 +180,7 @@ def build_plan(spec: SweepSpec) -> SweepPlan:
         scheduler["max_t"] = spec.template.training.epochs
     return SweepPlan(
         trial_count=count,
-        rows=_rows(spec),
+        rows=rows,
         epochs_per_trial=epochs,
         total_epochs=count * epochs,
         resources_per_trial=per_trial,
@@ -97,6 +190,10 @@ def build_plan(spec: SweepSpec) -> SweepPlan:
         scheduler=scheduler,
         objective={"metrics": list(spec.objective.metrics), "modes": spec.objective_modes()},
         name=spec.name,
+        trials_requested=len(rows),
+        trials_after_dedup=count,
+        trials_saved_by_dedup=len(rows) - count,
+        trials=trials,
     )
 
 
@@ -108,21 +205,17 @@ def render_plan(plan: SweepPlan, console: Console | None = None) -> None:
     """Print the plan: a table of the first rows, then the trial count, epochs and resources."""
     console = console or Console()
     table = Table(title=f"sweep {plan.name}" if plan.name else "sweep plan")
-    for column, justify in (("#", "right"), ("alpha", "right"), ("loss stack", "left"),
-                            ("model", "left"), ("seed", "right")):
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    swept = [axis for axis in ("beta", "free_bits") if any(axis in row for row in plan.rows)]
+    columns = ["alpha", "loss_stack", "model", *swept, "seed"]
+    for column in ("#", *columns, "trial"):
+        table.add_column(column, justify="left" if column in ("loss_stack", "model") else "right")
     for index, row in enumerate(plan.rows[:SHOWN_ROWS]):
-        alpha = row["alpha"]
-        table.add_row(
-            str(index + 1),
-            _number(alpha) if isinstance(alpha, int | float) else str(alpha),
-            str(row["loss_stack"]),
-            str(row["model"]),
-            str(row["seed"]),
-        )
+        values = [_number(row[c]) if isinstance(row[c], float) else str(row[c]) for c in columns]
+        trial = f"{row['trial'] + 1}" + (" (shared)" if row["shared"] else "")
+        table.add_row(str(index + 1), *values, trial)
     hidden = len(plan.rows) - SHOWN_ROWS
     if hidden > 0:
-        table.add_row("", f"... {hidden} more", "", "", "")
+        table.add_row("", f"... {hidden} more", *[""] * len(columns))
     console.print(table)
     search = plan.search["kind"]
     if search == "optuna":
@@ -139,7 +232,9 @@ def render_plan(plan: SweepPlan, console: Console | None = None) -> None:
     )
     per, peak = plan.resources_per_trial, plan.peak_resources
     console.print(
-        f"[bold]{plan.trial_count} trials[/bold]  search {search}, scheduler {scheduler}\n"
+        f"[bold]{plan.trial_count} trials[/bold] ({plan.trials_requested} requested, "
+        f"{plan.trials_saved_by_dedup} saved by dedup: objective-identical rows share a trial)  "
+        f"search {search}, scheduler {scheduler}\n"
         f"objective: {objective}\n"
         f"epoch budget: at most {plan.total_epochs} epochs "
         f"({plan.trial_count} x {plan.epochs_per_trial})\n"

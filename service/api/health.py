@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import socket
+import sqlite3
+from collections.abc import Callable
 from urllib.parse import urlparse
 
 import httpx
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
 
-from service.deps import Services, get_services
-from service.schemas import Check, Health, Readiness
+from service.api.deps import Services, get_services
+from service.api.schemas import Check, Health, Readiness
 
 router = APIRouter(tags=["health"])
 
@@ -20,10 +23,15 @@ def healthz() -> Health:
     return Health(status="ok")
 
 
-def _check(probe) -> Check:
+# What a probe of the store, Ray or MLflow raises when its dependency is down.
+PROBE_ERRORS = (OSError, RuntimeError, ValueError, ImportError, httpx.HTTPError, SQLAlchemyError,
+                sqlite3.Error)
+
+
+def _check(probe: Callable[[], str]) -> Check:
     try:
         return Check(ok=True, detail=probe())
-    except Exception as error:
+    except PROBE_ERRORS as error:
         return Check(ok=False, detail=f"{type(error).__name__}: {error}"[:500])
 
 
@@ -55,19 +63,44 @@ def _mlflow(services: Services) -> str:
         response.raise_for_status()
         return f"MLflow server at {uri}"
     if scheme.startswith("sqlite"):
-        import sqlite3
-
         path = uri.split("///", 1)[-1]
         sqlite3.connect(path, timeout=3).execute("select 1").close()
         return "sqlite MLflow store"
     return f"MLflow store {scheme}"
 
 
-@router.get("/readyz", response_model=Readiness, summary="Readiness: store, Ray and MLflow",
-            responses={503: {"model": Readiness, "description": "A dependency is not reachable."}})
+def _supervisor(services: Services) -> str:
+    """Which API process supervises (several may share the store; one holds the lease)."""
+    supervisor = services.supervisor
+    if supervisor.leading:
+        return f"leading as {supervisor.lease.holder}"
+    lease = supervisor.lease.current()
+    if lease is None or not lease.valid():
+        return f"standby as {supervisor.lease.holder}; the lease is free, taken at the next poll"
+    return f"standby as {supervisor.lease.holder}; the lease is held by {lease.holder}"
+
+
+def _drivers(services: Services) -> Check:
+    unknown = dict(services.supervisor.unknown_health)
+    if not unknown:
+        return Check(ok=True, detail="every running sweep's driver answers (or none runs here)")
+    listing = ", ".join(f"{sweep_id} ({handle})" for sweep_id, handle in sorted(unknown.items())[:5])
+    return Check(ok=False, detail=f"health of {len(unknown)} driver(s) unknown, asked again every "
+                                  f"poll, no restart spent: {listing}")
+
+
+@router.get("/readyz", response_model=Readiness,
+            summary="Readiness: store, Ray, MLflow, the supervisor and its drivers",
+            responses={503: {"model": Readiness, "description": "The store is not reachable."}})
 def readyz(services: Services = Depends(get_services)):
+    """``ready``; ``degraded`` (still 200: sweeps are accepted and served) when Ray, MLflow or
+    a driver's health check fails; ``unready`` (503) when the store does."""
     checks = {"store": _check(lambda: _store(services)), "ray": _check(lambda: _ray(services)),
-              "mlflow": _check(lambda: _mlflow(services))}
-    ready = all(check.ok for check in checks.values())
-    body = Readiness(status="ready" if ready else "unready", checks=checks)
-    return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+              "mlflow": _check(lambda: _mlflow(services)),
+              "supervisor": _check(lambda: _supervisor(services)), "drivers": _drivers(services)}
+    if not checks["store"].ok:
+        status = "unready"
+    else:
+        status = "ready" if all(check.ok for check in checks.values()) else "degraded"
+    body = Readiness(status=status, checks=checks)
+    return JSONResponse(body.model_dump(), status_code=503 if status == "unready" else 200)

@@ -10,10 +10,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request, Response
 from sqlalchemy import Row
 
-from service.db import SweepRow
-from service.deps import Services, get_services, may_act_on, read_access, require_owner
-from service.errors import ProblemError, invalid_spec
-from service.schemas import (
+from service.api.deps import Services, get_services, may_act_on, read_access, require_owner
+from service.api.errors import ProblemError, invalid_spec
+from service.api.schemas import (
     PROBLEM_MEDIA_TYPE,
     BestSoFar,
     Counters,
@@ -28,11 +27,16 @@ from service.schemas import (
     TrialPage,
     TrialState,
 )
-from service.store import IdempotencyConflict
+from service.api.strict_body import StrictRoute, strict_body
+from service.store.db import SweepRow
+from service.store.queries import IdempotencyConflict
 from sweeps.plan import SweepPlan, build_plan
 from sweeps.spec import SweepSpec, load_sweep_spec
+from workers.contract import mlflow_ui_url
 
-router = APIRouter(tags=["sweeps"])
+# Spec bodies are parsed strictly (service.api.strict_body); `_schema` only documents them.
+router = APIRouter(tags=["sweeps"], route_class=StrictRoute)
+STRICT_SPEC = Depends(strict_body(SweepSpec))
 
 SweepId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,32}$", description="The sweep's id.")]
 
@@ -73,10 +77,7 @@ def sweep_resource(row: SweepRow | Row, services: Services) -> Sweep:
     finished = row.done + row.failed + row.stopped
     ui_url = None
     if row.experiment_id:
-        base = services.settings.mlflow_ui_url.rstrip("/")
-        ui_url = f"{base}/#/experiments/{row.experiment_id}/runs"
-        if row.parent_run_id:
-            ui_url += f"/{row.parent_run_id}"
+        ui_url = mlflow_ui_url(services.settings.mlflow_ui_url, row.experiment_id, row.parent_run_id)
     prefix = f"/api/v1/sweeps/{row.id}"
     return Sweep(
         id=row.id, name=row.name, owner=row.owner, state=row.state, counters=counters,
@@ -125,8 +126,9 @@ def _check_trial_cap(spec: SweepSpec, services: Services) -> None:
                              "running; retry after Retry-After seconds.")},
 )
 async def submit_sweep(
-    spec: SpecBody, request: Request, response: Response,
-    owner: str = Depends(require_owner), services: Services = Depends(get_services),
+    _schema: SpecBody, request: Request, response: Response,
+    owner: str = Depends(require_owner), spec: SweepSpec = STRICT_SPEC,
+    services: Services = Depends(get_services),
     idempotency_key: Annotated[str | None, Header(
         alias="Idempotency-Key", max_length=200, pattern=r"^[\x21-\x7e]{1,200}$",
         description="Same key and body: the same sweep again; same key, other body: 409.")] = None,
@@ -171,8 +173,8 @@ async def submit_sweep(
 
 @router.post("/sweeps:validate", response_model=SweepPlan, summary="Dry run: the trial plan of a spec",
              responses={**UNAUTHORIZED, **INVALID, **TOO_LARGE})
-def validate_sweep(spec: SpecBody, _reader: str | None = Depends(read_access),
-                   services: Services = Depends(get_services)) -> SweepPlan:
+def validate_sweep(_schema: SpecBody, _reader: str | None = Depends(read_access),
+                   spec: SweepSpec = STRICT_SPEC, services: Services = Depends(get_services)) -> SweepPlan:
     _check_trial_cap(spec, services)
     return build_plan(spec)
 

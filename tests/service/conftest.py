@@ -9,10 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 import yaml
 
-from service.serve_process import ServeProcess
+from tests.support.serve_process import ServeProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "sweeps" / "examples" / "quickstart.yaml"
@@ -36,8 +37,10 @@ def spec_dict(**changes) -> dict:
 
 
 def tiny_spec(name: str = "tiny", **changes) -> dict:
-    """Four short trials (alpha {0, 1} x {uniform, raw_plus_ncc}, 3 epochs on 256 examples)."""
-    base = {"name": name, "alpha": [0, 1], "template.training.epochs": 3,
+    """Four rows (alpha {0, 1} x {uniform, raw_plus_ncc}, one seed), three trials after dedup
+    (uniform is one objective at both alphas), 3 epochs on 256 examples."""
+    base = {"name": name, "alpha": [0, 1], "loss_stacks": ["uniform", "raw_plus_ncc"],
+            "seeds": 1, "template.training.epochs": 3,
             "template.data.train_size": 256, "template.data.val_size": 128}
     return spec_dict(**{**base, **changes})
 
@@ -70,24 +73,17 @@ class ServiceProcess(ServeProcess):
 
 def kill_driver_groups(root: Path) -> None:
     """Teardown: stop every driver process group a test's service left behind."""
-    from service.launchers import _group_exists
+    from service.orchestrator.launchers import DRIVER_MODULE, _group_exists, signal_group
 
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
+    for proc in psutil.process_iter():
         try:
-            environ = (proc / "environ").read_bytes()
-            cmdline = (proc / "cmdline").read_bytes()
-        except OSError:
+            is_driver = (DRIVER_MODULE in proc.cmdline()
+                         and proc.environ().get("KSWEEP_SWEEP_ROOT") == str(root))
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
-        if b"service.driver" in cmdline and f"KSWEEP_SWEEP_ROOT={root}".encode() in environ:
-            pid = int(proc.name)
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                continue
+        if is_driver and signal_group(proc.pid, signal.SIGKILL):
             deadline = time.monotonic() + 10
-            while _group_exists(pid) and time.monotonic() < deadline:
+            while _group_exists(proc.pid) and time.monotonic() < deadline:
                 time.sleep(0.2)
 
 

@@ -32,7 +32,8 @@ def test_submit_returns_201_with_a_queued_sweep_at_once(paused_service):
         sweep = response.json()
         assert response.headers["Location"] == f"/api/v1/sweeps/{sweep['id']}"
         assert sweep["state"] == "queued" and sweep["owner"] == "alice"
-        assert sweep["counters"] == {"total": 4, "pending": 4, "running": 0, "done": 0,
+        # tiny_spec: 4 rows, 3 trials (uniform is one trial at both alphas).
+        assert sweep["counters"] == {"total": 3, "pending": 3, "running": 0, "done": 0,
                                      "failed": 0, "stopped": 0}
         assert sweep["progress"] == 0.0 and sweep["driver"]["attempts"] == 0
         fetched = client.get(f"/sweeps/{sweep['id']}").json()
@@ -133,17 +134,23 @@ def test_non_json_and_oversized_bodies(paused_service):
 
 def test_trial_cap_and_validate_dry_run(paused_service):
     with paused_service.client() as client:
-        big = tiny_spec(alpha=[0, 0.5, 1, 2, 4], seeds=20)  # 5 x 2 x 20 = 200 trials > 100
+        # 5 alphas x 2 stacks x 30 seeds = 300 rows; dedup runs uniform once per seed: 180 trials.
+        big = tiny_spec(alpha=[0, 0.5, 1, 2, 4], seeds=30, **{"budget.max_trials": 500})
         body = _problem(client.post("/sweeps:validate", json=big), 422)
         assert body["errors"][0]["field"] == "budget.max_trials"
-        assert "200 trials" in body["errors"][0]["message"]
+        assert "180 trials" in body["errors"][0]["message"]
         _problem(client.post("/sweeps", json=big, headers=auth("alice")), 422)
         plan = client.post("/sweeps:validate", json=spec_dict())
         assert plan.status_code == 200
         plan = plan.json()
-        assert plan["trial_count"] == 6 and plan["total_epochs"] == 36
+        # quickstart: 27 rows, 15 trials (uniform once per seed stands in 5 rows).
+        assert plan["trial_count"] == 15 and plan["total_epochs"] == 15 * 8
+        assert (plan["trials_requested"], plan["trials_after_dedup"],
+                plan["trials_saved_by_dedup"]) == (27, 15, 12)
         assert {(r["alpha"], r["loss_stack"]) for r in plan["rows"]} == {
-            (a, s) for a in (0.0, 1.0, 2.0) for s in ("uniform", "raw_plus_ncc")}
+            (a, s) for a in (0.0, 1.0, 2.0)
+            for s in ("uniform", "raw_token_weighted", "concentration_corrected")}
+        assert sum(bool(t["shared_by"]) for t in plan["trials"]) == 3
 
 
 def test_active_sweeps_per_owner_cap_is_429_with_retry_after(make_service):

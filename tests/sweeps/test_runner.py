@@ -13,6 +13,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from sweeps.progress import read_status
+from workers.contract import RUN_KIND_SWEEP, RUN_KIND_TAG, RUN_KIND_TRIAL
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "sweeps" / "examples" / "quickstart.yaml"
@@ -43,8 +44,8 @@ def _runs(tmp_path: Path, experiment: str, sweep_id: str):
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
     exp = client.get_experiment_by_name(experiment)
     runs = client.search_runs([exp.experiment_id], filter_string=f"tags.`ksweep.sweep_id` = '{sweep_id}'")
-    parents = [r for r in runs if r.data.tags.get("ksweep.role") == "sweep"]
-    children = [r for r in runs if r.data.tags.get("ksweep.role") == "trial"]
+    parents = [r for r in runs if r.data.tags.get(RUN_KIND_TAG) == RUN_KIND_SWEEP]
+    children = [r for r in runs if r.data.tags.get(RUN_KIND_TAG) == RUN_KIND_TRIAL]
     return client, exp, parents, children
 
 
@@ -61,48 +62,64 @@ def _write_spec(tmp_path: Path, name: str, changes: dict) -> Path:
     return path
 
 
+@pytest.mark.timeout(1800)  # 15 trials: about 2 minutes on 2 free CPUs, far more on a busy machine
 def test_quickstart_sweep_end_to_end(tmp_path):
+    started = time.monotonic()
     process = _sweep(tmp_path, QUICKSTART, "qs1")
-    output, _ = process.communicate(timeout=600)
+    output, _ = process.communicate(timeout=1700)
+    print(f"quickstart wall time {time.monotonic() - started:.0f} s")  # README figure; no assert
     assert process.returncode == 0, output
     client, exp, parents, children = _runs(tmp_path, "quickstart", "qs1")
     assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
-    assert len(parents) == 1 and len(children) == 6
+    # 27 rows, 15 trials: per seed uniform once (it stands in 5 rows), R_tok and R~ at 1 and 2.
+    assert len(parents) == 1 and len(children) == 15
     parent = parents[0]
     assert parent.info.status == "FINISHED"
     assert all(c.data.tags["mlflow.parentRunId"] == parent.info.run_id for c in children)
     grid = {(c.data.params["alpha"], c.data.params["loss_stack"]) for c in children}
-    assert grid == {(a, s) for a in ("0.0", "1.0", "2.0") for s in ("uniform", "raw_plus_ncc")}
+    assert grid == {("0.0", "uniform")} | {
+        (a, s) for a in ("1.0", "2.0") for s in ("raw_token_weighted", "concentration_corrected")}
+    shared = [c for c in children if c.data.tags.get("ksweep.shared_by")]
+    assert len(shared) == 3 and all(c.data.params["loss_stack"] == "uniform" for c in shared)
+    assert "raw_token_weighted@alpha=0" in shared[0].data.tags["ksweep.shared_by"]
+    epochs = yaml.safe_load(QUICKSTART.read_text())["template"]["training"]["epochs"]
     for child in children:
         assert child.info.status == "FINISHED"
         assert float(child.data.params["c_base"]) > 0
         history = client.get_metric_history(child.info.run_id, "val/latent_nmi")
-        epochs = yaml.safe_load(QUICKSTART.read_text())["template"]["training"]["epochs"]
         assert [m.step for m in history] == list(range(1, epochs + 1))
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"report.json", "report.md", "spec.json", "plots"} <= artifacts
     plots = {a.path for a in client.list_artifacts(parent.info.run_id, "plots")}
-    assert {"plots/kappa_mean_vs_alpha.png", "plots/latent_nmi_vs_alpha.png",
-            "plots/curves_per_alpha.png"} <= plots
+    assert {"plots/contrasts.png", "plots/curves_per_alpha.png"} <= plots
+    assert any(p.startswith("plots/latent_nmi_vs_alpha__discrete") for p in plots)
     report = json.loads((tmp_path / "root" / "qs1" / "report.json").read_text())
-    assert len(report["rows"]) == 6 and report["counts"] == {"done": 6}
-    assert {(r["alpha"], r["loss_stack"]) for r in report["rows"]} == {
-        (a, s) for a in (0.0, 1.0, 2.0) for s in ("uniform", "raw_plus_ncc")}
-    # alpha = 0 is exactly uniform weighting: kappa = 1 there, > 1 elsewhere.
-    for row in report["rows"]:
-        kappa = row["val/kappa_mean_mean"]
-        assert (kappa == pytest.approx(1.0)) if row["alpha"] == 0 else kappa > 1.2
-    assert report["best"]["metric"] == "val/latent_nmi"
-    assert "best/val/latent_nmi" in parent.data.metrics
+    assert report["dedup"] == {"trials_requested": 27, "trials_run": 15,
+                               "trials_saved_by_dedup": 12}
+    assert report["counts"] == {"done": 15}
+    nmi = [c for c in report["cells"] if c["metric"] == "latent_nmi" and c["kind"] == "all"]
+    assert len(nmi) == 9 and all(c["n"] == 3 and len(c["values"]) == 3 for c in nmi)
+    # alpha = 0 is exactly uniform weighting: kappa = 1 there, > 1 elsewhere (a shared trial
+    # reports kappa at the alpha of the row that ran: uniform at alpha 0).
+    for cell in (c for c in report["cells"] if c["metric"] == "kappa_mean"):
+        ran_at_zero = cell["alpha"] == 0 or cell["shared_with"]
+        assert (cell["mean"] == pytest.approx(1.0)) if ran_at_zero else cell["mean"] > 1.2
+    primary = [c for c in report["contrasts"] if c["family"] == "primary"]
+    assert len(primary) == 4 and all(c["n_pairs"] == 3 for c in primary)
+    assert all(c["p_adjusted"] is not None for c in primary)
+    assert report["best"][0]["metric"] == "latent_nmi"
+    assert any(k.startswith("best/") for k in parent.data.metrics)
     status = read_status(tmp_path / "root" / "qs1" / "status.json")
     assert (status.state, status.total, status.done, status.pending, status.running) == (
-        "succeeded", 6, 6, 0, 0)
-    assert parent.data.tags["ksweep.trials_done"] == "6"
-    assert "| alpha | loss_stack |" in output
+        "succeeded", 15, 15, 0, 0)
+    assert parent.data.tags["ksweep.trials_done"] == "15"
+    assert "Primary contrasts" in output
 
 
 def test_killed_driver_resumes_without_rerunning_or_duplicating(tmp_path):
-    spec = _write_spec(tmp_path, "resume", {"template.training.epochs": 6,
+    # 6 rows, 4 trials (uniform once for its three alphas).
+    spec = _write_spec(tmp_path, "resume", {"template.training.epochs": 6, "seeds": 1,
+                                            "loss_stacks": ["uniform", "raw_plus_ncc"],
                                             "budget.max_concurrent_trials": 1})
     process = _sweep(tmp_path, spec, "rs1")
     status_path = tmp_path / "root" / "rs1" / "status.json"
@@ -126,9 +143,9 @@ def test_killed_driver_resumes_without_rerunning_or_duplicating(tmp_path):
     assert restarted.returncode == 0, output
     client, _, parents, children = _runs(tmp_path, "quickstart", "rs1")
     assert len(parents) == 1, "the resumed driver must reuse the parent run"
-    assert len(children) == 6, [c.data.tags.get("ksweep.trial_id") for c in children]
+    assert len(children) == 4, [c.data.tags.get("ksweep.trial_id") for c in children]
     trial_ids = [c.data.tags["ksweep.trial_id"] for c in children]
-    assert len(set(trial_ids)) == 6, "no trial may have two MLflow runs"
+    assert len(set(trial_ids)) == 4, "no trial may have two MLflow runs"
     assert finished_before <= {c.info.run_id for c in children}
     for child in children:
         assert child.info.status == "FINISHED"
@@ -140,7 +157,7 @@ def test_killed_driver_resumes_without_rerunning_or_duplicating(tmp_path):
             old = next(c for c in before if c.info.run_id == child.info.run_id)
             assert child.info.end_time == old.info.end_time
     status = read_status(tmp_path / "root" / "rs1" / "status.json")
-    assert (status.state, status.done, status.failed) == ("succeeded", 6, 0)
+    assert (status.state, status.done, status.failed) == ("succeeded", 4, 0)
 
 
 def test_optuna_asha_stops_some_trials_early(tmp_path):
@@ -148,7 +165,7 @@ def test_optuna_asha_stops_some_trials_early(tmp_path):
         "alpha": {"low": 0.0, "high": 4.0},
         "search": {"kind": "optuna", "sampler": "tpe", "seed": 0, "num_samples": 8},
         "scheduler": {"kind": "asha", "grace_period": 1, "reduction_factor": 2},
-        "template.training.epochs": 4, "template.data.train_size": 256,
+        "template.training.epochs": 4, "template.data.train_size": 256, "seeds": 1,
     })
     process = _sweep(tmp_path, spec, "oa1")
     output, _ = process.communicate(timeout=600)
@@ -172,7 +189,7 @@ def test_diverging_trial_fails_with_reason_others_complete(tmp_path):
         "alpha": [1.0],
         "loss_stacks": ["uniform", {"name": "exploding",
                                     "terms": {"token_weighted": 1e38, "uniform": 1e38}}],
-        "budget.max_failures_per_trial": 0, "template.training.epochs": 2,
+        "budget.max_failures_per_trial": 0, "template.training.epochs": 2, "seeds": 1,
     })
     process = _sweep(tmp_path, spec, "nan1")
     output, _ = process.communicate(timeout=600)

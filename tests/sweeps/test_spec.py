@@ -23,9 +23,11 @@ def spec(**fields: Any) -> SweepSpec:
 
 
 def rejected(**fields: Any) -> str:
+    """The error text plus one ``field.path: message`` line per error (from pydantic's loc)."""
     with pytest.raises(ValidationError) as caught:
         spec(**fields)
-    return str(caught.value)
+    located = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in caught.value.errors()]
+    return "\n".join([str(caught.value), *located])
 
 
 RANGE = {"low": 0, "high": 4}
@@ -42,27 +44,47 @@ def test_examples_exist():
 def test_every_example_validates_and_plans(path):
     loaded = load_sweep_spec(path)
     plan = build_plan(loaded)
-    assert plan.trial_count == loaded.trial_count() == len(plan.rows)
+    assert plan.trial_count == loaded.trial_count() == len(plan.trials) == plan.trials_after_dedup
+    assert len(plan.rows) == plan.trials_requested
+    assert plan.trials_saved_by_dedup == plan.trials_requested - plan.trial_count
     json.dumps(plan.to_dict())
     assert parse_sweep_spec(loaded.to_yaml()).canonical_json() == loaded.canonical_json()
 
 
 @pytest.mark.parametrize(
-    ("name", "count"), [("quickstart", 6), ("alpha_grid", 6 * 5 * 3 * 2), ("optuna_asha", 12)]
+    ("name", "requested", "count"),
+    [
+        # 3 alphas x 3 stacks x 3 seeds; per seed uniform once, R_tok and R~ at alpha 1 and 2.
+        ("quickstart", 27, 3 * (1 + 2 + 2)),
+        # per (beta, model, seed): uniform 1, normalized_uniform 1, R_tok 4, R~ 4, ncc 4, rpn 5.
+        ("alpha_grid", 5 * 6 * 5 * 2 * 3, 19 * 5 * 2 * 3),
+        # per (beta, model, seed): uniform 1, R_tok 4, R~ 4, ncc 5 (its alpha-0 twin
+        # normalized_uniform is not swept), raw_plus_ncc 5.
+        ("note_caveat", 5 * 5 * 2 * 2 * 5, 19 * 2 * 2 * 5),
+        ("optuna_asha", 12, 12),
+    ],
 )
-def test_example_trial_counts(name, count):
-    assert build_plan(load_sweep_spec(ROOT / "sweeps" / "examples" / f"{name}.yaml")).trial_count == count
+def test_example_trial_counts(name, requested, count):
+    plan = build_plan(load_sweep_spec(ROOT / "sweeps" / "examples" / f"{name}.yaml"))
+    assert (plan.trials_requested, plan.trial_count) == (requested, count)
+    assert plan.trials_saved_by_dedup == requested - count
 
 
 def test_quickstart_contents():
     quick = load_sweep_spec(ROOT / "sweeps" / "examples" / "quickstart.yaml")
     assert quick.alpha_values() == [0.0, 1.0, 2.0]
-    assert quick.stack_labels() == ["uniform", "raw_plus_ncc"]
-    assert quick.models == ["discrete"] and quick.seed_list() == [0]
-    assert quick.template.training.epochs == 6 and quick.template.data.train_size == 1024
+    assert quick.stack_labels() == ["uniform", "raw_token_weighted", "concentration_corrected"]
+    assert quick.models == ["discrete"] and quick.seed_list() == [0, 1, 2]
+    assert quick.template.training.epochs == 8 and quick.template.data.train_size == 1024
     assert (quick.primary_metric, quick.primary_mode) == ("val/latent_nmi", "max")
     plan = build_plan(quick)
-    assert plan.max_concurrent == 2 and plan.total_epochs == 6 * 6
+    assert plan.max_concurrent == 2 and plan.total_epochs == 15 * 8
+    # uniform runs once per seed and stands in its three alphas and the alpha-0 rows of R_tok, R~.
+    shared = [t for t in plan.trials if t["shared_by"]]
+    assert len(shared) == 3 and all(t["seed"] == s for t, s in zip(shared, [0, 1, 2], strict=True))
+    assert shared[0]["shared_by"] == [
+        "uniform@alpha=0", "uniform@alpha=1", "uniform@alpha=2", "raw_token_weighted@alpha=0",
+        "concentration_corrected@alpha=0"]
 
 
 def test_optuna_example_plan():
@@ -71,8 +93,9 @@ def test_optuna_example_plan():
     assert plan.search["kind"] == "optuna" and plan.epochs_per_trial == 8
     assert plan.rows[0] == {
         "alpha": "U[0, 4]", "loss_stack": "choice(raw_token_weighted|ncc|raw_plus_ncc)",
-        "model": "discrete", "seed": 0,
+        "model": "discrete", "seed": 0, "trial": 0, "shared": False,
     }
+    assert plan.trials_saved_by_dedup == 0
 
 
 def test_random_count_is_samples_times_seeds():
@@ -89,23 +112,27 @@ def test_plan_resources_and_json():
     grid = spec(seeds=2, resources={"cpu": 2, "gpu": 0.25}, budget={"max_concurrent_trials": 3})
     plan = build_plan(grid)
     data = json.loads(json.dumps(plan.to_dict()))
-    assert plan.trial_count == 12 and plan.max_concurrent == 3
+    # 12 rows; per seed uniform once (3 alphas) and raw_plus_ncc at each alpha: 8 trials.
+    assert plan.trial_count == 8 and plan.max_concurrent == 3 and plan.trials_requested == 12
     assert data["resources_per_trial"] == {"cpu": 2.0, "gpu": 0.25}
     assert data["peak_resources"] == {"cpu": 6.0, "gpu": 0.75}
-    assert data["total_epochs"] == 12 * grid.template.training.epochs
+    assert data["total_epochs"] == 8 * grid.template.training.epochs
+    assert (data["trials_after_dedup"], data["trials_saved_by_dedup"]) == (8, 4)
     assert data["objective"] == {"metrics": ["val/latent_nmi"], "modes": ["max"]}
     # Concurrency never exceeds the number of trials.
-    assert build_plan(spec(budget={"max_concurrent_trials": 100})).max_concurrent == 6
-    assert build_plan(spec()).max_concurrent == 6
+    assert build_plan(spec(budget={"max_concurrent_trials": 100})).max_concurrent == 4
+    assert build_plan(spec()).max_concurrent == 4
 
 
 def test_render_plan_truncates():
     plan = build_plan(spec(alpha=[float(a) for a in range(10)], seeds=6))
-    assert isinstance(plan, SweepPlan) and plan.trial_count == 120
+    assert isinstance(plan, SweepPlan) and plan.trials_requested == 120
+    assert plan.trial_count == (1 + 10) * 6
     out = io.StringIO()
-    render_plan(plan, Console(file=out, width=120))
+    render_plan(plan, Console(file=out, width=160))
     text = out.getvalue()
-    assert "... 70 more" in text and "120 trials" in text and "peak" in text
+    assert "... 70 more" in text and "66 trials" in text and "peak" in text
+    assert "120 requested, 54 saved by dedup" in text and "(shared)" in text
 
 
 # ---- the axes ---------------------------------------------------------------------------------
@@ -116,9 +143,10 @@ def test_defaults():
     assert default.alpha == [0.0, 1.0, 2.0]
     assert default.stack_labels() == ["uniform", "raw_plus_ncc"]
     assert default.models == ["discrete"] and default.seed_list() == [0]
-    assert default.trial_count() == 6
+    assert default.trial_count() == 4  # uniform once, raw_plus_ncc at alphas 0, 1, 2
+    assert default.beta is None and default.free_bits is None
+    assert default.common_terms["kl"].weight == 1.0 and default.common_terms["kl"].options == {}
     assert default.objective_modes() == ["max"]
-    assert default.common_terms["kl"].options == {"free_bits": 1.0}
 
 
 def test_metric_names_follow_design():
@@ -145,7 +173,7 @@ def test_trial_config_applies_overrides():
     assert config.loss_stack.label == "raw_plus_ncc"
     assert config.model.family == "continuous" and config.model.hidden_dim == 32
     assert config.seed == 4 and config.training.epochs == 3
-    assert config.loss_stack.resolved_terms()["kl"].options == {"free_bits": 1.0}
+    assert config.loss_stack.resolved_terms()["kl"].options == {}
     assert set(config.loss_stack.resolved_terms()) == {
         "token_weighted", "normalized_concentration_corrected", "kl"}
     assert config.name == "continuous-raw_plus_ncc-a2-s4"
@@ -164,28 +192,30 @@ def test_stack_spec_keeps_inline_kl_over_common_terms():
     assert own.name == "ncc_beta" and own.alpha == 0.5 and own.c_base is None
     assert own.resolved_terms()["kl"].weight == 0.25 and own.resolved_terms()["kl"].options == {}
     merged = sweep.stack_spec("plain", 1.5).resolved_terms()
-    assert list(merged) == ["uniform", "kl"] and merged["kl"].options == {"free_bits": 1.0}
+    assert list(merged) == ["uniform", "kl"] and merged["kl"].options == {}
 
 
 def test_empty_common_terms():
     assert set(spec(common_terms={}).stack_spec("uniform", 1.0).resolved_terms()) == {"uniform"}
 
 
-def test_grid_points_order_and_count():
+def test_plan_rows_order_and_count():
     sweep = spec(alpha=[0, 1], loss_stacks=["uniform", "ncc"], models=["discrete", "continuous"],
                  seeds=[3, 5])
-    points = sweep.grid_points()
-    assert len(points) == sweep.trial_count() == 16
+    plan = build_plan(sweep)
+    points = [{k: row[k] for k in ("alpha", "loss_stack", "model", "seed")} for row in plan.rows]
+    assert len(points) == plan.trials_requested == 16
+    # per (model, seed): uniform once, ncc at alpha 0 (= normalized_uniform) and at alpha 1.
+    assert sweep.trial_count() == plan.trial_count == 12
     assert points[:3] == [
         {"alpha": 0.0, "loss_stack": "uniform", "model": "discrete", "seed": 3},
         {"alpha": 0.0, "loss_stack": "uniform", "model": "discrete", "seed": 5},
         {"alpha": 1.0, "loss_stack": "uniform", "model": "discrete", "seed": 3},
     ]
+    assert plan.rows[2]["trial"] == plan.rows[0]["trial"] and plan.rows[0]["shared"]
     assert points[-1] == {"alpha": 1.0, "loss_stack": "ncc", "model": "continuous", "seed": 5}
-    assert points == sweep.grid_points()
+    assert plan == build_plan(sweep)
     assert len({json.dumps(p, sort_keys=True) for p in points}) == 16
-    with pytest.raises(ValueError, match="grid"):
-        spec(alpha=RANGE, search={"kind": "random"}).grid_points()
 
 
 def test_seed_forms():
@@ -230,9 +260,10 @@ def test_optuna_single_seed():
 
 
 def test_over_budget():
-    message = rejected(alpha=[0, 1, 2, 3], seeds=10, budget={"max_trials": 50})
-    assert "the plan has 80 trials, over budget.max_trials = 50" in message
-    assert spec(alpha=[0, 1, 2, 3], seeds=10, budget={"max_trials": 80}).trial_count() == 80
+    # 80 rows; dedup runs uniform once and raw_plus_ncc at 4 alphas per seed: 50 trials.
+    message = rejected(alpha=[0, 1, 2, 3], seeds=10, budget={"max_trials": 40})
+    assert "the plan has 50 trials, over budget.max_trials = 40" in message
+    assert spec(alpha=[0, 1, 2, 3], seeds=10, budget={"max_trials": 50}).trial_count() == 50
     assert "the plan has 300 trials" in rejected(alpha=RANGE, search={"kind": "random", "num_samples": 100},
                                                  seeds=3)
 
@@ -286,14 +317,14 @@ def test_unknown_option_in_inline_stack():
 
 def test_inline_stack_must_not_set_alpha_or_c_base():
     message = rejected(loss_stacks=["uniform", {"name": "mine", "preset": "ncc", "alpha": 2.0}])
-    assert "loss_stacks[1].alpha: alpha is swept at the sweep level; remove it" in message
-    assert "loss_stacks[0].c_base" in rejected(
+    assert "loss_stacks.1.alpha: alpha is swept at the sweep level; remove it" in message
+    assert "loss_stacks.0.c_base" in rejected(
         loss_stacks=[{"name": "mine", "preset": "ncc", "c_base": 2.0}])
 
 
 def test_inline_stack_needs_a_valid_name():
-    assert "loss_stacks[0].name" in rejected(loss_stacks=[{"preset": "ncc"}])
-    assert "loss_stacks[0].name" in rejected(loss_stacks=[{"name": "has space", "preset": "ncc"}])
+    assert "loss_stacks.0.name" in rejected(loss_stacks=[{"preset": "ncc"}])
+    assert "loss_stacks.0.name" in rejected(loss_stacks=[{"name": "has space", "preset": "ncc"}])
 
 
 def test_duplicate_stack_labels():
@@ -409,7 +440,7 @@ def test_dump_leaves_out_swept_template_fields():
 def test_json_schema_has_descriptions():
     schema = SweepSpec.model_json_schema()
     assert all("description" in field for field in schema["properties"].values())
-    for name in ("AlphaRange", "SearchSpec", "SchedulerSpec", "ObjectiveSpec", "BudgetSpec",
-                 "ResourcesSpec"):
+    for name in ("AlphaRange", "BetaRange", "SearchSpec", "SchedulerSpec", "ObjectiveSpec",
+                 "BudgetSpec", "ResourcesSpec", "AnalysisSpec"):
         properties = schema["$defs"][name]["properties"]
         assert all("description" in field for field in properties.values()), name

@@ -1,35 +1,14 @@
-"""Synthetic strategy task: data generator and exact z-free oracle base model."""
+"""Synthetic strategy task: data generator and exact z-free oracle base model.
 
-from workers.data.oracle import (
-    oracle_base_nll,
-    oracle_predictive,
-    oracle_strategy_posterior,
-    oracle_token_log_likelihood,
-)
-from workers.data.synthetic import (
-    BOS_ID,
-    CONTENT_START,
-    PAD_ID,
-    SyntheticSplit,
-    SyntheticTaskConfig,
-    generate_split,
-    generate_task,
-    strategy_body_token,
-    strategy_constants,
-)
+Names load on first use (``lazy_loader``), so ``workers.data.config`` imports without torch.
+"""
 
-__all__ = [
-    "BOS_ID",
-    "CONTENT_START",
-    "PAD_ID",
-    "SyntheticSplit",
-    "SyntheticTaskConfig",
-    "generate_split",
-    "generate_task",
-    "oracle_base_nll",
-    "oracle_predictive",
-    "oracle_strategy_posterior",
-    "oracle_token_log_likelihood",
-    "strategy_body_token",
-    "strategy_constants",
-]
+import lazy_loader
+
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "config": ["BOS_ID", "CONTENT_START", "PAD_ID", "SyntheticTaskConfig"],
+    "oracle": ["oracle_base_nll", "oracle_predictive", "oracle_strategy_posterior",
+               "oracle_token_log_likelihood"],
+    "synthetic": ["SyntheticSplit", "generate_split", "generate_task", "strategy_body_token",
+                  "strategy_constants"],
+})

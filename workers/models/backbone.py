@@ -9,6 +9,11 @@ from torch import nn
 from workers.data import PAD_ID
 
 
+def upcast(tensor: torch.Tensor) -> torch.Tensor:
+    """bf16/fp16 -> float32 for losses and softmaxes; float32 and float64 stay as they are."""
+    return tensor.float() if tensor.dtype in (torch.float16, torch.bfloat16) else tensor
+
+
 class SequenceEncoder(nn.Module):
     """Encodes a padded token sequence to one vector: the GRU state at each row's last token."""
 
@@ -70,7 +75,7 @@ class ConditionalDecoder(nn.Module):
         """Per-token NLL ``[B, T]`` of ``target`` (0 at PAD positions), in float32."""
         logits = self.logits(decoder_input, condition)
         nll = F.cross_entropy(
-            logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="none",
+            upcast(logits).reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="none",
             ignore_index=PAD_ID,
         )
         return nll.view_as(target)

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workers.models.backbone import ConditionalDecoder, SequenceEncoder
+from workers.models.backbone import ConditionalDecoder, SequenceEncoder, upcast
 from workers.models.config import ModelConfig
 
 
@@ -88,10 +88,10 @@ class CVAE(nn.Module):
         return self._continuous(h_context, posterior_input, decoder_input, target)
 
     def _discrete(self, h_context, posterior_input, decoder_input, target) -> CVAEOutput:
-        q_logits = self.posterior_head(posterior_input).float()
+        q_logits = upcast(self.posterior_head(posterior_input))
         log_q = F.log_softmax(q_logits, dim=-1)
         if self.config.prior == "learned":
-            log_p = F.log_softmax(self.prior_head(h_context).float(), dim=-1)
+            log_p = F.log_softmax(upcast(self.prior_head(h_context)), dim=-1)
         else:
             log_p = torch.full_like(log_q, -math.log(self.num_categories))
         q = log_q.exp()
@@ -114,13 +114,13 @@ class CVAE(nn.Module):
             token_nll = self.decoder.token_nll(
                 decoder_input, target, torch.cat([h_context, z_mean], dim=-1)
             )
-        bow = self.bow_head(torch.cat([h_context, z_mean], dim=-1)).float()
+        bow = upcast(self.bow_head(torch.cat([h_context, z_mean], dim=-1)))
         return CVAEOutput(token_nll, kl, bow, posterior_probs=q)
 
     def _continuous(self, h_context, posterior_input, decoder_input, target) -> CVAEOutput:
-        mean, logvar = self.posterior_head(posterior_input).float().chunk(2, dim=-1)
+        mean, logvar = upcast(self.posterior_head(posterior_input)).chunk(2, dim=-1)
         if self.config.prior == "learned":
-            prior_mean, prior_logvar = self.prior_head(h_context).float().chunk(2, dim=-1)
+            prior_mean, prior_logvar = upcast(self.prior_head(h_context)).chunk(2, dim=-1)
         else:
             prior_mean, prior_logvar = torch.zeros_like(mean), torch.zeros_like(logvar)
         kl = 0.5 * (
@@ -129,7 +129,7 @@ class CVAE(nn.Module):
         z = mean + torch.randn_like(mean) * (0.5 * logvar).exp() if self.training else mean
         condition = torch.cat([h_context, z.to(h_context.dtype)], dim=-1)
         token_nll = self.decoder.token_nll(decoder_input, target, condition)
-        bow = self.bow_head(condition).float()
+        bow = upcast(self.bow_head(condition))
         return CVAEOutput(token_nll, kl, bow, posterior_mean=mean, posterior_logvar=logvar)
 
 

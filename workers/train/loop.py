@@ -24,6 +24,7 @@ from workers import metrics as latent_metrics
 from workers.base import BaseSurprisal, load_or_train_base
 from workers.data import SyntheticSplit, generate_task
 from workers.models import CVAE, CVAEOutput
+from workers.models.backbone import upcast
 from workers.train.config import TrialConfig
 
 RECON_TERMS = {
@@ -147,8 +148,8 @@ class Trainer:
                 split.mask[indices],
             )
         inputs = LossInputs(
-            token_nll=output.token_nll.float(), base_nll=data.base_nll[indices],
-            mask=split.mask[indices], kl=output.kl.float(), bow_logits=output.bow_logits,
+            token_nll=upcast(output.token_nll), base_nll=data.base_nll[indices],
+            mask=split.mask[indices], kl=upcast(output.kl), bow_logits=output.bow_logits,
             targets=split.target[indices], step=self.step,
         )
         return output, inputs
@@ -157,7 +158,7 @@ class Trainer:
     def _batch_values(stack_out, diag_out, output: CVAEOutput, mask: torch.Tensor):
         """Per-batch metric tensors (on device) and the batch's count of active examples."""
         active = mask.any(dim=-1)
-        kl = output.kl.float()
+        kl = upcast(output.kl)
         kl_per_example = kl.sum(dim=-1) if kl.dim() == 2 else kl
         count = active.sum()
         values = {

@@ -1,0 +1,78 @@
+"""The FastAPI application: ``/api/v1`` routers, problem details, the supervisor's lifespan."""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from service.api import health, objectives, sweeps
+from service.api.deps import PageCache, Services
+from service.api.errors import BodySizeLimit, install_error_handlers
+from service.orchestrator.launchers import make_launcher
+from service.orchestrator.supervisor import Supervisor
+from service.settings import Settings, get_settings, hash_token
+from service.store.queries import Store
+
+API_PREFIX = "/api/v1"
+LOCAL_OWNER = "local"
+log = logging.getLogger("ksweep.service")
+
+
+def local_token(settings: Settings) -> str:
+    """The generated token of a service with no KSWEEP_API_TOKENS (owner ``local``), kept in
+    ``<sweep_root>/api-token`` with mode 0600 so that only this user's CLI can read it."""
+    path = settings.local_token_path
+    if path.is_file():
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(token + "\n")
+    return token
+
+
+def build_services(settings: Settings) -> Services:
+    tokens = settings.configured_tokens()
+    if not tokens:
+        tokens = {hash_token(local_token(settings)): LOCAL_OWNER}
+        log.warning("KSWEEP_API_TOKENS is empty: owner %r uses the token in %s",
+                    LOCAL_OWNER, settings.local_token_path)
+    store = Store(settings.store_url)
+    launcher = make_launcher(settings)
+    return Services(settings=settings, store=store, launcher=launcher,
+                    supervisor=Supervisor(settings, store, launcher), tokens=tokens,
+                    pages=PageCache(store, settings.list_cache_s))
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        services = build_services(settings)
+        app.state.services = services
+        services.supervisor.lead_and_tick()  # reconcile before the first request (if leading)
+        services.supervisor.start()
+        try:
+            yield
+        finally:
+            services.supervisor.stop()
+            services.store.close()
+
+    app = FastAPI(
+        title="kappa-sweep",
+        version="0.1.0",
+        description="Sweeps over the concentration knob alpha and loss stacks for CVAEs: submit "
+                    "a spec, follow its trials, read the comparison report; runs land in MLflow.",
+        lifespan=lifespan,
+    )
+    install_error_handlers(app)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    for router in (sweeps.router, objectives.router, health.router):
+        app.include_router(router, prefix=API_PREFIX)
+    return app

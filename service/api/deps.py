@@ -1,0 +1,112 @@
+"""FastAPI dependencies: the process's services, and who the caller is."""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+from typing import Any
+
+from cachetools import TTLCache
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from service.api.errors import ProblemError
+from service.orchestrator.launchers import Launcher
+from service.orchestrator.supervisor import Supervisor
+from service.settings import ADMIN_OWNER, Settings, hash_token
+from service.store.queries import Store
+
+bearer = HTTPBearer(auto_error=False, description="An API token: KSWEEP_API_TOKENS owner:token.")
+
+
+class PageCache:
+    """GET /sweeps pages, reused for ``ttl_s`` seconds while the store has not been written by
+    this process: dashboards and ``ksweep status`` poll the same page over and over, and a
+    page is no staler than the drivers' own ~1 s progress reports. ``ttl_s <= 0`` turns it off.
+    Used from the event loop only (`async` endpoints): cachetools caches are not thread-safe.
+    """
+
+    MAX_ENTRIES = 256
+
+    def __init__(self, store: Store, ttl_s: float) -> None:
+        self.store, self.ttl_s = store, ttl_s
+        self._entries: TTLCache[tuple[Any, ...], tuple[int, Any]] | None = (
+            TTLCache(maxsize=self.MAX_ENTRIES, ttl=ttl_s) if ttl_s > 0 else None)
+
+    def get(self, key: tuple[Any, ...]) -> Any | None:
+        """The page stored under ``key``, unless it expired or the store changed since."""
+        entry = self._entries.get(key) if self._entries is not None else None
+        if entry is None or entry[0] != self.store.generation:
+            return None
+        return entry[1]
+
+    def put(self, key: tuple[Any, ...], value: Any) -> None:
+        if self._entries is not None:
+            self._entries[key] = (self.store.generation, value)
+
+
+@dataclass
+class Services:
+    settings: Settings
+    store: Store
+    launcher: Launcher
+    supervisor: Supervisor
+    tokens: dict[str, str]  # sha256(token) -> owner
+    pages: PageCache
+
+
+# Dependencies are `async def` so FastAPI runs them on the event loop instead of handing each
+# to the thread pool (a pool round trip costs more than their work).
+async def get_services(request: Request) -> Services:
+    return request.app.state.services
+
+
+def _owner_of(credentials: HTTPAuthorizationCredentials | None, services: Services) -> str | None:
+    if credentials is None or credentials.scheme.lower() != "bearer":
+        return None
+    # The token's hash against every known hash in constant time (no early exit, no
+    # short-circuiting comparison); the plain token is never stored, compared or logged.
+    digest = hash_token(credentials.credentials)
+    owner = None
+    for known, name in services.tokens.items():
+        if hmac.compare_digest(known, digest):
+            owner = name
+    return owner
+
+
+def _unauthorized(detail: str) -> ProblemError:
+    return ProblemError(401, "Unauthorized", detail, kind="unauthorized",
+                        headers={"WWW-Authenticate": "Bearer"})
+
+
+def _require_owner(credentials: HTTPAuthorizationCredentials | None, services: Services) -> str:
+    if credentials is None:
+        raise _unauthorized("this request needs 'Authorization: Bearer <token>' (KSWEEP_TOKEN)")
+    owner = _owner_of(credentials, services)
+    if owner is None:
+        raise _unauthorized("the bearer token is not valid")
+    return owner
+
+
+async def require_owner(credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
+                        services: Services = Depends(get_services)) -> str:
+    """The caller's owner name; 401 without a valid bearer token."""
+    return _require_owner(credentials, services)
+
+
+async def read_access(request: Request, services: Services = Depends(get_services)) -> str | None:
+    """Reads are open unless KSWEEP_READ_AUTH is set; then they need a valid token too.
+
+    The header is read by hand rather than through ``bearer`` so that the OpenAPI document
+    does not claim reads need a token when, by default, they do not.
+    """
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    credentials = HTTPAuthorizationCredentials(scheme=scheme, credentials=token.strip()) \
+        if scheme and token.strip() else None
+    if not services.settings.read_auth:
+        return _owner_of(credentials, services)
+    return _require_owner(credentials, services)
+
+
+def may_act_on(owner: str, sweep_owner: str) -> bool:
+    return owner in (sweep_owner, ADMIN_OWNER)

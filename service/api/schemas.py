@@ -1,0 +1,158 @@
+"""The REST contract: every request and response body of ``/api/v1``."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+SweepState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+TrialState = Literal["pending", "running", "done", "stopped", "failed"]
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+
+
+def _as_utc(value: datetime) -> datetime:
+    # SQLite hands back naive datetimes; every stored time is UTC.
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+Timestamp = Annotated[datetime, AfterValidator(_as_utc)]
+
+
+class FieldProblem(BaseModel):
+    """One invalid field."""
+
+    field: str = Field(..., description="Dotted path of the field in the request ('alpha.low').",
+                       examples=["alpha.low"])
+    message: str = Field(..., examples=["Input should be greater than or equal to 0"])
+
+
+class Problem(BaseModel):
+    """An error, as RFC 9457 problem details."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "type": "https://kappa-sweep.dev/problems/invalid-spec", "title": "Invalid sweep spec",
+        "status": 422, "detail": "1 problem in the request",
+        "errors": [{"field": "alpha.low", "message": "Input should be greater than or equal to 0"}],
+    }]})
+
+    type: str = Field("about:blank", description="A URI naming the kind of problem.")
+    title: str
+    status: int
+    detail: str | None = None
+    instance: str | None = None
+    errors: list[FieldProblem] | None = Field(None, description="Per-field problems, if any.")
+    sweep_id: str | None = Field(None, description="The sweep involved (idempotency conflicts).")
+
+
+class Counters(BaseModel):
+    """Trial counters; they add up to ``total``."""
+
+    total: int
+    pending: int
+    running: int
+    done: int
+    failed: int
+    stopped: int
+
+
+class BestSoFar(BaseModel):
+    metric: str | None = Field(None, description="The spec's primary objective metric.")
+    value: float | None = None
+    trial_id: str | None = None
+    config: dict[str, Any] | None = Field(None, description="alpha, loss_stack, model, seed.")
+
+
+class MlflowLinks(BaseModel):
+    experiment_id: str | None = None
+    parent_run_id: str | None = None
+    ui_url: str | None = Field(None, description="The parent run in the MLflow UI.")
+
+
+class DriverInfo(BaseModel):
+    launcher: str | None = Field(None, description="local | ray")
+    handle: str | None = Field(None, description="pid:PID@HOST or ray-job:SUBMISSION_ID")
+    attempts: int = Field(..., description="Times the driver was started (restarts + 1).")
+
+
+class Sweep(BaseModel):
+    """A sweep and where it stands."""
+
+    id: str
+    name: str
+    owner: str
+    state: SweepState
+    counters: Counters
+    progress: float = Field(..., ge=0, le=1, description="Finished trials / total.")
+    best: BestSoFar
+    eta_seconds: float | None = Field(None, description="Estimated seconds to the end.")
+    created_at: Timestamp
+    started_at: Timestamp | None = None
+    finished_at: Timestamp | None = None
+    updated_at: Timestamp
+    error: str | None = None
+    mlflow: MlflowLinks
+    driver: DriverInfo
+    links: dict[str, str]
+
+
+class SweepPage(BaseModel):
+    items: list[Sweep]
+    total: int
+    limit: int
+    offset: int
+
+
+class Trial(BaseModel):
+    trial_id: str
+    state: TrialState
+    config: dict[str, Any] = Field(..., description="alpha, loss_stack, model, seed.")
+    metrics: dict[str, float] = Field(..., description="The latest value of every metric.")
+    epochs: int
+    mlflow_run_id: str | None = None
+    error: str | None = None
+    updated_at: Timestamp
+
+
+class TrialPage(BaseModel):
+    items: list[Trial]
+    total: int
+    limit: int
+    offset: int
+
+
+class TermInfo(BaseModel):
+    name: str
+    summary: str
+    weight: str = Field(..., description="What the term's weight means (e.g. beta).")
+    needs: list[str]
+    needs_c_base: bool
+    options: dict[str, Any] = Field(..., description="JSON schema of the term's options.")
+
+
+class PresetInfo(BaseModel):
+    name: str
+    summary: str
+    terms: dict[str, Any]
+
+
+class Objectives(BaseModel):
+    terms: list[TermInfo]
+    presets: list[PresetInfo]
+    metrics: list[str] = Field(..., description="Metric names valid as sweep objectives.")
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+
+
+class Check(BaseModel):
+    ok: bool
+    detail: str
+
+
+class Readiness(BaseModel):
+    status: Literal["ready", "degraded", "unready"]
+    checks: dict[str, Check]

@@ -1,0 +1,252 @@
+"""What the service and its drivers do with the store: every query in one place.
+
+State changes are conditional updates (``... WHERE state = 'running'``), so a driver's
+late progress report can never revive a sweep that was cancelled or already finished,
+and two supervisors can never both start the same queued sweep.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Row, func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from service.store.db import (
+    ACTIVE_STATES,
+    SweepRow,
+    TrialRow,
+    make_engine,
+    make_sessionmaker,
+    migrate,
+    utcnow,
+)
+from sweeps.progress import SweepStatus
+
+_COUNTERS = ("total", "pending", "running", "done", "failed", "stopped")
+# Plain rows of every column but the spec and the report: reads that show a sweep need no more,
+# and skipping the ORM's identity map and those JSON documents halves their cost.
+_SUMMARY_COLUMNS = tuple(c for c in SweepRow.__table__.c if c.name not in ("spec", "report"))
+
+
+class IdempotencyConflict(Exception):
+    """The Idempotency-Key was used before with a different request body."""
+
+    def __init__(self, sweep_id: str) -> None:
+        super().__init__(sweep_id)
+        self.sweep_id = sweep_id
+
+
+@dataclass
+class Page:
+    items: list[Any]
+    total: int
+
+
+class Store:
+    """The SQL store of sweeps and trials (SQLite or Postgres)."""
+
+    def __init__(self, url: str, *, apply_migrations: bool = True) -> None:
+        self.url = url
+        if apply_migrations:
+            migrate(url)
+        self.engine = make_engine(url)
+        self.session = make_sessionmaker(self.engine)
+        # One writer at a time within the process: concurrent submissions queue here and
+        # wake at once, instead of in SQLite's busy-wait sleeps of up to 100 ms.
+        self._write_lock = threading.Lock()
+        self.generation = 0  # bumped by every write made through this Store
+
+
+    @contextmanager
+    def writing(self, *, changes_sweeps: bool = True) -> Iterator[Session]:
+        """A write transaction, under the process's write lock. ``changes_sweeps=False`` (the
+        supervisor lease's renewals) leaves :attr:`generation`, and so cached pages, alone."""
+        with self._write_lock, self.session.begin() as session:
+            if changes_sweeps:
+                self.generation += 1
+            yield session
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    def ping(self) -> None:
+        with self.session() as session:
+            session.execute(select(1))
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # ---- sweeps -------------------------------------------------------------------------
+
+    def create_sweep(self, *, sweep_id: str, owner: str, name: str, spec: dict[str, Any],
+                     request_hash: str, idempotency_key: str | None, total: int) -> tuple[SweepRow, bool]:
+        """Store a queued sweep; returns it and True.
+
+        The caller looks an Idempotency-Key up first (:meth:`find_by_idempotency_key`); when a
+        concurrent request with the same key wins the race to insert, this returns that
+        request's sweep and False for the same body, and raises :class:`IdempotencyConflict`
+        for another body.
+        """
+        row = SweepRow(id=sweep_id, owner=owner, name=name, state="queued", spec=spec,
+                       request_hash=request_hash, idempotency_key=idempotency_key,
+                       total=total, pending=total, attempts=0)
+        try:
+            with self.writing() as session:
+                session.add(row)
+        except IntegrityError:
+            earlier = self.find_by_idempotency_key(owner, idempotency_key or "")
+            if earlier is None:
+                raise
+            return self._replay(earlier, request_hash), False
+        return row, True
+
+    @staticmethod
+    def _replay(earlier: SweepRow, request_hash: str) -> SweepRow:
+        if earlier.request_hash != request_hash:
+            raise IdempotencyConflict(earlier.id)
+        return earlier
+
+    def find_by_idempotency_key(self, owner: str, key: str) -> SweepRow | None:
+        with self.session() as session:
+            return session.scalars(select(SweepRow).where(
+                SweepRow.owner == owner, SweepRow.idempotency_key == key)).first()
+
+    def get_sweep(self, sweep_id: str) -> SweepRow | None:
+        with self.session() as session:
+            return session.get(SweepRow, sweep_id)
+
+    def get_sweep_summary(self, sweep_id: str) -> Row | None:
+        """The sweep without its two big JSON columns (spec, report): what GET /sweeps/{id} shows."""
+        with self.session() as session:
+            return session.execute(select(*_SUMMARY_COLUMNS).where(SweepRow.id == sweep_id)).first()
+
+    def list_sweeps(self, *, state: str | None = None, owner: str | None = None,
+                    limit: int = 50, offset: int = 0) -> Page:
+        """Summaries (no spec, no report), newest first."""
+        query = select(*_SUMMARY_COLUMNS)
+        counted = select(func.count()).select_from(SweepRow)
+        if state is not None:
+            query, counted = query.where(SweepRow.state == state), counted.where(SweepRow.state == state)
+        if owner is not None:
+            query, counted = query.where(SweepRow.owner == owner), counted.where(SweepRow.owner == owner)
+        query = query.order_by(SweepRow.created_at.desc(), SweepRow.id).limit(limit).offset(offset)
+        with self.session() as session:
+            total = session.scalar(counted) or 0
+            return Page(list(session.execute(query)), total)
+
+    def count_active(self, owner: str) -> int:
+        with self.session() as session:
+            return session.scalar(select(func.count()).select_from(SweepRow).where(
+                SweepRow.owner == owner, SweepRow.state.in_(ACTIVE_STATES))) or 0
+
+    def sweeps_in_state(self, state: str) -> list[SweepRow]:
+        """Sweeps in ``state``, oldest first (the queue order)."""
+        with self.session() as session:
+            return list(session.scalars(select(SweepRow).where(SweepRow.state == state)
+                                        .order_by(SweepRow.created_at, SweepRow.id)))
+
+    def count_in_state(self, state: str) -> int:
+        with self.session() as session:
+            return session.scalar(select(func.count()).select_from(SweepRow)
+                                  .where(SweepRow.state == state)) or 0
+
+    def _transition(self, sweep_id: str, from_states: Sequence[str], **values: Any) -> bool:
+        values.setdefault("updated_at", utcnow())
+        with self.writing() as session:
+            result = session.execute(update(SweepRow).where(
+                SweepRow.id == sweep_id, SweepRow.state.in_(tuple(from_states))).values(**values))
+            return result.rowcount == 1
+
+    def mark_launched(self, sweep_id: str, *, launcher: str, handle: str, attempts: int,
+                      from_states: Sequence[str] = ("queued",)) -> bool:
+        """queued -> running (or a restart of a running sweep) with its new driver."""
+        now = utcnow()
+        values: dict[str, Any] = {"state": "running", "launcher": launcher, "driver_handle": handle,
+                                  "attempts": attempts, "heartbeat_at": now}
+        row = self.get_sweep(sweep_id)
+        if row is not None and row.started_at is None:
+            values["started_at"] = now
+        return self._transition(sweep_id, from_states, **values)
+
+    def set_driver_handle(self, sweep_id: str, handle: str) -> None:
+        with self.writing() as session:
+            session.execute(update(SweepRow).where(SweepRow.id == sweep_id)
+                            .values(driver_handle=handle))
+
+    def finish(self, sweep_id: str, state: str, *, error: str | None = None,
+               from_states: Sequence[str] = ACTIVE_STATES) -> bool:
+        """Move an active sweep to a terminal state (False when it was not active)."""
+        values: dict[str, Any] = {"state": state, "finished_at": utcnow(), "eta_seconds": 0.0,
+                                  "running": 0}
+        if error is not None:
+            values["error"] = error[:5000]
+        return self._transition(sweep_id, from_states, **values)
+
+    # ---- progress from drivers ---------------------------------------------------------------
+
+    def publish_status(self, status: SweepStatus, report: dict[str, Any] | None = None) -> bool:
+        """Record a driver's progress; a terminal status also ends the sweep.
+
+        Only a running sweep is updated: False means the sweep was cancelled (or ended)
+        under the driver, which should then stop.
+        """
+        now = utcnow()
+        values: dict[str, Any] = {name: int(getattr(status, name)) for name in _COUNTERS}
+        best = status.best_value
+        values.update(
+            best_metric=status.best_metric,
+            best_value=best if best is not None and math.isfinite(best) else None,
+            best_trial=status.best_trial, best_config=status.best_config,
+            eta_seconds=status.eta_seconds, experiment_id=status.experiment_id,
+            parent_run_id=status.parent_run_id, heartbeat_at=now, updated_at=now,
+        )
+        if status.state in ("succeeded", "failed"):
+            values.update(state=status.state, finished_at=now, error=status.error, running=0)
+            if report is not None:
+                values["report"] = report
+        with self.writing() as session:
+            result = session.execute(update(SweepRow).where(
+                SweepRow.id == status.sweep_id, SweepRow.state == "running").values(**values))
+            if result.rowcount != 1:
+                return False
+            self._upsert_trials(session, status.sweep_id, status.trials, now)
+        return True
+
+    @staticmethod
+    def _upsert_trials(session: Any, sweep_id: str, trials: list[dict[str, Any]],
+                       now: datetime) -> None:
+        existing = {row.trial_id: row for row in session.scalars(
+            select(TrialRow).where(TrialRow.sweep_id == sweep_id))}
+        for position, record in enumerate(trials):
+            values = {"position": position, "state": record["state"], "config": record["config"],
+                      "metrics": record["metrics"], "epochs": record.get("epochs", 0),
+                      "mlflow_run_id": record.get("mlflow_run_id"), "error": record.get("error"),
+                      "updated_at": now}
+            row = existing.get(record["trial_id"])
+            if row is None:
+                session.add(TrialRow(sweep_id=sweep_id, trial_id=record["trial_id"], **values))
+                continue
+            if record.get("error") is None:
+                values.pop("error")  # keep an error recorded earlier
+            for key, value in values.items():
+                setattr(row, key, value)
+
+    def list_trials(self, sweep_id: str, *, state: str | None = None, limit: int = 100,
+                    offset: int = 0) -> Page:
+        query = select(TrialRow).where(TrialRow.sweep_id == sweep_id)
+        counted = select(func.count()).select_from(TrialRow).where(TrialRow.sweep_id == sweep_id)
+        if state is not None:
+            query, counted = query.where(TrialRow.state == state), counted.where(TrialRow.state == state)
+        query = query.order_by(TrialRow.position, TrialRow.trial_id).limit(limit).offset(offset)
+        with self.session() as session:
+            return Page(list(session.scalars(query)), session.scalar(counted) or 0)
+

@@ -1,0 +1,135 @@
+"""report.md from report.json: the headline, the per-alpha table, contrasts, best, collapse,
+and the words on what the report cannot claim. Nothing here computes a statistic."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["headline", "report_markdown"]
+
+ALL = "all"
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _interval(entry: Mapping[str, Any], key: str = "mean") -> str:
+    if entry.get(key) is None:
+        return "-"
+    if entry.get("ci_low") is None:
+        return f"{entry[key]:.3f} (n={entry.get('n', entry.get('n_pairs', 1))}, no interval)"
+    return f"{entry[key]:.3f} [{entry['ci_low']:.3f}, {entry['ci_high']:.3f}]"
+
+
+def _beta(entry: Mapping[str, Any]) -> str:
+    beta = "-" if entry.get("beta") is None else f"{entry['beta']:g}"
+    effective = entry.get("beta_effective")
+    return beta if effective is None else f"{beta} (eff {effective:.3g})"
+
+
+def headline(report: Mapping[str, Any]) -> str:
+    """One line: the primary family's verdict (what the data supports, nothing more)."""
+    primary = [c for c in report["contrasts"] if c["family"] == "primary"]
+    metric, split = report["analysis"]["metric"], report["split"]
+    if not primary:
+        return f"No primary contrast could be computed on {split} {metric}."
+    claims = [c for c in primary if c["claim"].startswith(("higher", "lower"))]
+    if all(c["n_pairs"] < 3 for c in primary):
+        return "No claim: fewer than 3 paired seeds in every primary contrast."
+    if not claims:
+        return (f"No significant difference in the primary family ({len(primary)} contrasts on "
+                f"{split} {metric}, Holm-adjusted).")
+    parts = [f"{c['loss_stack']} {c['claim'].split(' (')[0]} at alpha {c['alpha']:g}"
+             f" ({c['kind']}, {c['model']}, beta {_beta(c)}): {_interval(c, 'mean_diff')}"
+             for c in claims]
+    return f"{len(claims)} of {len(primary)} primary contrasts differ: " + "; ".join(parts)
+
+
+def _alpha_table(report: Mapping[str, Any], metric: str) -> list[str]:
+    split = report["split"]
+    cells = [c for c in report["cells"] if c["split"] == split and c["metric"] == metric]
+    kinds = sorted({c["kind"] for c in cells}, key=lambda k: (k != ALL, k))
+    lines = [f"## {split} {metric} by alpha (mean [95% t interval], per-seed values)", ""]
+    header = ["model", "beta", "loss_stack", "alpha", *kinds, "seeds"]
+    lines += ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    rows: dict[tuple, dict[str, Any]] = {}
+    for cell in cells:
+        key = (cell["model"], cell["beta"] if cell["beta"] is not None else -1,
+               cell["free_bits"] or 0, cell["loss_stack"], cell["alpha"])
+        rows.setdefault(key, {"cell": cell})[cell["kind"]] = cell
+    for key in sorted(rows):
+        entry = rows[key]
+        cell = entry["cell"]
+        shown = [_interval(entry[k]) if k in entry else "-" for k in kinds]
+        values = ", ".join(_num(v, 2) for v in entry.get(ALL, cell)["values"])
+        shared = " (shared trial)" if cell["shared_with"] else ""
+        lines.append("| " + " | ".join([cell["model"], _beta(cell), cell["loss_stack"] + shared,
+                                        f"{cell['alpha']:g}", *shown, values]) + " |")
+    return lines
+
+
+def _contrast_table(contrasts: Sequence[Mapping[str, Any]], title: str) -> list[str]:
+    if not contrasts:
+        return []
+    lines = [f"## {title}", "",
+             "| family | contrast | model | alpha | beta | kind | metric | mean diff [95%] | "
+             "p (Holm) | pairs | matching | what it supports |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in contrasts:
+        name = f"{c['loss_stack']} - {c['baseline']}"
+        p = c["p_adjusted"] if c["family"] == "primary" else c["p_value"]
+        p_text = "-" if p is None else f"{p:.3g}" + ("" if c["family"] == "primary" else " (raw)")
+        lines.append(
+            f"| {c['family']} | {name} | {c['model']} | {c['alpha']:g} | {_beta(c)} | {c['kind']} "
+            f"| {c['metric']} | {_interval(c, 'mean_diff')} | {p_text} | {c['n_pairs']} | "
+            f"{c['beta_matching']} | {c['claim']} |")
+    return lines + [""]
+
+
+def report_markdown(report: Mapping[str, Any], metrics: Sequence[str] | None = None) -> str:
+    """The report as Markdown (what ``ksweep report`` prints and report.md holds)."""
+    metric = report["analysis"]["metric"]
+    dedup = report["dedup"]
+    lines = [f"# Sweep {report['name']} ({report['sweep_id']})", "",
+             f"**{headline(report)}**", "",
+             f"Trials: {', '.join(f'{k} {v}' for k, v in sorted(report['counts'].items()))}; "
+             f"{dedup['trials_requested']} rows requested, {dedup['trials_run']} trials run "
+             f"({dedup['trials_saved_by_dedup']} saved by dedup). Tables: {report['split']} "
+             f"split, read at {report['readout_source']}. Selection (best, collapse beta) reads "
+             "val only.", ""]
+    views = report.get("mlflow_views") or {}
+    if views:
+        lines += [f"MLflow: metric against alpha (summary runs) {views['summary']} ; "
+                  f"the trial runs with their axes {views['trials']}", ""]
+    if report["limitations"]:
+        lines += ["## What this report cannot claim", ""]
+        lines += [f"- {words}" for words in report["limitations"]] + [""]
+    for name in metrics or (metric,):
+        lines += _alpha_table(report, name) + [""]
+    primary = [c for c in report["contrasts"] if c["family"] == "primary"]
+    lines += _contrast_table(primary, "Primary contrasts (Holm within this family)")
+    caveat = [c for c in report["contrasts"] if c["family"] != "primary"
+              and c["contrast"] in ("caveat", "interaction")]
+    lines += _contrast_table(caveat, "Caveat contrasts (exploratory)")
+    others = [c for c in report["contrasts"] if c["family"] != "primary"
+              and c["contrast"] == "stack" and c["metric"] == metric and c["kind"] == ALL]
+    lines += _contrast_table(others, "Other stack contrasts on the primary metric (exploratory)")
+    lines += ["## Best configuration per model and beta (chosen on val, test beside it)", ""]
+    for best in report["best"]:
+        chosen = best["selected"]
+        lines.append(f"- {best['model']}, beta {_beta(best)}: {chosen['loss_stack']} at alpha "
+                     f"{chosen['alpha']:g} (val {_num(best['val']['mean'])}); "
+                     f"{best['split']} {_interval(best['test'] or {})}"
+                     + (f"; tied on val with {', '.join(best['ties_on_val'])}"
+                        if best["ties_on_val"] else ""))
+    if report["collapse"]:
+        lines += ["", "## Collapse beta (largest beta with mean val NMI >= threshold)", ""]
+        for entry in report["collapse"]:
+            beta = "-" if entry["collapse_beta"] is None else (
+                f"{entry['collapse_beta']:g} (eff {_num(entry['collapse_beta_effective'], 3)})")
+            lines.append(f"- {entry['loss_stack']} alpha {entry['alpha']:g} {entry['model']}: "
+                         f"{beta}, {entry['status']}; {entry['split']} NMI there "
+                         f"{_interval(entry['test'] or {})}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,253 @@
+"""The sections of a sweep spec besides its axes: search, scheduler, objective, budget,
+resources, and the analysis the report runs (which contrasts, which family is primary)."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from workers.contract import DEFAULT_OBJECTIVE_METRIC, MAXIMISED_METRICS, METRIC_NAMES
+
+__all__ = [
+    "METRIC_NAMES",
+    "READOUT_METRICS",
+    "AlphaRange",
+    "AnalysisSpec",
+    "BetaRange",
+    "BudgetSpec",
+    "ContrastSpec",
+    "FreeBitsRange",
+    "ObjectiveSpec",
+    "ResourcesSpec",
+    "SchedulerSpec",
+    "SearchSpec",
+    "ValueRange",
+]
+
+# Every metric a trial reports per epoch (DESIGN.md), i.e. every valid objective metric, and
+# which of them are better when higher: workers/contract.py.
+_MAXIMISED = MAXIMISED_METRICS
+
+
+class ValueRange(BaseModel):
+    """A continuous range of one axis for random or Optuna search."""
+
+    model_config = ConfigDict(extra="forbid")
+    axis: ClassVar[str] = "value"
+
+    low: float = Field(..., ge=0, allow_inf_nan=False, description="Smallest value (>= 0).")
+    high: float = Field(..., allow_inf_nan=False, description="Largest value (> low).")
+    log: bool = Field(
+        False,
+        description="Sample log-uniformly (needs low > 0). Useful when small values matter as "
+        "much as large ones.",
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ValueRange:
+        axis = self.axis
+        if self.high <= self.low:
+            raise ValueError(f"{axis}.high ({self.high:g}) must be > {axis}.low ({self.low:g})")
+        if self.log and self.low <= 0:
+            raise ValueError(
+                f"{axis}.low must be > 0 for a log range (log: true); use log: false to start at 0"
+            )
+        return self
+
+    def describe(self) -> str:
+        """The range as the plan shows it, e.g. ``U[0, 4]`` or ``logU[0.1, 4]``."""
+        return f"{'logU' if self.log else 'U'}[{self.low:g}, {self.high:g}]"
+
+
+class AlphaRange(ValueRange):
+    """A continuous range of alpha for random or Optuna search."""
+
+    axis: ClassVar[str] = "alpha"
+
+
+class BetaRange(ValueRange):
+    """A continuous range of beta (the KL weight) for random or Optuna search."""
+
+    axis: ClassVar[str] = "beta"
+
+
+class FreeBitsRange(ValueRange):
+    """A continuous range of free bits (nats) for random or Optuna search."""
+
+    axis: ClassVar[str] = "free_bits"
+
+
+class SearchSpec(BaseModel):
+    """How trial configurations are chosen."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["grid", "random", "optuna"] = Field(
+        "grid",
+        description="'grid': every combination of alpha values, stacks, models and seeds. "
+        "'random': num_samples draws of alpha from a range and of stack and model uniformly, each "
+        "run once per seed. 'optuna': num_samples trials proposed by an Optuna sampler.",
+    )
+    sampler: Literal["tpe", "cmaes", "nsga2"] = Field(
+        "tpe",
+        description="Optuna sampler (search.kind=optuna only). nsga2 also handles several "
+        "objective metrics.",
+    )
+    seed: int = Field(0, ge=0, description="Seed of the random/Optuna sampler (not of the trials).")
+    num_samples: int = Field(
+        8, ge=1, le=10_000, description="Sampled configurations (random and optuna; grid ignores it)."
+    )
+
+
+class SchedulerSpec(BaseModel):
+    """Whether and how unpromising trials are stopped early."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["fifo", "asha"] = Field(
+        "fifo", description="'fifo': every trial runs all its epochs. 'asha': async successive halving."
+    )
+    grace_period: int = Field(
+        1, ge=1, description="ASHA: epochs every trial runs before it can be stopped."
+    )
+    max_t: int | None = Field(
+        None,
+        ge=1,
+        description="ASHA: epochs of the longest trial. Unset: template.training.epochs; never more.",
+    )
+    reduction_factor: float = Field(
+        2.0, gt=1, allow_inf_nan=False,
+        description="ASHA: 1/reduction_factor of the trials go on at each rung.",
+    )
+
+
+class ObjectiveSpec(BaseModel):
+    """The metric(s) the search optimises and the report ranks by (final epoch values)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    metrics: list[str] = Field(
+        default_factory=lambda: [DEFAULT_OBJECTIVE_METRIC],
+        min_length=1,
+        max_length=4,
+        description="Metric names (see METRIC_NAMES); the first is the primary one. Several "
+        "metrics make a multi-objective Optuna search.",
+    )
+    modes: list[Literal["max", "min"]] | None = Field(
+        None,
+        description="'max' or 'min' per metric. Unset: 'max' for latent recovery (nmi, ari, "
+        "mutual_info, active_units), 'min' for everything else.",
+    )
+
+    @field_validator("metrics")
+    @classmethod
+    def _known_metrics(cls, metrics: list[str]) -> list[str]:
+        for metric in metrics:
+            if metric not in METRIC_NAMES:
+                raise ValueError(
+                    f"unknown metric {metric!r}; valid metrics: {', '.join(METRIC_NAMES)}"
+                )
+        if len(set(metrics)) != len(metrics):
+            raise ValueError("objective.metrics must not repeat a metric")
+        return metrics
+
+    @model_validator(mode="after")
+    def _modes_match(self) -> ObjectiveSpec:
+        if self.modes is not None and len(self.modes) != len(self.metrics):
+            raise ValueError(
+                f"objective.modes has {len(self.modes)} entries but objective.metrics has "
+                f"{len(self.metrics)}; give one mode per metric, or leave modes unset"
+            )
+        return self
+
+    def resolved_modes(self) -> list[str]:
+        """The given modes, or the default per metric."""
+        if self.modes is not None:
+            return list(self.modes)
+        return ["max" if metric in _MAXIMISED else "min" for metric in self.metrics]
+
+
+class BudgetSpec(BaseModel):
+    """Limits on the whole sweep."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_trials: int = Field(
+        200, ge=1, le=10_000, description="Refuse a plan with more trials than this (a typo guard)."
+    )
+    max_concurrent_trials: int | None = Field(
+        None, ge=1, description="Trials running at once. Unset: as many as the resources allow."
+    )
+    time_budget_s: float | None = Field(
+        None, gt=0, allow_inf_nan=False,
+        description="Wall-clock limit of the sweep in seconds; running trials are stopped at it.",
+    )
+    max_failures_per_trial: int = Field(
+        1, ge=0, le=10, description="Retries of a failed trial (from its last checkpoint)."
+    )
+
+
+class ResourcesSpec(BaseModel):
+    """What one trial reserves on the cluster (fractions let trials share a device)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cpu: float = Field(1.0, gt=0, allow_inf_nan=False, description="CPUs per trial.")
+    gpu: float = Field(0.0, ge=0, allow_inf_nan=False, description="GPUs per trial (e.g. 0.25).")
+
+
+READOUT_METRICS: tuple[str, ...] = (
+    "latent_nmi", "latent_ari", "latent_nmi_auc", "mutual_info", "active_units", "kl", "loss",
+    "recon_uniform", "kappa_mean",
+)
+"""Read-outs (names without split and kind) the report summarises by default."""
+
+
+class ContrastSpec(BaseModel):
+    """One comparison of the report: ``stack - baseline``, paired by seed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    stack: str = Field(..., description="The loss-stack label being compared.")
+    baseline: str = Field("uniform", description="The loss-stack label it is compared against.")
+
+
+class AnalysisSpec(BaseModel):
+    """What the report compares, and which comparisons carry its claim (the primary family).
+
+    Everything that selects (best configuration, collapse beta) reads val; every number in
+    the tables is test. Holm adjusts within the primary family only; all other contrasts are
+    shown as exploratory.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    metric: str = Field(
+        "latent_nmi",
+        description="The read-out (name without split) the primary family compares on test.",
+    )
+    metrics: list[str] = Field(
+        default_factory=lambda: list(READOUT_METRICS), min_length=1, max_length=40,
+        description="Read-outs summarised in the report's cells (names without split or kind).",
+    )
+    contrasts: list[ContrastSpec] | None = Field(
+        None,
+        description="Pairs (stack, baseline). Unset: every swept stack against uniform (when "
+        "uniform is swept).",
+    )
+    primary: Literal["stack_contrasts", "caveat"] = Field(
+        "stack_contrasts",
+        description="'stack_contrasts': the contrasts above on `metric`, all examples. 'caveat': "
+        "the caveat contrasts (R~ vs R_tok per kind and their prefix-private interaction).",
+    )
+    caveat_treated: str = Field(
+        "concentration_corrected", description="The stack label of R~ in the caveat contrasts."
+    )
+    caveat_control: str = Field(
+        "raw_token_weighted", description="The stack label of R_tok in the caveat contrasts."
+    )
+    collapse_threshold: float = Field(
+        0.9, gt=0, le=1, allow_inf_nan=False,
+        description="Collapse beta of a stack: the largest beta whose mean val NMI is >= this.",
+    )

@@ -1,0 +1,377 @@
+"""The sweep spec: which alphas, betas, free bits, loss stacks, models and seeds to train, and how.
+
+A spec is one pydantic model that rejects unknown fields at every level, so a typo
+(``template.training.epochz``) fails validation instead of silently running the defaults.
+Contradictions between sections (a grid of alphas with Optuna, several objective
+metrics with ASHA, free bits that switch the KL off, a plan over the trial budget) are
+rejected too, each with a message that names the fields involved (``sweeps.spec.checks``).
+The axes are expanded in one place only, :mod:`sweeps.plan`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    FieldSerializationInfo,
+    StringConstraints,
+    Tag,
+    ValidationError,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+
+from objectives.field_errors import located_errors
+from objectives.spec import LossStackSpec, TermSpec
+from sweeps.spec.checks import NAME_PATTERN, consistency_problems, stack_problems
+from sweeps.spec.sections import (
+    AlphaRange,
+    AnalysisSpec,
+    BetaRange,
+    BudgetSpec,
+    FreeBitsRange,
+    ObjectiveSpec,
+    ResourcesSpec,
+    SchedulerSpec,
+    SearchSpec,
+    ValueRange,
+)
+from workers.models.config import ModelConfig
+from workers.train.config import TrialConfig
+
+__all__ = ["SweepSpec"]
+
+TAG_KEY_PATTERN = r"^[A-Za-z0-9_.-]{1,100}$"
+
+ModelFamily = Literal["discrete", "continuous"]
+StackLabel = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
+
+AxisValues = Annotated[
+    list[Annotated[float, Field(ge=0, allow_inf_nan=False)]], Field(min_length=1, max_length=64)
+]
+
+
+def _range_kind(value: Any) -> str:
+    return "range" if isinstance(value, dict | ValueRange) else "values"
+
+
+def _seeds_kind(value: Any) -> str:
+    return "count" if isinstance(value, int) else "values"
+
+
+def _stack_kind(value: Any) -> str:
+    return "preset" if isinstance(value, str) else "inline"
+
+
+def _axis(range_type: type[ValueRange]) -> Any:
+    return Annotated[
+        Annotated[AxisValues, Tag("values")] | Annotated[range_type, Tag("range")],
+        Discriminator(_range_kind),
+    ]
+
+
+# Fields of the template that the axes replace (or that are ignored): never dumped.
+_TEMPLATE_SWEPT: dict[str, Any] = {"name": True, "seed": True, "loss_stack": True,
+                                   "model": {"family"}}
+
+
+def _default_common_terms() -> dict[str, TermSpec]:
+    # beta = 1 and no free bits: free bits at or above log K would let z carry the strategy
+    # without any KL pressure (the spec rejects that), so none is the safe default for every K.
+    return {"kl": TermSpec(weight=1.0)}
+
+
+def _error_lines(error: ValidationError) -> str:
+    return "; ".join(str(item["msg"]).removeprefix("Value error, ") for item in error.errors())
+
+
+class SweepSpec(BaseModel):
+    """A sweep: the axes alpha x loss stack x model family x seed over a template trial."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(
+        ..., pattern=NAME_PATTERN, description="Sweep name (letters, digits, '_', '.', '-')."
+    )
+    description: str = Field("", max_length=2000, description="Free text shown in reports.")
+    tags: dict[
+        Annotated[str, StringConstraints(pattern=TAG_KEY_PATTERN)],
+        Annotated[str, StringConstraints(max_length=500)],
+    ] = Field(default_factory=dict, max_length=50, description="MLflow tags on every run.")
+    template: TrialConfig = Field(
+        default_factory=TrialConfig,
+        description="Data, base model, model sizes and training budget shared by every trial. Its "
+        "loss_stack, seed and model.family are replaced by the swept axes; its name is ignored.",
+    )
+    alpha: _axis(AlphaRange) = Field(
+        default_factory=lambda: [0.0, 1.0, 2.0],
+        description="A list of alpha values (grid search) or {low, high, log} (random/optuna).",
+    )
+    beta: _axis(BetaRange) | None = Field(
+        None,
+        description="KL weight beta: a list (grid) or {low, high, log} (random/optuna). It "
+        "replaces the weight of every stack's kl term. Unset: each stack's own kl weight. The "
+        "report reads every result against effective beta and never picks 'the best beta'.",
+    )
+    free_bits: _axis(FreeBitsRange) | None = Field(
+        None,
+        description="Free bits of the kl term in nats (below log K, or 0): a list (grid) or a "
+        "range. Replaces every stack's kl free_bits. Unset: each stack's own.",
+    )
+    loss_stacks: list[
+        Annotated[
+            Annotated[str, Tag("preset")] | Annotated[LossStackSpec, Tag("inline")],
+            Discriminator(_stack_kind),
+        ]
+    ] = Field(
+        default_factory=lambda: ["uniform", "raw_plus_ncc"],
+        min_length=1,
+        max_length=16,
+        description="Preset names or inline stacks (with a `name`, without alpha or c_base).",
+    )
+    common_terms: dict[str, TermSpec] = Field(
+        default_factory=_default_common_terms,
+        description="Terms added to every stack that does not define the term itself (the KL, "
+        "typically).",
+    )
+    models: list[ModelFamily] = Field(
+        default_factory=lambda: ["discrete"],
+        min_length=1,
+        max_length=2,
+        description="Latent families to train: 'discrete' and/or 'continuous'.",
+    )
+    seeds: Annotated[
+        Annotated[int, Field(ge=1, le=100), Tag("count")]
+        | Annotated[
+            list[Annotated[int, Field(ge=0, le=2**31 - 1)]],
+            Field(min_length=1, max_length=100),
+            Tag("values"),
+        ],
+        Discriminator(_seeds_kind),
+    ] = Field(1, description="A count n (seeds 0..n-1) or an explicit list of seeds.")
+    search: SearchSpec = Field(default_factory=SearchSpec, description="How trials are chosen.")
+    scheduler: SchedulerSpec = Field(
+        default_factory=SchedulerSpec, description="Early stopping of trials."
+    )
+    objective: ObjectiveSpec = Field(
+        default_factory=ObjectiveSpec, description="What the search optimises."
+    )
+    budget: BudgetSpec = Field(default_factory=BudgetSpec, description="Limits on the sweep.")
+    resources: ResourcesSpec = Field(
+        default_factory=ResourcesSpec, description="Resources reserved per trial."
+    )
+    analysis: AnalysisSpec = Field(
+        default_factory=AnalysisSpec, description="What the report compares (families, contrasts)."
+    )
+
+    @field_validator("tags", mode="before")
+    @classmethod
+    def _scalar_tags_as_text(cls, value: Any) -> Any:
+        # YAML reads `version: 2` as an int; MLflow tags are text either way.
+        if isinstance(value, dict):
+            return {k: str(v) if isinstance(v, int | float) else v for k, v in value.items()}
+        return value
+
+    @field_validator("alpha", "beta", "free_bits")
+    @classmethod
+    def _distinct_values(cls, value: Any, info: Any) -> Any:
+        if isinstance(value, list):
+            repeated = sorted({a for a in value if value.count(a) > 1})
+            if repeated:
+                raise ValueError(
+                    f"{info.field_name}: duplicate values {', '.join(f'{a:g}' for a in repeated)}; "
+                    "list each value once"
+                )
+        return value
+
+    @field_validator("loss_stacks")
+    @classmethod
+    def _valid_stacks(cls, stacks: list[str | LossStackSpec]) -> list[str | LossStackSpec]:
+        problems = stack_problems(stacks)
+        if problems:
+            raise located_errors(cls.__name__, problems)
+        return stacks
+
+    @field_validator("common_terms", mode="before")
+    @classmethod
+    def _weights_shorthand(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {
+                key: {"weight": item}
+                if isinstance(item, int | float) and not isinstance(item, bool) else item
+                for key, item in value.items()
+            }
+        return value
+
+    @field_validator("common_terms")
+    @classmethod
+    def _known_common_terms(cls, terms: dict[str, TermSpec]) -> dict[str, TermSpec]:
+        if terms:
+            try:
+                LossStackSpec(terms=terms)
+            except ValidationError as error:
+                raise ValueError(f"common_terms: {_error_lines(error)}") from None
+        return terms
+
+    @field_validator("models")
+    @classmethod
+    def _distinct_models(cls, models: list[str]) -> list[str]:
+        if len(set(models)) != len(models):
+            raise ValueError("models: list each family once")
+        return models
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, seeds: int | list[int]) -> int | list[int]:
+        if isinstance(seeds, list) and len(set(seeds)) != len(seeds):
+            raise ValueError("seeds: duplicate seeds; list each seed once")
+        return seeds
+
+    @field_serializer("loss_stacks")
+    def _dump_stacks(self, stacks: list[str | LossStackSpec], info: FieldSerializationInfo) -> list:
+        # alpha and c_base are per trial; dumping their defaults would make the dump invalid.
+        mode = "json" if info.mode_is_json() else "python"
+        return [
+            stack if isinstance(stack, str)
+            else stack.model_dump(mode=mode, exclude={"alpha", "c_base"})
+            for stack in stacks
+        ]
+
+    @field_serializer("template")
+    def _dump_template(self, template: TrialConfig, info: FieldSerializationInfo) -> dict:
+        # The swept and ignored fields are left out, so two specs that run the same trials
+        # dump (and hash) the same.
+        mode = "json" if info.mode_is_json() else "python"
+        return template.model_dump(mode=mode, exclude=_TEMPLATE_SWEPT)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SweepSpec:
+        problems = consistency_problems(self)
+        if problems:
+            raise located_errors(type(self).__name__, problems)
+        return self
+
+    # ---- the axes ---------------------------------------------------------------------------
+
+    def alpha_values(self) -> list[float]:
+        """The grid of alpha values. Raises ValueError for a range."""
+        if isinstance(self.alpha, ValueRange):
+            raise ValueError("alpha is a range; it has no list of values")
+        return list(self.alpha)
+
+    def beta_values(self) -> list[float | None]:
+        """The grid of beta values; ``[None]`` (each stack's own kl weight) when not swept."""
+        if isinstance(self.beta, ValueRange):
+            raise ValueError("beta is a range; it has no list of values")
+        return [None] if self.beta is None else list(self.beta)
+
+    def free_bits_values(self) -> list[float | None]:
+        """The grid of free-bits values; ``[None]`` (each stack's own) when not swept."""
+        if isinstance(self.free_bits, ValueRange):
+            raise ValueError("free_bits is a range; it has no list of values")
+        return [None] if self.free_bits is None else list(self.free_bits)
+
+    def stack_labels(self) -> list[str]:
+        """The label of each loss stack, in spec order (the ``loss_stack`` param of a trial)."""
+        return [s if isinstance(s, str) else str(s.name) for s in self.loss_stacks]
+
+    def stack_spec(self, label: str, alpha: float, beta: float | None = None,
+                   free_bits: float | None = None) -> LossStackSpec:
+        """The stack called ``label`` at ``alpha``, with the common terms it lacks merged in,
+        and ``beta``/``free_bits`` (when given) applied to its kl term.
+
+        Raises:
+            KeyError: no stack has that label.
+        """
+        labels = self.stack_labels()
+        if label not in labels:
+            raise KeyError(f"no loss stack labelled {label!r}; stacks: {', '.join(labels)}")
+        entry = self.loss_stacks[labels.index(label)]
+        base = LossStackSpec(preset=entry) if isinstance(entry, str) else entry
+        own = base.resolved_terms()
+        terms = {**base.terms, **{k: v for k, v in self.common_terms.items() if k not in own}}
+        if (beta is not None or free_bits is not None) and "kl" in {**own, **terms}:
+            kl = {**own, **terms}["kl"]
+            options = dict(kl.options)
+            if free_bits is not None:
+                options["free_bits"] = float(free_bits)
+            terms["kl"] = TermSpec(weight=kl.weight if beta is None else float(beta),
+                                   options=options)
+        return LossStackSpec(name=label, preset=base.preset, alpha=alpha, terms=terms)
+
+    def seed_list(self) -> list[int]:
+        """The trial seeds: ``0..n-1`` for a count, else the list as given."""
+        return list(range(self.seeds)) if isinstance(self.seeds, int) else list(self.seeds)
+
+    def trial_count(self) -> int:
+        """Trials the sweep runs, after objective-equivalent rows are merged (the plan's count)."""
+        from sweeps.plan import build_plan
+
+        return build_plan(self).trial_count
+
+    def epochs_per_trial(self) -> int:
+        """The most epochs one trial runs (ASHA's max_t, else the template's epochs)."""
+        if self.scheduler.kind == "asha" and self.scheduler.max_t is not None:
+            return self.scheduler.max_t
+        return self.template.training.epochs
+
+    def trial_config(self, alpha: float, loss_stack: str, model: str, seed: int,
+                     beta: float | None = None, free_bits: float | None = None) -> TrialConfig:
+        """The template with one point of the axes applied (and a run name that says which).
+
+        Raises:
+            KeyError: unknown stack label. ValueError: a model family not in ``models``.
+        """
+        if model not in self.models:
+            raise ValueError(f"model {model!r} is not swept; models: {', '.join(self.models)}")
+        stack = self.stack_spec(loss_stack, alpha, beta, free_bits)
+        family = ModelConfig.model_validate({**self.template.model.model_dump(), "family": model})
+        name = f"{model}-{loss_stack}-a{alpha:g}"
+        name += "" if beta is None else f"-b{beta:g}"
+        name += "" if free_bits is None else f"-fb{free_bits:g}"
+        return TrialConfig.model_validate(
+            {**dict(self.template), "name": f"{name}-s{seed}", "seed": seed, "model": family,
+             "loss_stack": stack}
+        )
+
+    def trial_config_for(self, params: Mapping[str, Any]) -> TrialConfig:
+        """:meth:`trial_config` from a trial's params (Tune's config: alpha, loss_stack, model,
+        seed, and beta/free_bits when swept)."""
+        optional = {key: None if params.get(key) is None else float(params[key])
+                    for key in ("beta", "free_bits")}
+        return self.trial_config(float(params["alpha"]), str(params["loss_stack"]),
+                                 str(params["model"]), int(params["seed"]), **optional)
+
+    # ---- the objective ----------------------------------------------------------------------
+
+    def objective_modes(self) -> list[str]:
+        """'max'/'min' per objective metric (given, or the per-metric default)."""
+        return self.objective.resolved_modes()
+
+    @property
+    def primary_metric(self) -> str:
+        """The first objective metric: what single-objective search and ASHA optimise."""
+        return self.objective.metrics[0]
+
+    @property
+    def primary_mode(self) -> str:
+        """The mode of the primary metric."""
+        return self.objective_modes()[0]
+
+    # ---- serialisation ----------------------------------------------------------------------
+
+    def to_yaml(self) -> str:
+        """The full spec (defaults included) as YAML that parses back to an equal spec."""
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+    def canonical_json(self) -> str:
+        """Sorted-key compact JSON of the full spec: equal specs give equal text (for hashing)."""
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,237 @@
+"""report.json on synthetic trial results whose statistics are known by construction."""
+
+import json
+import math
+from typing import Any
+
+import pytest
+
+from sweeps import SweepSpec, build_plan
+from sweeps.readouts import TrialOutcome
+from sweeps.report import build_report, report_markdown, summary_metrics, write_report_plots
+from sweeps.report_text import headline
+
+CC = {"name": "concentration_corrected", "terms": {"concentration_corrected": 1.0}}
+SEEDS = (0, 1, 2)
+
+
+def caveat_spec(**fields: Any) -> SweepSpec:
+    return SweepSpec.model_validate({
+        "name": "syn", "template": {"data": {"num_strategies": 2}}, "alpha": [0, 1],
+        "loss_stacks": ["uniform", "raw_token_weighted", CC], "seeds": list(SEEDS), **fields})
+
+
+def _final(values: dict[str, float], *, selected: bool = True) -> dict[str, float]:
+    """values: kind -> NMI; logged on val and test (test = val - 0.05)."""
+    final: dict[str, float] = {"c_base": 2.0}
+    for kind, value in values.items():
+        path = "" if kind == "all" else f"{kind}/"
+        if selected:
+            final["selected/epoch"] = 5
+            final[f"selected/val/{path}latent_nmi"] = value
+            final[f"selected/test/{path}latent_nmi"] = value - 0.05
+        else:
+            final[f"val/{path}latent_nmi"] = value
+    return final
+
+
+def known_outcomes(spec: SweepSpec, selected: bool = True, nan_seed: int | None = None):
+    """uniform 0.5 + 0.01 s; R_tok (alpha 1) uniform + 0.1 + 0.01 (s - 1); R~ (alpha 1) equal to
+    R_tok overall, -0.2 on prefix and +0.1 on private: the interaction is -0.3 on every seed."""
+    outcomes = []
+    for index, trial in enumerate(build_plan(spec).trials):
+        seed, stack = trial["seed"], trial["loss_stack"]
+        base = 0.5 + 0.01 * seed
+        rtok = base + 0.1 + 0.01 * (seed - 1)
+        values = {"uniform": {k: base for k in ("all", "prefix", "private")},
+                  "raw_token_weighted": {k: rtok for k in ("all", "prefix", "private")},
+                  "concentration_corrected": {"all": rtok, "prefix": rtok - 0.2,
+                                              "private": rtok + 0.1}}[stack]
+        final = _final(values, selected=selected)
+        if nan_seed == seed and stack == "raw_token_weighted":
+            final = {k: math.nan if "latent_nmi" in k else v for k, v in final.items()}
+        params = {k: trial[k] for k in ("alpha", "loss_stack", "model", "seed")}
+        outcomes.append(TrialOutcome(str(index), params, "done", final, {}))
+    return outcomes
+
+
+def _find(entries, **match):
+    found = [e for e in entries if all(e.get(k) == v for k, v in match.items())]
+    assert len(found) == 1, (match, len(found))
+    return found[0]
+
+
+def test_cells_fill_every_requested_row_from_shared_trials():
+    spec = caveat_spec()
+    report = build_report(spec, "s1", known_outcomes(spec))
+    json.dumps(report, allow_nan=False)
+    assert report["dedup"] == {"trials_requested": 18, "trials_run": 9, "trials_saved_by_dedup": 9}
+    assert report["split"] == "test" and report["readout_source"] == "selected"
+    # R_tok at alpha 0 is the uniform trial: the same per-seed values.
+    shared = _find(report["cells"], loss_stack="raw_token_weighted", alpha=0.0, split="test",
+                   kind="all", metric="latent_nmi")
+    assert shared["values"] == pytest.approx([0.45, 0.46, 0.47]) and shared["n"] == 3
+    assert "uniform@alpha=0" in shared["shared_with"] and shared["beta"] == 1.0
+    # mean 0.46, sd 0.01, t(0.975, 2) 4.302653 / sqrt 3: half-width 0.024841.
+    assert shared["mean"] == pytest.approx(0.46)
+    assert shared["ci_low"] == pytest.approx(0.435159, abs=1e-6)
+    assert shared["ci_high"] == pytest.approx(0.484841, abs=1e-6)
+
+
+def test_primary_contrasts_are_paired_and_holm_adjusted():
+    spec = caveat_spec()
+    report = build_report(spec, "s1", known_outcomes(spec))
+    primary = [c for c in report["contrasts"] if c["family"] == "primary"]
+    # Each stack against uniform at alpha 1 (alpha 0 is the same trial: not a test).
+    assert {(c["loss_stack"], c["alpha"]) for c in primary} == {
+        ("raw_token_weighted", 1.0), ("concentration_corrected", 1.0)}
+    rtok = _find(primary, loss_stack="raw_token_weighted")
+    # diffs 0.09, 0.10, 0.11: mean 0.1, sd 0.01, t = 17.32 with 2 df, p = 0.003316.
+    assert rtok["mean_diff"] == pytest.approx(0.1) and rtok["n_pairs"] == 3
+    assert rtok["ci_low"] == pytest.approx(0.075159, abs=1e-6)
+    assert rtok["p_value"] == pytest.approx(0.003316, abs=1e-5)
+    assert rtok["p_adjusted"] == pytest.approx(2 * rtok["p_value"])  # Holm, m = 2, equal p
+    assert rtok["claim"].startswith("higher than uniform")
+    assert rtok["beta_matching"] == "exact"
+    same = _find(report["contrasts"], loss_stack="raw_token_weighted", alpha=0.0, kind="all",
+                 contrast="stack", metric="latent_nmi")
+    assert same["identical_objective"] and same["family"] == "exploratory"
+    assert headline(report).startswith("2 of 2 primary contrasts differ")
+
+
+def test_caveat_contrasts_and_interaction():
+    spec = caveat_spec(analysis={"primary": "caveat"})
+    report = build_report(spec, "s1", known_outcomes(spec))
+    interaction = _find(report["contrasts"], contrast="interaction")
+    assert interaction["mean_diff"] == pytest.approx(-0.3) and interaction["n_pairs"] == 3
+    assert interaction["family"] == "primary" and interaction["alpha"] == 1.0
+    prefix = _find(report["contrasts"], contrast="caveat", kind="prefix")
+    private = _find(report["contrasts"], contrast="caveat", kind="private")
+    assert prefix["mean_diff"] == pytest.approx(-0.2) and private["mean_diff"] == pytest.approx(0.1)
+    assert {prefix["family"], private["family"]} == {"primary"}
+    overall = _find(report["contrasts"], contrast="caveat", kind="all")
+    assert overall["family"] == "exploratory" and overall["mean_diff"] == pytest.approx(0.0)
+    assert all(c["family"] == "exploratory" for c in report["contrasts"] if c["contrast"] == "stack")
+
+
+def test_fewer_than_three_seeds_make_no_claim():
+    spec = caveat_spec(seeds=[0, 1])
+    report = build_report(spec, "s1", known_outcomes(spec))
+    primary = [c for c in report["contrasts"] if c["family"] == "primary"]
+    assert primary and all(c["p_value"] is None and c["p_adjusted"] is None for c in primary)
+    assert all(c["claim"].startswith("no claim") for c in primary)
+    assert any("fewer than 3" in words for words in report["limitations"])
+    assert headline(report).startswith("No claim")
+
+
+def test_nan_seed_is_counted_and_said():
+    spec = caveat_spec()
+    report = build_report(spec, "s1", known_outcomes(spec, nan_seed=1))
+    cell = _find(report["cells"], loss_stack="raw_token_weighted", alpha=1.0, split="test",
+                 kind="all", metric="latent_nmi")
+    assert (cell["n"], cell["n_nan"]) == (2, 1) and cell["values"][1] is None
+    rtok = _find(report["contrasts"], loss_stack="raw_token_weighted", alpha=1.0, kind="all",
+                 contrast="stack", metric="latent_nmi")
+    assert (rtok["n_pairs"], rtok["n_nan"]) == (2, 1) and rtok["claim"].startswith("no claim")
+    assert any("NaN" in words for words in report["limitations"])
+
+
+def test_failed_and_stopped_trials_are_excluded_and_counted():
+    spec = caveat_spec()
+    outcomes = known_outcomes(spec)
+    outcomes[0].state = "failed"
+    outcomes[1].state, outcomes[1].final = "stopped", {"val/latent_nmi": 0.9}  # ASHA-stopped
+    report = build_report(spec, "s1", outcomes)
+    assert report["excluded"] == {"failed": 1, "stopped": 1, "unfinished": 0}
+    assert report["counts"] == {"done": 7, "failed": 1, "stopped": 1}
+    assert any("1 failed, 1 stopped" in words for words in report["limitations"])
+
+
+def test_best_is_chosen_on_val_with_test_beside_it():
+    spec = caveat_spec()
+    report = build_report(spec, "s1", known_outcomes(spec))
+    (best,) = report["best"]
+    assert best["selected"]["alpha"] == 1.0 and best["val"]["mean"] == pytest.approx(0.61)
+    assert best["test"]["mean"] == pytest.approx(0.56)  # test = val - 0.05 by construction
+    assert best["ties_on_val"]  # R_tok and R~ tie overall
+
+
+def test_fallback_without_selected_readouts_is_marked():
+    spec = caveat_spec()
+    report = build_report(spec, "s1", known_outcomes(spec, selected=False))
+    assert report["readout_source"] == "final_epoch" and report["split"] == "val"
+    assert any(words.startswith("FALLBACK") for words in report["limitations"])
+    assert any("No test split" in words for words in report["limitations"])
+    assert _find(report["contrasts"], loss_stack="raw_token_weighted", alpha=1.0, kind="all",
+                 contrast="stack", metric="latent_nmi")["split"] == "val"
+
+
+def _beta_grid_outcomes(spec: SweepSpec, c_base: float):
+    """NMI = 0.1 * log2(effective beta) + 0.01 * seed for every stack: equal at matched beta."""
+    outcomes = []
+    for index, trial in enumerate(build_plan(spec).trials):
+        scale = c_base if trial["loss_stack"] == "ncc" else 1.0
+        effective = trial["beta"] * scale
+        value = 0.1 * math.log2(effective) + 0.01 * trial["seed"] + 0.5
+        final = {"c_base": c_base, "selected/epoch": 3, "selected/val/latent_nmi": value,
+                 "selected/test/latent_nmi": value}
+        params = {k: trial[k] for k in ("alpha", "loss_stack", "model", "seed", "beta")}
+        outcomes.append(TrialOutcome(str(index), params, "done", final, {}))
+    return outcomes
+
+
+def test_contrasts_at_matched_effective_beta_interpolate_in_log_beta():
+    spec = SweepSpec.model_validate({
+        "name": "b", "alpha": [1.0], "loss_stacks": ["uniform", "ncc"], "seeds": 3,
+        "beta": [0.5, 1.0, 2.0, 4.0]})
+    report = build_report(spec, "s2", _beta_grid_outcomes(spec, c_base=3.0))
+    contrasts = {c["beta"]: c for c in report["contrasts"] if c["contrast"] == "stack"
+                 and c["metric"] == "latent_nmi" and c["kind"] == "all"}
+    # ncc's effective betas are 1.5, 3, 6, 12: uniform at beta 2 and 4 lies inside (matched by
+    # interpolation, difference 0 by construction); at 0.5 and 1 outside (never extrapolated).
+    for beta in (2.0, 4.0):
+        assert contrasts[beta]["beta_matching"] == "interpolated (log beta)"
+        assert contrasts[beta]["mean_diff"] == pytest.approx(0.0, abs=1e-12)
+        assert contrasts[beta]["n_pairs"] == 3
+    for beta in (0.5, 1.0):
+        assert contrasts[beta]["beta_matching"] == "unmatched"
+        assert contrasts[beta]["n_unmatched"] == 3 and contrasts[beta]["mean_diff"] is None
+    cell = _find(report["cells"], loss_stack="ncc", beta=2.0, split="test", kind="all",
+                 metric="latent_nmi")
+    assert cell["beta_effective"] == pytest.approx(6.0)
+    # Collapse beta: NMI >= 0.9 needs 0.1 log2(eff) + 0.5 + 0.01 >= 0.9: eff >= 2^3.9 = 14.9.
+    collapse = _find(report["collapse"], loss_stack="ncc")
+    assert collapse["collapse_beta"] is None and "every beta" in collapse["status"]
+
+
+def test_collapse_beta_is_the_largest_beta_above_threshold():
+    spec = SweepSpec.model_validate({
+        "name": "c", "alpha": [1.0], "loss_stacks": ["uniform"], "seeds": 3,
+        "beta": [0.25, 0.5, 1.0, 2.0], "analysis": {"collapse_threshold": 0.4}})
+    report = build_report(spec, "s3", _beta_grid_outcomes(spec, c_base=2.0))
+    # mean NMI at beta b: 0.1 log2 b + 0.51: 0.31, 0.41, 0.51, 0.61 -> all but 0.25 >= 0.4;
+    # the largest is the grid's top: censored.
+    collapse = _find(report["collapse"], loss_stack="uniform")
+    assert collapse["collapse_beta"] == 2.0 and collapse["status"].startswith("censored")
+    spec.analysis.collapse_threshold = 0.5
+    inside = _find(build_report(spec, "s3", _beta_grid_outcomes(spec, 2.0))["collapse"],
+                   loss_stack="uniform")
+    assert inside["collapse_beta"] == 2.0
+    spec.analysis.collapse_threshold = 0.65
+    none = _find(build_report(spec, "s3", _beta_grid_outcomes(spec, 2.0))["collapse"],
+                 loss_stack="uniform")
+    assert none["collapse_beta"] is None
+
+
+def test_markdown_plots_and_summary_metrics(tmp_path):
+    spec = caveat_spec(analysis={"primary": "caveat"})
+    report = build_report(spec, "s1", known_outcomes(spec))
+    text = report_markdown(report)
+    assert "What this report cannot claim" not in text or "Shared trials" in text
+    assert "prefix-private" in text and "-0.300" in text and "Holm" in text
+    paths = write_report_plots(report, [], tmp_path)
+    names = {p.name for p in paths}
+    assert "latent_nmi_vs_alpha__discrete__beta_1__fb_0.png" in names
+    assert {"contrasts.png", "interaction.png", "curves_per_alpha.png"} <= names
+    metrics = summary_metrics(report)
+    assert metrics["final/test/latent_nmi/uniform/discrete/alpha_1/beta_1"] == pytest.approx(0.46)
