@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from workers.plots import plot_kappa_histogram, plot_reconstruction_curves
-from workers.tracking import RunLogger, flatten_config
+from workers.plots import plot_kappa_histogram, plot_position_profiles, plot_reconstruction_curves
+from workers.tracking import RunLogger, flatten_config, provenance_params
 from workers.train import Trainer, TrialConfig
 
 
@@ -24,6 +24,9 @@ def trial_params(trainer: Trainer) -> dict[str, Any]:
     params["c_base"] = trainer.c_base
     params["base_kind"] = trainer.base.kind
     params["device"] = str(trainer.device)
+    params.update(provenance_params())
+    params.update({f"data.hash.{name}": value for name, value in trainer.data_hashes.items()})
+    params["data.resolved_seed"] = trainer.config.resolved_data().seed
     return params
 
 
@@ -47,6 +50,19 @@ def log_trial_plots(logger: RunLogger, trainer: Trainer) -> None:
                 title=f"{trainer.config.loss_stack.label}, alpha = {trainer.config.alpha:g}",
             )
             logger.log_png(path)
+        if trainer.profiles:
+            path = plot_position_profiles(
+                trainer.profiles, Path(folder) / "position_profiles_val.png",
+                title=f"val at the selected epoch: {trainer.config.loss_stack.label}, "
+                f"alpha = {trainer.config.alpha:g}",
+            )
+            logger.log_png(path)
+
+
+def log_final(logger: RunLogger, trainer: Trainer) -> None:
+    """The end-of-run values (``selected/...``, speed read-outs) at the last epoch's step."""
+    final = trainer.final_metrics or trainer.finalize()
+    logger.log_metrics(final, step=trainer.epoch)
 
 
 def best_of(history: Mapping[str, list[float]], key: str, mode: str = "max") -> float:
@@ -96,6 +112,7 @@ def run_logged_trial(
         log_trial_plots(logger, trainer)
         logger.finish("FAILED")
         raise
+    log_final(logger, trainer)
     log_trial_plots(logger, trainer)
     logger.finish("FINISHED")
     return trainer, logger

@@ -1,6 +1,6 @@
 """The training recipe: trial configuration, the loop, checkpoints."""
 
-from workers.train.config import TrainingConfig, TrialConfig, load_trial_config
+from workers.train.config import ReadoutConfig, TrainingConfig, TrialConfig, load_trial_config
 from workers.train.loop import (
     Trainer,
     TrialCheckFailed,
@@ -11,6 +11,7 @@ from workers.train.loop import (
 
 __all__ = [
     "Trainer",
+    "ReadoutConfig",
     "TrainingConfig",
     "TrialCheckFailed",
     "TrialConfig",
