@@ -39,7 +39,8 @@ def discrete_example() -> TrialConfig:
 
 def test_examples_load_and_differ_in_family():
     configs = {path.stem: load_trial_config(path) for path in sorted(EXAMPLES.glob("*.yaml"))}
-    assert set(configs) == {"discrete", "continuous"}
+    assert set(configs) == {"discrete", "continuous", "mixed"}
+    assert configs["mixed"].data.mixed and configs["mixed"].training.patience
     assert configs["discrete"].model.family == "discrete"
     assert configs["continuous"].model.family == "continuous"
 

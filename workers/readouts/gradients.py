@@ -105,6 +105,9 @@ def gradient_shares(
             if norm2 == 0.0 or not group.any():
                 out[f"grad_share_{name}"] = math.nan if norm2 == 0.0 else 0.0
                 continue
+            if bool((group.to(token_nll.dtype) == mask.to(token_nll.dtype)).all()):
+                out[f"grad_share_{name}"] = 1.0  # the whole batch: no pass needed
+                continue
             part = grad_of(token_nll * group.to(token_nll.dtype))
             dot = sum(float((a.double() * b.double()).sum()) for a, b in zip(part, total, strict=True))
             out[f"grad_share_{name}"] = dot / norm2

@@ -82,7 +82,7 @@ class ReadoutConfig(BaseModel):
         "(a fixed subset); the overall train losses are the running means of the epoch's steps.",
     )
     gradient_batch: int = Field(
-        128, ge=0, le=65_536,
+        64, ge=0, le=65_536,
         description="Val examples (the first ones, fixed) of the gradient-share read-out; 0 = off.",
     )
     test: bool = Field(
