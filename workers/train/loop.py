@@ -264,10 +264,12 @@ class Trainer:
         split = data.split
         groups = token_groups(data.base_nll, data.cond_nll, split.mask, split.kind, data.prefix_length)
         params = [*self.model.target_encoder.parameters(), *self.model.posterior_head.parameters()]
-        shares = gradient_shares(
-            lambda: self._forward(data, torch.arange(size, device=self.device))[0].token_nll,
-            params, recon.build(c_base=self.c_base), data.base_nll, split.mask, groups,
-        )
+        # cuDNN's RNN backward refuses eval mode; the native kernels do not (CPU: no effect).
+        with torch.backends.cudnn.flags(enabled=False):
+            shares = gradient_shares(
+                lambda: self._forward(data, torch.arange(size, device=self.device))[0].token_nll,
+                params, recon.build(c_base=self.c_base), data.base_nll, split.mask, groups,
+            )
         return {f"val/{key}": value for key, value in shares.items()}
 
     @torch.no_grad()
