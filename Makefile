@@ -19,12 +19,14 @@ install: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 test: lint
 	$(PY) -m pytest
 
 demo: $(STAMP)
-	$(PY) -m service.demo
+	$(PY) -m examples.demo
 
 bench: $(STAMP)
 	$(PY) -m benchmarks

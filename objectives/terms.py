@@ -9,12 +9,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
+from objectives.spec import (
+    TERM_INFO,
+    BagOfWordsOptions,
+    KLOptions,
+    NoOptions,
+    TermInfo,
+    WeightingOptions,
+    kl_anneal_factor,
+)
 from objectives.token_weighting import (
     TokenWeightStats,
     _divide_by_kappa,
@@ -90,82 +99,17 @@ class TermContext:
         return self._r_tok[key]
 
 
-class NoOptions(BaseModel):
-    """This term takes no options."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-class WeightingOptions(BaseModel):
-    """Options of the token-weighted reconstruction terms."""
-
-    model_config = ConfigDict(extra="forbid")
-    alpha: float | None = Field(
-        None,
-        ge=0,
-        allow_inf_nan=False,
-        description="Override the stack's alpha for this term only (e.g. a raw term at alpha = 1 "
-        "beside a corrected one at alpha = 2). Unset: the stack's alpha.",
-    )
-
-
-class KLOptions(BaseModel):
-    """Options of the KL term. Its weight is beta."""
-
-    model_config = ConfigDict(extra="forbid")
-    free_bits: float = Field(
-        0.0,
-        ge=0,
-        allow_inf_nan=False,
-        description="Free bits lambda in nats: KL below lambda is not penalised (0 = off).",
-    )
-    free_bits_mode: Literal["example", "dimension"] = Field(
-        "example",
-        description="'example': mean_b max(lambda, sum_d KL_bd). 'dimension' (Kingma et al. 2016): "
-        "sum_d max(lambda, mean_b KL_bd), which needs kl of shape [B, D].",
-    )
-    anneal: Literal["none", "linear", "cyclical"] = Field(
-        "none",
-        description="Schedule of the factor multiplying beta: 'linear' ramps from `anneal_start` to 1 "
-        "over `warmup_steps`; 'cyclical' (Fu et al. 2019) repeats, every `cycle_steps`, a ramp over "
-        "the first `cycle_ratio` of the cycle and then holds 1.",
-    )
-    anneal_start: float = Field(
-        0.0, ge=0, le=1, allow_inf_nan=False, description="The factor at step 0 of a ramp."
-    )
-    warmup_steps: int = Field(1000, ge=1, description="Length of the linear ramp, in steps.")
-    cycle_steps: int = Field(1000, ge=1, description="Length of one cyclical period, in steps.")
-    cycle_ratio: float = Field(
-        0.5, gt=0, le=1, allow_inf_nan=False, description="Fraction of a cycle spent ramping up."
-    )
-
-
-class BagOfWordsOptions(BaseModel):
-    """Options of the kgCVAE bag-of-words auxiliary loss."""
-
-    model_config = ConfigDict(extra="forbid")
-    reduction: Literal["mean", "sum"] = Field(
-        "mean",
-        description="Per example, 'mean' averages -log p_bow(y_t) over active tokens (the scale of "
-        "the uniform reconstruction); 'sum' adds them up as Zhao et al. (2017) do.",
-    )
-
-
 TermFunction = Callable[[LossInputs, TermContext, Any], torch.Tensor]
 
 
 @dataclass(frozen=True)
 class TermDefinition:
-    """A registered loss term.
+    """A registered loss term: its description (:class:`~objectives.spec.TermInfo`) and its
+    torch function.
 
     Attributes:
-        name: the key used in loss-stack specs.
-        summary: one line for people (shown by ``GET /objectives``).
-        options_model: pydantic model of the term's options (unknown options are rejected).
+        name, summary, options_model, weight_name, needs, needs_c_base: as in ``TermInfo``.
         compute: ``(inputs, context, options) -> scalar`` unweighted term value.
-        weight_name: what the spec's weight means for this term (``beta`` for KL).
-        needs: LossInputs fields beyond token_nll/base_nll/mask the term reads.
-        needs_c_base: whether the stack must know c_base.
         weight_factor: optional ``(options, step) -> float`` schedule multiplying the weight.
     """
 
@@ -178,26 +122,33 @@ class TermDefinition:
     needs_c_base: bool = False
     weight_factor: Callable[[Any, int], float] | None = None
 
+    @classmethod
+    def from_info(cls, info: TermInfo, compute: TermFunction,
+                  weight_factor: Callable[[Any, int], float] | None = None) -> TermDefinition:
+        """The definition of a described term."""
+        return cls(info.name, info.summary, info.options_model, compute, info.weight_name,
+                   info.needs, info.needs_c_base, weight_factor)
+
+    @property
+    def info(self) -> TermInfo:
+        """The torch-free description of the term."""
+        return TermInfo(self.name, self.summary, self.options_model, self.weight_name,
+                        self.needs, self.needs_c_base)
+
     def describe(self) -> dict[str, Any]:
         """A JSON-serialisable description: name, summary, weight meaning, inputs, options schema."""
-        return {
-            "name": self.name,
-            "summary": self.summary,
-            "weight": self.weight_name,
-            "needs": list(self.needs),
-            "needs_c_base": self.needs_c_base,
-            "options": self.options_model.model_json_schema(),
-        }
+        return self.info.describe()
 
 
 TERMS: dict[str, TermDefinition] = {}
 
 
 def register_term(definition: TermDefinition) -> TermDefinition:
-    """Add a term to the registry (names are unique)."""
+    """Add a term to the registry (names are unique); specs may then name it."""
     if definition.name in TERMS:
         raise ValueError(f"loss term {definition.name!r} is already registered")
     TERMS[definition.name] = definition
+    TERM_INFO.setdefault(definition.name, definition.info)
     return definition
 
 
@@ -232,18 +183,6 @@ def _normalized_concentration_corrected(
     stats = context.stats(inputs, options.alpha)
     r_tilde = _divide_by_kappa(context.r_tok(inputs, options.alpha), stats)
     return _batch_mean(r_tilde, inputs) / context.c_base
-
-
-def kl_anneal_factor(options: KLOptions, step: int) -> float:
-    """The schedule factor in [anneal_start, 1] that multiplies beta at ``step``."""
-    if options.anneal == "none":
-        return 1.0
-    if options.anneal == "linear":
-        progress = min(1.0, max(0, step) / options.warmup_steps)
-    else:
-        position = (max(0, step) % options.cycle_steps) / options.cycle_steps
-        progress = min(1.0, position / options.cycle_ratio)
-    return options.anneal_start + (1.0 - options.anneal_start) * progress
 
 
 def _kl(inputs: LossInputs, context: TermContext, options: KLOptions) -> torch.Tensor:
@@ -291,38 +230,14 @@ def _bag_of_words(inputs: LossInputs, context: TermContext, options: BagOfWordsO
     return masked_example_mean(per_example, mask)
 
 
-register_term(TermDefinition(
-    "uniform", "Uniform token mean of l per example (the ordinary reconstruction NLL).",
-    NoOptions, _uniform,
-))
-register_term(TermDefinition(
-    "normalized_uniform",
-    "Uniform token mean of l divided by c_base: the alpha = 0 endpoint of the normalized family.",
-    NoOptions, _normalized_uniform, needs_c_base=True,
-))
-register_term(TermDefinition(
-    "token_weighted",
-    "R_tok,alpha = sum_t pi_t l_t: raw tempered surprisal-share token weighting.",
-    WeightingOptions, _token_weighted,
-))
-register_term(TermDefinition(
-    "concentration_corrected",
-    "R~ = R_tok / kappa_alpha: token weighting with the concentration inflation removed.",
-    WeightingOptions, _concentration_corrected,
-))
-register_term(TermDefinition(
-    "normalized_concentration_corrected",
-    "R^ = R~ / c_base: concentration-corrected and in z-free-relative units (baseline mean 1).",
-    WeightingOptions, _normalized_concentration_corrected, needs_c_base=True,
-))
-register_term(TermDefinition(
-    "kl",
-    "KL(q(z|x,y) || p(z|x)) with free bits and an optional annealing schedule on beta.",
-    KLOptions, _kl, weight_name="beta", needs=("kl",), weight_factor=kl_anneal_factor,
-))
-register_term(TermDefinition(
-    "bag_of_words",
-    "kgCVAE bag-of-words loss: -log p_bow(y_t | z, x) over the active target tokens.",
-    BagOfWordsOptions, _bag_of_words, needs=("bow_logits", "targets"),
-))
-
+_COMPUTE: dict[str, tuple[TermFunction, Callable[[Any, int], float] | None]] = {
+    "uniform": (_uniform, None),
+    "normalized_uniform": (_normalized_uniform, None),
+    "token_weighted": (_token_weighted, None),
+    "concentration_corrected": (_concentration_corrected, None),
+    "normalized_concentration_corrected": (_normalized_concentration_corrected, None),
+    "kl": (_kl, kl_anneal_factor),
+    "bag_of_words": (_bag_of_words, None),
+}
+for _name, (_compute, _factor) in _COMPUTE.items():
+    register_term(TermDefinition.from_info(TERM_INFO[_name], _compute, _factor))

@@ -22,6 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 MARKER_ENV = "KSWEEP_LOCAL_CLUSTER"
 
 
@@ -35,24 +37,23 @@ class Proc:
 
     name: str
     pid: int
-    start_time: int
+    start_time: float
     log: str
 
     def alive(self) -> bool:
         return start_time_of(self.pid) == self.start_time
 
 
-def start_time_of(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (None: no such process, or a zombie)."""
+_GONE = (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+
+
+def start_time_of(pid: int) -> float | None:
+    """The process's start time (psutil's create_time; None: no such process, or a zombie)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        process = psutil.Process(pid)
+        return None if process.status() in _GONE else process.create_time()
+    except psutil.NoSuchProcess:
         return None
-    # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
-    fields = stat[stat.rindex(")") + 2 :].split()
-    if fields[0] in ("Z", "X"):
-        return None
-    return int(fields[19])
 
 
 def spawn(name: str, argv: Sequence[str], *, env: dict[str, str], log: Path, cwd: Path) -> Proc:
@@ -70,12 +71,12 @@ def spawn(name: str, argv: Sequence[str], *, env: dict[str, str], log: Path, cwd
             start_new_session=True,
         )
     start = None
-    for _ in range(100):  # /proc/<pid> appears as soon as fork returns; be patient anyway
+    for _ in range(100):  # the process is visible as soon as fork returns; be patient anyway
         start = start_time_of(child.pid)
         if start is not None:
             break
         time.sleep(0.01)
-    return Proc(name=name, pid=child.pid, start_time=start or 0, log=str(log))
+    return Proc(name=name, pid=child.pid, start_time=start or 0.0, log=str(log))
 
 
 def run_checked(argv: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path | None = None,
@@ -150,18 +151,16 @@ def free_ports(count: int) -> list[int]:
 
 def marked_pids(marker: str) -> list[int]:
     """Pids of live processes whose environment carries ``KSWEEP_LOCAL_CLUSTER=<marker>``."""
-    needle = f"{MARKER_ENV}={marker}".encode()
     mine = {os.getpid(), os.getppid()}
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) in mine:
+    for process in psutil.process_iter(["status"]):
+        if process.pid in mine or process.info["status"] in _GONE:
             continue
         try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:  # gone meanwhile, or not ours to read
+            if process.environ().get(MARKER_ENV) == marker:
+                found.append(process.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):  # gone meanwhile, or not ours
             continue
-        if needle in environ.split(b"\0") and start_time_of(int(entry.name)) is not None:
-            found.append(int(entry.name))
     return sorted(found)
 
 

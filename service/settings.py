@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from workers.tracking import default_tracking_uri
+from workers.contract import default_tracking_uri
 
 ADMIN_OWNER = "admin"
 LOCAL_TOKEN_FILE = "api-token"
@@ -64,6 +64,10 @@ class Settings(BaseSettings):
     ray_jobs_url: str = Field(
         "http://127.0.0.1:8265",
         description="Ray dashboard / Jobs API address used by the `ray` launcher.",
+    )
+    ray_jobs_timeout_s: float = Field(
+        10.0, gt=0, description="Timeout of one Jobs API health check; no answer in time means "
+        "the driver's health is unknown (never a restart).",
     )
     driver_num_cpus: int | None = Field(
         None, ge=1, description="CPUs of the local Ray a local driver starts (default: all)."

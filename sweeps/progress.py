@@ -3,61 +3,18 @@
 from __future__ import annotations
 
 import json
-import math
+import logging
 import os
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from workers.contract import BEST_VALUE_TAG, COUNTERS, STATE_TAG, SweepStatus, counter_tag
 
-@dataclass
-class SweepStatus:
-    """Where a sweep stands. Counters always add up to ``total``.
+__all__ = ["MlflowTagSink", "ProgressSink", "StatusFileSink", "SweepStatus", "publish", "read_status"]
 
-    ``pending`` counts trials not started yet (including those the searcher has not
-    created); ``stopped`` counts trials an early-stopping scheduler ended.
-    """
-
-    sweep_id: str
-    state: str = "running"  # running | succeeded | failed | cancelled
-    total: int = 0
-    pending: int = 0
-    running: int = 0
-    done: int = 0
-    failed: int = 0
-    stopped: int = 0
-    best_metric: str | None = None
-    best_value: float | None = None
-    best_trial: str | None = None
-    best_config: dict[str, Any] | None = None
-    eta_seconds: float | None = None
-    started_at: float = field(default_factory=time.time)
-    updated_at: float = field(default_factory=time.time)
-    error: str | None = None
-    parent_run_id: str | None = None
-    experiment_id: str | None = None
-    trials: list[dict[str, Any]] = field(default_factory=list)
-    """One dict per trial Tune knows of, in creation order: ``trial_id``, ``state``
-    (pending | running | done | stopped | failed), ``config`` (alpha, loss_stack, model,
-    seed), ``metrics`` (the latest finite DESIGN.md metrics), ``epochs``,
-    ``mlflow_run_id`` and ``error``."""
-
-    @property
-    def finished(self) -> int:
-        return self.done + self.failed + self.stopped
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        if data["best_value"] is not None and not math.isfinite(data["best_value"]):
-            data["best_value"] = None
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SweepStatus:
-        known = {name for name in cls.__dataclass_fields__}
-        return cls(**{key: value for key, value in data.items() if key in known})
+log = logging.getLogger("ksweep.progress")
 
 
 class ProgressSink(Protocol):
@@ -99,17 +56,16 @@ class MlflowTagSink:
         if status.state == "running" and now - self._last < self.interval_s:
             return
         self._last = now
-        tags = {f"ksweep.trials_{name}": str(getattr(status, name))
-                for name in ("total", "pending", "running", "done", "failed", "stopped")}
-        tags["ksweep.state"] = status.state
+        tags = {counter_tag(name): str(getattr(status, name)) for name in COUNTERS}
+        tags[STATE_TAG] = status.state
         if status.best_value is not None:
-            tags["ksweep.best_value"] = f"{status.best_value:.6g}"
-        try:
-            from mlflow.entities import RunTag
+            tags[BEST_VALUE_TAG] = f"{status.best_value:.6g}"
+        from mlflow.entities import RunTag
 
+        try:
             self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
-        except Exception:  # progress mirroring must never kill the sweep
-            pass
+        except Exception:  # progress mirroring must never kill the sweep; the next publish retries
+            log.warning("could not mirror progress onto run %s", self.run_id, exc_info=True)
 
 
 def publish(sinks: Iterable[ProgressSink], status: SweepStatus) -> None:

@@ -12,8 +12,6 @@ from typing import Any
 
 from scipy import stats as scipy_stats
 
-from workers.plots import plot_metric_against_alpha
-
 REPORT_METRICS = (
     "val/latent_nmi", "val/latent_ari", "val/mutual_info", "val/active_units", "val/loss",
     "val/recon_uniform", "val/recon_token_weighted", "val/recon_ncc", "val/kl", "val/kappa_mean",
@@ -135,7 +133,10 @@ def report_markdown(report: Mapping[str, Any], metrics: Sequence[str] | None = N
 
 def write_report_plots(report: Mapping[str, Any], outcomes: Sequence[TrialOutcome], folder: Path) -> list[Path]:
     """PNG plots: kappa_mean and latent_nmi against alpha, and the val curves per alpha."""
+    # matplotlib and torch load only here (the driver), never for `ksweep report`.
     import matplotlib
+
+    from workers.plots import plot_metric_against_alpha
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

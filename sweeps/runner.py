@@ -8,6 +8,7 @@ completed trials (their MLflow runs are kept, never duplicated).
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import tempfile
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
@@ -30,13 +32,26 @@ from sweeps.report import (
     summary_metrics,
     write_report_plots,
 )
-from sweeps.spec import METRIC_NAMES, SweepSpec
-from sweeps.trainable import ROLE_TAG, SWEEP_ID_TAG, train_trial
+from sweeps.spec import SweepSpec
+from sweeps.trainable import train_trial
+from workers.contract import (
+    FAILURE_TAG,
+    MAX_ERROR_CHARS,
+    METRIC_NAMES,
+    NOTE_TAG,
+    RUN_KIND_SWEEP,
+    RUN_KIND_TAG,
+    SEARCH_AXES,
+    STOPPED_EARLY_TAG,
+    SWEEP_ID_TAG,
+    failure_text,
+    runs_with_tag_filter,
+)
 from workers.tracking import RunLogger, ensure_experiment, flatten_config
 
+log = logging.getLogger("ksweep.runner")
 TUNE_FOLDER = "tune"
 STATUS_FILE = "status.json"
-SEARCH_AXES = ("alpha", "loss_stack", "model", "seed")
 
 
 def sweep_dir(sweep_root: Path | str, sweep_id: str) -> Path:
@@ -155,10 +170,11 @@ class _ProgressCallback(tune.Callback):
             if client.get_run(run_id).info.status != "RUNNING":
                 return
             if status == "FINISHED" and result.get("training_iteration", 0) < self.epochs:
-                client.set_tag(run_id, "ksweep.stopped_early", "true")
+                client.set_tag(run_id, STOPPED_EARLY_TAG, "true")
             client.set_terminated(run_id, status)
-        except Exception:  # the run's state is cosmetic next to the sweep's progress
-            pass
+        except (MlflowException, OSError):  # the run's state is cosmetic next to the sweep's progress
+            log.warning("could not close the MLflow run %s of trial %s", run_id, trial.trial_id,
+                        exc_info=True)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         self._publish(trials)
@@ -247,13 +263,13 @@ def _parent_run(client: MlflowClient, tracking_uri: str, spec: SweepSpec, sweep_
     experiment_id = ensure_experiment(client, experiment_name)
     existing = client.search_runs(
         [experiment_id],
-        filter_string=f"tags.`{SWEEP_ID_TAG}` = '{sweep_id}' and tags.`{ROLE_TAG}` = 'sweep'",
+        filter_string=runs_with_tag_filter(**{SWEEP_ID_TAG: sweep_id, RUN_KIND_TAG: RUN_KIND_SWEEP}),
     )
     if existing:
         return RunLogger.attach(tracking_uri, existing[0].info.run_id)
     logger = RunLogger.start(
         tracking_uri, experiment_name, f"sweep-{spec.name}-{sweep_id[:8]}",
-        tags={SWEEP_ID_TAG: sweep_id, ROLE_TAG: "sweep", "mlflow.note.content": spec.description,
+        tags={SWEEP_ID_TAG: sweep_id, RUN_KIND_TAG: RUN_KIND_SWEEP, NOTE_TAG: spec.description,
               **{f"tag.{k}": v for k, v in spec.tags.items()}},
     )
     logger.log_params({
@@ -380,9 +396,9 @@ def run_sweep(
         results = tuner.fit()
     except Exception as error:
         _LIVE_PROGRESS.pop(sweep_id, None)
-        status.state, status.error = "failed", f"{type(error).__name__}: {error}"[:5000]
+        status.state, status.error = "failed", failure_text(error)
         publish(all_sinks, status)
-        parent.set_tags({"ksweep.failure": status.error})
+        parent.set_tags({FAILURE_TAG: status.error})
         parent.finish("FAILED")
         raise
     _LIVE_PROGRESS.pop(sweep_id, None)
@@ -412,8 +428,8 @@ def run_sweep(
     if outcomes and status.done + status.stopped == 0:
         first = next((o.error for o in outcomes if o.error), "unknown error")
         status.state = "failed"
-        status.error = f"all {len(outcomes)} trials failed; first error: {first}"[:5000]
-        parent.set_tags({"ksweep.failure": status.error})
+        status.error = f"all {len(outcomes)} trials failed; first error: {first}"[:MAX_ERROR_CHARS]
+        parent.set_tags({FAILURE_TAG: status.error})
     else:
         status.state = "succeeded"
     publish(all_sinks, status)

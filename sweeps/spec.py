@@ -30,7 +30,9 @@ from pydantic import (
     model_validator,
 )
 
-from objectives import PRESETS, LossStackSpec, TermSpec
+from objectives.field_errors import Problem, located_errors
+from objectives.spec import PRESETS, LossStackSpec, TermSpec
+from workers.contract import DEFAULT_OBJECTIVE_METRIC, MAXIMISED_METRICS, METRIC_NAMES
 from workers.models.config import ModelConfig
 from workers.train.config import TrialConfig
 
@@ -50,19 +52,9 @@ __all__ = [
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
 TAG_KEY_PATTERN = r"^[A-Za-z0-9_.-]{1,100}$"
 
-_SPLIT_METRICS = (
-    "loss", "recon_uniform", "recon_token_weighted", "recon_ncc", "kl",
-    "kappa_mean", "kappa_p50", "kappa_p90", "kappa_max", "cv2_mean",
-)
-_LATENT_METRICS = ("val/latent_nmi", "val/latent_ari", "val/mutual_info", "val/active_units")
-METRIC_NAMES: tuple[str, ...] = (
-    *(f"{split}/{name}" for split in ("train", "val") for name in _SPLIT_METRICS),
-    *_LATENT_METRICS,
-)
-"""Every metric a trial reports per epoch (DESIGN.md), i.e. every valid objective metric."""
-
-# Latent recovery is better when higher; every loss, KL and concentration statistic when lower.
-_MAXIMISED = frozenset(_LATENT_METRICS)
+# Every metric a trial reports per epoch (DESIGN.md), i.e. every valid objective metric, and
+# which of them are better when higher: workers/contract.py.
+_MAXIMISED = MAXIMISED_METRICS
 
 ModelFamily = Literal["discrete", "continuous"]
 StackLabel = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
@@ -163,7 +155,7 @@ class ObjectiveSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     metrics: list[str] = Field(
-        default_factory=lambda: ["val/latent_nmi"],
+        default_factory=lambda: [DEFAULT_OBJECTIVE_METRIC],
         min_length=1,
         max_length=4,
         description="Metric names (see METRIC_NAMES); the first is the primary one. Several "
@@ -337,41 +329,32 @@ class SweepSpec(BaseModel):
     @field_validator("loss_stacks")
     @classmethod
     def _valid_stacks(cls, stacks: list[str | LossStackSpec]) -> list[str | LossStackSpec]:
-        problems: list[str] = []
+        problems: list[Problem] = []
         labels: list[str] = []
         for i, stack in enumerate(stacks):
-            where = f"loss_stacks[{i}]"
             if isinstance(stack, str):
                 if stack not in PRESETS:
-                    problems.append(
-                        f"{where}: unknown preset {stack!r}; valid presets: {', '.join(PRESETS)}"
-                    )
+                    problems.append(((i,), f"unknown preset {stack!r}; valid presets: {', '.join(PRESETS)}"))
                 labels.append(stack)
                 continue
             if stack.name is None:
-                problems.append(f"{where}.name: an inline stack needs a name (its label in reports)")
+                problems.append(((i, "name"), "an inline stack needs a name (its label in reports)"))
             elif not _matches(NAME_PATTERN, stack.name):
-                problems.append(
-                    f"{where}.name: {stack.name!r} must match {NAME_PATTERN} (letters, digits, "
-                    "'_', '.', '-')"
-                )
+                problems.append(((i, "name"),
+                    f"{stack.name!r} must match {NAME_PATTERN} (letters, digits, '_', '.', '-')"))
             else:
                 labels.append(stack.name)
             if "alpha" in stack.model_fields_set:
-                problems.append(f"{where}.alpha: alpha is swept at the sweep level; remove it")
+                problems.append(((i, "alpha"), "alpha is swept at the sweep level; remove it"))
             if "c_base" in stack.model_fields_set:
-                problems.append(
-                    f"{where}.c_base: c_base is measured on the training split by each trial; "
-                    "remove it"
-                )
+                problems.append(((i, "c_base"),
+                    "c_base is measured on the training split by each trial; remove it"))
         repeated = sorted({label for label in labels if labels.count(label) > 1})
         if repeated:
-            problems.append(
-                f"loss_stacks: duplicate labels {', '.join(repeated)}; each stack needs its own "
-                "label (rename the inline stack)"
-            )
+            problems.append(((), f"duplicate labels {', '.join(repeated)}; each stack needs its own "
+                             "label (rename the inline stack)"))
         if problems:
-            raise ValueError("; ".join(problems))
+            raise located_errors(cls.__name__, problems)
         return stacks
 
     @field_validator("common_terms", mode="before")
@@ -428,54 +411,46 @@ class SweepSpec(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> SweepSpec:
-        problems: list[str] = []
+        problems: list[Problem] = []
         kind = self.search.kind
         if isinstance(self.alpha, list) and kind != "grid":
-            problems.append(
-                "alpha: a list of values is a grid; use search.kind=grid, or give alpha as "
-                "{low, high} for random/optuna search"
-            )
+            problems.append((("alpha",),
+                "a list of values is a grid; use search.kind=grid, or give alpha as "
+                "{low, high} for random/optuna search"))
         if isinstance(self.alpha, AlphaRange) and kind == "grid":
-            problems.append(
-                f"alpha: a range needs search.kind random or optuna (got search.kind={kind}); "
-                "or give alpha as a list of values for a grid"
-            )
+            problems.append((("alpha",),
+                f"a range needs search.kind random or optuna (got search.kind={kind}); "
+                "or give alpha as a list of values for a grid"))
         metric_count = len(self.objective.metrics)
         if metric_count > 1 and kind != "optuna":
-            problems.append(
-                f"objective.metrics: {metric_count} metrics make a multi-objective search, which "
-                f"needs search.kind=optuna (got search.kind={kind}); keep one metric"
-            )
+            problems.append((("objective", "metrics"),
+                f"{metric_count} metrics make a multi-objective search, which "
+                f"needs search.kind=optuna (got search.kind={kind}); keep one metric"))
         if metric_count > 1 and self.scheduler.kind == "asha":
-            problems.append(
-                f"objective.metrics: scheduler.kind=asha stops trials on one metric, but "
-                f"{metric_count} are given; use scheduler.kind=fifo or keep one metric"
-            )
+            problems.append((("objective", "metrics"),
+                f"scheduler.kind=asha stops trials on one metric, but "
+                f"{metric_count} are given; use scheduler.kind=fifo or keep one metric"))
         if kind == "optuna" and len(self.seed_list()) > 1:
-            problems.append(
-                "seeds: optuna samples one configuration per trial; use a single seed, or grid "
-                "search for replicates"
-            )
+            problems.append((("seeds",),
+                "optuna samples one configuration per trial; use a single seed, or grid "
+                "search for replicates"))
         epochs = self.template.training.epochs
         max_t = self.scheduler.max_t
         if max_t is not None and max_t > epochs:
-            problems.append(
-                f"scheduler.max_t ({max_t}) must be <= template.training.epochs ({epochs})"
-            )
+            problems.append((("scheduler", "max_t"),
+                f"scheduler.max_t ({max_t}) must be <= template.training.epochs ({epochs})"))
         if self.scheduler.kind == "asha" and self.scheduler.grace_period > (max_t or epochs):
-            problems.append(
+            problems.append((("scheduler", "grace_period"),
                 f"scheduler.grace_period ({self.scheduler.grace_period}) must be <= "
-                f"scheduler.max_t ({max_t or epochs}, default template.training.epochs)"
-            )
+                f"scheduler.max_t ({max_t or epochs}, default template.training.epochs)"))
         if not problems:
             count = self.trial_count()
             if count > self.budget.max_trials:
-                problems.append(
+                problems.append((("budget", "max_trials"),
                     f"the plan has {count} trials, over budget.max_trials = "
-                    f"{self.budget.max_trials}; raise the budget or shrink the axes"
-                )
+                    f"{self.budget.max_trials}; raise the budget or shrink the axes"))
         if problems:
-            raise ValueError("; ".join(problems))
+            raise located_errors(type(self).__name__, problems)
         return self
 
     # ---- the axes ---------------------------------------------------------------------------

@@ -8,7 +8,6 @@ stored beside it.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -17,35 +16,16 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from filelock import FileLock
 
 from objectives import ReferenceScale
 from workers.data import SyntheticSplit, SyntheticTaskConfig, generate_task, oracle_base_nll
 from workers.models import BaseDecoder, ModelConfig
+from workers.models.config import BaseModelConfig
 
 CACHE_FORMAT_VERSION = 1
-
-
-class BaseModelConfig(BaseModel):
-    """Which z-free model provides b_t, and how the learned one is trained."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    kind: Literal["oracle", "learned"] = Field(
-        "oracle",
-        description="'oracle': the exact z-free model of the generator (marginalises the "
-        "strategy). 'learned': an autoregressive decoder trained without z, cached on disk.",
-    )
-    embedding_dim: int = Field(32, ge=1, le=4096, description="Learned base: embedding width.")
-    hidden_dim: int = Field(64, ge=1, le=8192, description="Learned base: GRU width.")
-    num_layers: int = Field(1, ge=1, le=8, description="Learned base: GRU layers.")
-    epochs: int = Field(8, ge=1, le=1000, description="Learned base: training epochs.")
-    batch_size: int = Field(128, ge=1, le=65536, description="Learned base: batch size.")
-    learning_rate: float = Field(3e-3, gt=0, le=1, description="Learned base: AdamW learning rate.")
-    seed: int = Field(0, ge=0, description="Learned base: initialisation and batching seed.")
 
 
 @dataclass(frozen=True)
@@ -162,8 +142,7 @@ def load_or_train_base(
     root.mkdir(parents=True, exist_ok=True)
     key = cache_key(data, base)
     target = root / key
-    with open(root / f"{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with FileLock(root / f"{key}.lock"):
         if not (target / "meta.json").exists():
             started = time.perf_counter()
             device = torch.device(device)

@@ -1,16 +1,216 @@
-"""The names every component shares (torch-free constants and small pure functions).
+"""The names every component shares: metrics, tags, params, MLflow links, the progress record.
 
-Metric names: ``{split}/{name}`` overall, ``{split}/{kind}/{name}`` per example kind,
-``selected/{split}/{name}`` at the checkpoint val chose, ``selected/epoch`` that epoch.
-The README's "Read-outs" section documents each name below.
+Nothing else in the project spells these strings; the trainer, the tracking code, the
+Tune driver, the report, the service and the CLI all import them from here. The module
+is pure Python (no torch, Ray or MLflow), so the light service modules may import it.
+
+Layout (add new names to the group they belong to):
+    metric names, tags, params, MLflow locations and links, the driver's environment,
+    the progress record.
 """
 
 from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+# --- metric names: ``{split}/{name}`` (``step`` = epoch) ---------------------------------
+
+TRAIN = "train"
+VAL = "val"
+SPLITS: tuple[str, ...] = (TRAIN, VAL)
+
+# Logged on every split by the training loop.
+SPLIT_METRICS: tuple[str, ...] = (
+    "loss", "recon_uniform", "recon_token_weighted", "recon_ncc", "kl",
+    "kappa_mean", "kappa_p50", "kappa_p90", "kappa_max", "cv2_mean",
+)
+# Latent recovery, on val only.
+LATENT_METRICS: tuple[str, ...] = ("latent_nmi", "latent_ari", "mutual_info", "active_units")
 
 
 def metric_name(split: str, name: str, kind: str | None = None) -> str:
     """``{split}/{name}``, or ``{split}/{kind}/{name}`` for one example kind."""
     return f"{split}/{name}" if kind is None else f"{split}/{kind}/{name}"
+
+
+VAL_LATENT_NMI = metric_name(VAL, "latent_nmi")
+VAL_LATENT_ARI = metric_name(VAL, "latent_ari")
+VAL_MUTUAL_INFO = metric_name(VAL, "mutual_info")
+VAL_ACTIVE_UNITS = metric_name(VAL, "active_units")
+VAL_LOSS = metric_name(VAL, "loss")
+TRAIN_LOSS = metric_name(TRAIN, "loss")
+VAL_BASELINE_SELF_CHECK = metric_name(VAL, "baseline_self_check")
+PERF_EPOCH_SECONDS = "perf/epoch_seconds"
+PERF_TOKENS_PER_SECOND = "perf/tokens_per_second"
+
+# The metrics a sweep may optimise or report on (DESIGN.md).
+METRIC_NAMES: tuple[str, ...] = (
+    *(metric_name(split, name) for split in SPLITS for name in SPLIT_METRICS),
+    *(metric_name(VAL, name) for name in LATENT_METRICS),
+)
+DEFAULT_OBJECTIVE_METRIC = VAL_LATENT_NMI
+# Latent recovery is better when higher; every loss, KL and concentration statistic when lower.
+MAXIMISED_METRICS = frozenset(metric_name(VAL, name) for name in LATENT_METRICS)
+# The final values ``ksweep train`` prints.
+TRIAL_SUMMARY_METRICS: tuple[str, ...] = (
+    TRAIN_LOSS, VAL_LOSS, "val/recon_uniform", "val/recon_token_weighted", "val/recon_ncc",
+    "val/kl", "val/kappa_mean", "val/kappa_p90", VAL_LATENT_NMI, VAL_LATENT_ARI,
+    VAL_MUTUAL_INFO, VAL_ACTIVE_UNITS, PERF_TOKENS_PER_SECOND,
+)
+BEST_METRIC_PREFIX = "best/"
+
+# --- tags (MLflow run and experiment tags, Ray Job metadata) ------------------------------
+
+TAG_PREFIX = "ksweep."
+SWEEP_ID_TAG = "ksweep.sweep_id"
+TRIAL_ID_TAG = "ksweep.trial_id"
+RUN_KIND_TAG = "ksweep.run_kind"
+RUN_KIND_TRIAL = "trial"  # the only kind counted as trials
+RUN_KIND_SWEEP = "sweep"  # the parent run of a sweep
+RUN_KIND_SUMMARY = "summary"
+FAILURE_TAG = "ksweep.failure"
+STOPPED_EARLY_TAG = "ksweep.stopped_early"
+STATE_TAG = "ksweep.state"
+BEST_VALUE_TAG = "ksweep.best_value"
+ATTEMPT_TAG = "ksweep.attempt"
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+# Without it MLflow 3's UI opens an experiment on its GenAI traces overview.
+EXPERIMENT_KIND = "custom_model_development"
+NOTE_TAG = "mlflow.note.content"
+# MLflow caps tag values; failure reasons and errors are cut to this many characters.
+MAX_ERROR_CHARS = 5000
+
+
+def param_tag(name: str) -> str:
+    """The run tag mirroring a trial's search param (``ksweep.alpha``...)."""
+    return f"{TAG_PREFIX}{name}"
+
+
+def counter_tag(counter: str) -> str:
+    """The parent run's tag mirroring one trial counter (``ksweep.trials_done``...)."""
+    return f"{TAG_PREFIX}trials_{counter}"
+
+
+def failure_text(error: BaseException) -> str:
+    """``Type: message``, cut to :data:`MAX_ERROR_CHARS` (the ``ksweep.failure`` tag)."""
+    return f"{type(error).__name__}: {error}"[:MAX_ERROR_CHARS]
+
+
+def runs_with_tag_filter(**tags: str) -> str:
+    """An MLflow ``filter_string`` matching runs whose tags equal ``tags`` (keys: contract tags)."""
+    return " and ".join(f"tags.`{key}` = '{value}'" for key, value in tags.items())
+
+
+# --- params on every trial run ------------------------------------------------------------
+
+ALPHA_PARAM = "alpha"
+LOSS_STACK_PARAM = "loss_stack"
+MODEL_PARAM = "model"
+SEED_PARAM = "seed"
+C_BASE_PARAM = "c_base"
+# The search axes of a sweep, in this order, and the named params of every trial run.
+SEARCH_AXES: tuple[str, ...] = (ALPHA_PARAM, LOSS_STACK_PARAM, MODEL_PARAM, SEED_PARAM)
+
+# --- MLflow locations and links -----------------------------------------------------------
+
+LOCAL_MLFLOW_UI = "http://127.0.0.1:5000"
+
+
+def default_tracking_uri() -> str:
+    """The tracking URI to use when none is given.
+
+    Returns:
+        ``$MLFLOW_TRACKING_URI`` when set and non-empty, else
+        ``sqlite:///<absolute path of ./mlflow.db>``. The path is made absolute so that
+        Ray workers, whose working directory differs from the driver's, write to the same
+        store.
+    """
+    from_env = os.environ.get("MLFLOW_TRACKING_URI")
+    if from_env:
+        return from_env
+    return f"sqlite:///{Path('mlflow.db').resolve()}"
+
+
+def mlflow_ui_url(base_url: str, experiment_id: str, run_id: str | None = None) -> str:
+    """The MLflow UI page of an experiment's runs table, or of one run in it."""
+    url = f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs"
+    return f"{url}/{run_id}" if run_id else url
+
+
+# --- the environment of a driver process (Tune reads these knobs only from there) -------
+
+TUNE_ENV: dict[str, str] = {
+    # Small sweeps: save the experiment state often, so a killed driver resumes close to
+    # where it was.
+    "TUNE_GLOBAL_CHECKPOINT_S": "2",
+    # Trials keep the driver's working directory (every path they get is absolute anyway).
+    "RAY_CHDIR_TO_TRIAL_DIR": "0",
+    # Per-epoch checkpoints of short trials force frequent state snapshots by design.
+    "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
+}
+
+# --- the progress record ------------------------------------------------------------------
+
+SWEEP_STATES: tuple[str, ...] = ("queued", "running", "succeeded", "failed", "cancelled")
+TERMINAL_STATES: tuple[str, ...] = ("succeeded", "failed", "cancelled")
+TRIAL_STATES: tuple[str, ...] = ("pending", "running", "done", "stopped", "failed")
+COUNTERS: tuple[str, ...] = ("total", "pending", "running", "done", "failed", "stopped")
+
+
+@dataclass
+class SweepStatus:
+    """Where a sweep stands. Counters always add up to ``total``.
+
+    ``pending`` counts trials not started yet (including those the searcher has not
+    created); ``stopped`` counts trials an early-stopping scheduler ended.
+    """
+
+    sweep_id: str
+    state: str = "running"  # running | succeeded | failed | cancelled
+    total: int = 0
+    pending: int = 0
+    running: int = 0
+    done: int = 0
+    failed: int = 0
+    stopped: int = 0
+    best_metric: str | None = None
+    best_value: float | None = None
+    best_trial: str | None = None
+    best_config: dict[str, Any] | None = None
+    eta_seconds: float | None = None
+    started_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+    error: str | None = None
+    parent_run_id: str | None = None
+    experiment_id: str | None = None
+    trials: list[dict[str, Any]] = field(default_factory=list)
+    """One dict per trial Tune knows of, in creation order: ``trial_id``, ``state``
+    (pending | running | done | stopped | failed), ``config`` (alpha, loss_stack, model,
+    seed), ``metrics`` (the latest finite DESIGN.md metrics), ``epochs``,
+    ``mlflow_run_id`` and ``error``."""
+
+    @property
+    def finished(self) -> int:
+        """Trials that ended, whichever way."""
+        return self.done + self.failed + self.stopped
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready; a non-finite best value becomes None."""
+        data = asdict(self)
+        if data["best_value"] is not None and not math.isfinite(data["best_value"]):
+            data["best_value"] = None
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SweepStatus:
+        """The record from :meth:`to_dict`'s output; unknown keys are ignored."""
+        known = set(cls.__dataclass_fields__)
+        return cls(**{key: value for key, value in data.items() if key in known})
 
 
 # ==== names added by sci-task (read-outs of issue 11) =====================================
@@ -69,7 +269,7 @@ def readout_names(family: str = "discrete", splits: tuple[str, ...] = READOUT_SP
     """Every per-epoch read-out name of a trial of ``family``, overall and per kind."""
     names = SURPRISAL_READOUTS + MODEL_READOUTS + (
         CONTINUOUS_READOUTS if family == "continuous" else ())
-    out = []
+    out: list[str] = []
     for split in splits:
         for kind in (None, *EXAMPLE_KINDS):
             out.extend(metric_name(split, name, kind) for name in names)

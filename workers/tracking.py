@@ -18,7 +18,6 @@ import math
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any, Literal
 
 from mlflow.entities import Metric, Param, Run, RunTag
@@ -33,6 +32,13 @@ from mlflow.utils.validation import (
     MAX_PARAMS_TAGS_PER_BATCH,
 )
 
+from workers.contract import (
+    EXPERIMENT_KIND,
+    EXPERIMENT_KIND_TAG,
+    default_tracking_uri,
+    mlflow_ui_url,
+)
+
 __all__ = [
     "EXPERIMENT_KIND",
     "EXPERIMENT_KIND_TAG",
@@ -44,26 +50,9 @@ __all__ = [
     "metric_history",
 ]
 
-EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
-EXPERIMENT_KIND = "custom_model_development"
 
 RunStatus = Literal["FINISHED", "FAILED", "KILLED"]
 _TERMINAL_STATUSES = ("FINISHED", "FAILED", "KILLED")
-
-
-def default_tracking_uri() -> str:
-    """The tracking URI to use when none is given.
-
-    Returns:
-        ``$MLFLOW_TRACKING_URI`` when set and non-empty, else
-        ``sqlite:///<absolute path of ./mlflow.db>``. The path is made absolute so that
-        Ray workers, whose working directory differs from the driver's, write to the same
-        store.
-    """
-    from_env = os.environ.get("MLFLOW_TRACKING_URI")
-    if from_env:
-        return from_env
-    return f"sqlite:///{Path('mlflow.db').resolve()}"
 
 
 def _param_value(value: Any) -> str:
@@ -311,7 +300,7 @@ class RunLogger:
 
     def ui_url(self, base_url: str) -> str:
         """Link to this run in the MLflow UI served at ``base_url``."""
-        return f"{base_url.rstrip('/')}/#/experiments/{self._experiment_id}/runs/{self._run_id}"
+        return mlflow_ui_url(base_url, self._experiment_id, self._run_id)
 
 
 def find_runs(tracking_uri: str, experiment_name: str, filter_string: str = "") -> list[Run]:
@@ -349,6 +338,7 @@ def metric_history(client: MlflowClient, run_id: str, key: str) -> list[tuple[in
 
 def _git(*args: str) -> str | None:
     import subprocess
+    from pathlib import Path
 
     try:
         result = subprocess.run(

@@ -1,6 +1,12 @@
-"""One trial with its MLflow run: params, one metric point per epoch, PNG artifacts.
+"""One trial's lifecycle with its MLflow run: the one runner ``ksweep train`` and the Tune
+trainable share.
 
-Used by ``ksweep train`` (no Ray) and by the Ray Tune trainable.
+A :class:`TrialRun` owns the run of one :class:`~workers.train.Trainer`: the params when the
+run starts, one metric point per epoch (an epoch the run already holds, after a resume, is
+not logged twice), the PNG artifacts at the end, and how the run ends: ``FINISHED``;
+``FINISHED`` with ``ksweep.stopped_early`` when a scheduler stopped it before its budget
+(Tune ends such a trial with ``SystemExit`` inside ``tune.report``); ``FAILED`` with the
+reason in ``ksweep.failure`` when training raised.
 """
 
 from __future__ import annotations
@@ -11,9 +17,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from workers.contract import C_BASE_PARAM, FAILURE_TAG, STOPPED_EARLY_TAG, failure_text
 from workers.plots import plot_kappa_histogram, plot_position_profiles, plot_reconstruction_curves
 from workers.tracking import RunLogger, flatten_config, provenance_params
 from workers.train import Trainer, TrialConfig
+
+EpochHook = Callable[[Trainer, int, dict[str, float]], None]
 
 
 def trial_params(trainer: Trainer) -> dict[str, Any]:
@@ -21,7 +30,7 @@ def trial_params(trainer: Trainer) -> dict[str, Any]:
     config = trainer.config
     params: dict[str, Any] = flatten_config(config.model_dump(mode="json"))
     params.update(config.summary_params())
-    params["c_base"] = trainer.c_base
+    params[C_BASE_PARAM] = trainer.c_base
     params["base_kind"] = trainer.base.kind
     params["device"] = str(trainer.device)
     params.update(provenance_params())
@@ -36,7 +45,8 @@ def finite_metrics(metrics: Mapping[str, float]) -> dict[str, float]:
 
 
 def log_trial_plots(logger: RunLogger, trainer: Trainer) -> None:
-    """The kappa histograms (train, val) and the reconstruction curves, as PNG artifacts."""
+    """The kappa histograms (train, val, test), the reconstruction curves and (after
+    ``Trainer.finalize``) the per-position profiles per kind, as PNG artifacts."""
     with tempfile.TemporaryDirectory(prefix="ksweep-plots-") as folder:
         for split, values in trainer.kappa_values.items():
             path = plot_kappa_histogram(
@@ -59,18 +69,93 @@ def log_trial_plots(logger: RunLogger, trainer: Trainer) -> None:
             logger.log_png(path)
 
 
-def log_final(logger: RunLogger, trainer: Trainer) -> None:
-    """The end-of-run values (``selected/...``, speed read-outs) at the last epoch's step."""
-    final = trainer.final_metrics or trainer.finalize()
-    logger.log_metrics(final, step=trainer.epoch)
-
-
 def best_of(history: Mapping[str, list[float]], key: str, mode: str = "max") -> float:
     """Best finite value of a metric over the epochs (NaN when none)."""
     values = [v for v in history.get(key, []) if not math.isnan(v)]
     if not values:
         return math.nan
     return max(values) if mode == "max" else min(values)
+
+
+def default_run_name(config: TrialConfig) -> str:
+    """``{model}-{loss_stack}-a{alpha}-s{seed}`` unless the config names the run."""
+    return config.name or (
+        f"{config.model.family}-{config.loss_stack.label}-a{config.alpha:g}-s{config.seed}"
+    )
+
+
+class TrialRun:
+    """A trainer and its MLflow run, from the first epoch (or a checkpoint) to the end."""
+
+    def __init__(self, trainer: Trainer, logger: RunLogger, logged_epochs: int = 0) -> None:
+        self.trainer = trainer
+        self.logger = logger
+        self.logged_epochs = logged_epochs
+
+    @classmethod
+    def start(
+        cls, trainer: Trainer, tracking_uri: str, experiment_name: str, run_name: str,
+        tags: Mapping[str, Any] | None = None, parent_run_id: str | None = None,
+    ) -> TrialRun:
+        """A new run carrying the trial's params."""
+        logger = RunLogger.start(
+            tracking_uri, experiment_name, run_name, dict(tags or {}), parent_run_id=parent_run_id
+        )
+        logger.log_params(trial_params(trainer))
+        return cls(trainer, logger)
+
+    @classmethod
+    def attach(cls, trainer: Trainer, tracking_uri: str, run_id: str) -> TrialRun:
+        """Continue the run of a trainer restored from a checkpoint (its epochs are logged)."""
+        return cls(trainer, RunLogger.attach(tracking_uri, run_id), logged_epochs=trainer.epoch)
+
+    def log_epoch(self, metrics: Mapping[str, float]) -> None:
+        """Log one epoch's metrics at step = epoch, unless the run already holds it."""
+        if self.trainer.epoch > self.logged_epochs:
+            self.logger.log_metrics(finite_metrics(metrics), step=self.trainer.epoch)
+            self.logged_epochs = self.trainer.epoch
+
+    def train(self, after_epoch: EpochHook | None = None) -> dict[str, float]:
+        """Train until the budget is spent or early stopping ends it, logging every epoch,
+        then end the run (see the module doc).
+
+        The last epoch's metrics (logged, and handed to ``after_epoch``, i.e. the trial's
+        last ``tune.report``) also carry :meth:`Trainer.finalize`'s values: ``selected/...``
+        at the checkpoint val chose (whose weights are then restored), ``selected/epoch``,
+        ``training/stop_epoch`` and the speed read-outs.
+
+        Raises:
+            Whatever training raised (after the run is ended FAILED), and ``SystemExit``
+            from a scheduler's stop (after the run is ended FINISHED).
+        """
+        trainer = self.trainer
+        metrics: dict[str, float] = {}
+        try:
+            while not trainer.finished:
+                metrics = trainer.run_epoch()
+                if trainer.finished:
+                    metrics = {**metrics, **trainer.finalize()}
+                self.log_epoch(metrics)
+                if after_epoch is not None:
+                    after_epoch(trainer, trainer.epoch, metrics)
+            if not trainer.final_metrics:  # resumed from a checkpoint of a finished trial
+                self.logger.log_metrics(trainer.finalize(), step=trainer.epoch)
+        except SystemExit:
+            # ASHA also "stops" a trial at max_t, right after its last epoch: not early.
+            if not trainer.finished:
+                self.logger.set_tags({STOPPED_EARLY_TAG: "true"})
+            else:
+                log_trial_plots(self.logger, trainer)
+            self.logger.finish("FINISHED")
+            raise
+        except Exception as error:
+            self.logger.set_tags({FAILURE_TAG: failure_text(error)})
+            log_trial_plots(self.logger, trainer)
+            self.logger.finish("FAILED")
+            raise
+        log_trial_plots(self.logger, trainer)
+        self.logger.finish("FINISHED")
+        return metrics
 
 
 def run_logged_trial(
@@ -81,38 +166,18 @@ def run_logged_trial(
     *,
     tags: Mapping[str, Any] | None = None,
     parent_run_id: str | None = None,
-    on_epoch: Callable[[Trainer, int, dict[str, float]], None] | None = None,
+    on_epoch: EpochHook | None = None,
     on_start: Callable[[Trainer, RunLogger], None] | None = None,
 ) -> tuple[Trainer, RunLogger]:
-    """Build, train and log one trial; the run ends FINISHED, or FAILED with the reason.
+    """Build, train and log one trial (``ksweep train``); the run ends as :class:`TrialRun` says.
 
     Raises:
         TrialDiverged, TrialCheckFailed: after tagging the run with the reason.
     """
     trainer = Trainer.create(config, cache_root)
-    run_name = config.name or (
-        f"{config.model.family}-{config.loss_stack.label}-a{config.alpha:g}-s{config.seed}"
-    )
-    logger = RunLogger.start(
-        tracking_uri, experiment_name, run_name, dict(tags or {}), parent_run_id=parent_run_id
-    )
-    logger.log_params(trial_params(trainer))
+    run = TrialRun.start(trainer, tracking_uri, experiment_name, default_run_name(config),
+                         tags, parent_run_id)
     if on_start is not None:
-        on_start(trainer, logger)
-
-    def log_epoch(trainer: Trainer, epoch: int, metrics: dict[str, float]) -> None:
-        logger.log_metrics(finite_metrics(metrics), step=epoch)
-        if on_epoch is not None:
-            on_epoch(trainer, epoch, metrics)
-
-    try:
-        trainer.run(on_epoch=log_epoch)
-    except Exception as error:
-        logger.set_tags({"ksweep.failure": f"{type(error).__name__}: {error}"[:5000]})
-        log_trial_plots(logger, trainer)
-        logger.finish("FAILED")
-        raise
-    log_final(logger, trainer)
-    log_trial_plots(logger, trainer)
-    logger.finish("FINISHED")
-    return trainer, logger
+        on_start(trainer, run.logger)
+    run.train(after_epoch=on_epoch)
+    return trainer, run.logger

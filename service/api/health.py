@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import socket
+import sqlite3
+from collections.abc import Callable
 from urllib.parse import urlparse
 
 import httpx
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
 
-from service.deps import Services, get_services
-from service.schemas import Check, Health, Readiness
+from service.api.deps import Services, get_services
+from service.api.schemas import Check, Health, Readiness
 
 router = APIRouter(tags=["health"])
 
@@ -20,10 +23,15 @@ def healthz() -> Health:
     return Health(status="ok")
 
 
-def _check(probe) -> Check:
+# What a probe of the store, Ray or MLflow raises when its dependency is down.
+PROBE_ERRORS = (OSError, RuntimeError, ValueError, ImportError, httpx.HTTPError, SQLAlchemyError,
+                sqlite3.Error)
+
+
+def _check(probe: Callable[[], str]) -> Check:
     try:
         return Check(ok=True, detail=probe())
-    except Exception as error:
+    except PROBE_ERRORS as error:
         return Check(ok=False, detail=f"{type(error).__name__}: {error}"[:500])
 
 
@@ -55,8 +63,6 @@ def _mlflow(services: Services) -> str:
         response.raise_for_status()
         return f"MLflow server at {uri}"
     if scheme.startswith("sqlite"):
-        import sqlite3
-
         path = uri.split("///", 1)[-1]
         sqlite3.connect(path, timeout=3).execute("select 1").close()
         return "sqlite MLflow store"

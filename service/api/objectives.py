@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 
-from objectives import describe_presets, describe_terms
-from service.deps import read_access
-from service.schemas import Objectives, PresetInfo, TermInfo
-from sweeps.spec import METRIC_NAMES
+from objectives.spec import describe_presets, describe_terms
+from service.api.deps import read_access
+from service.api.schemas import Objectives, PresetInfo, TermInfo
+from workers.contract import METRIC_NAMES
 
 router = APIRouter(tags=["objectives"])
 

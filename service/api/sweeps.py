@@ -10,10 +10,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request, Response
 from sqlalchemy import Row
 
-from service.db import SweepRow
-from service.deps import Services, get_services, may_act_on, read_access, require_owner
-from service.errors import ProblemError, invalid_spec
-from service.schemas import (
+from service.api.deps import Services, get_services, may_act_on, read_access, require_owner
+from service.api.errors import ProblemError, invalid_spec
+from service.api.schemas import (
     PROBLEM_MEDIA_TYPE,
     BestSoFar,
     Counters,
@@ -28,9 +27,11 @@ from service.schemas import (
     TrialPage,
     TrialState,
 )
-from service.store import IdempotencyConflict
+from service.store.db import SweepRow
+from service.store.queries import IdempotencyConflict
 from sweeps.plan import SweepPlan, build_plan
 from sweeps.spec import SweepSpec, load_sweep_spec
+from workers.contract import mlflow_ui_url
 
 router = APIRouter(tags=["sweeps"])
 
@@ -73,10 +74,7 @@ def sweep_resource(row: SweepRow | Row, services: Services) -> Sweep:
     finished = row.done + row.failed + row.stopped
     ui_url = None
     if row.experiment_id:
-        base = services.settings.mlflow_ui_url.rstrip("/")
-        ui_url = f"{base}/#/experiments/{row.experiment_id}/runs"
-        if row.parent_run_id:
-            ui_url += f"/{row.parent_run_id}"
+        ui_url = mlflow_ui_url(services.settings.mlflow_ui_url, row.experiment_id, row.parent_run_id)
     prefix = f"/api/v1/sweeps/{row.id}"
     return Sweep(
         id=row.id, name=row.name, owner=row.owner, state=row.state, counters=counters,

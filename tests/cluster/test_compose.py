@@ -381,7 +381,7 @@ def test_the_api_port_is_the_settings_port(services, env_example) -> None:
 
 
 def test_the_api_healthcheck_is_a_route_of_the_app(services) -> None:
-    from service.app import create_app
+    from service.api.app import create_app
     from service.settings import Settings
 
     path = urlsplit(healthcheck_url(services["api"])).path

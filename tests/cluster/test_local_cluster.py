@@ -18,6 +18,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
+import psutil
 import pytest
 import yaml
 
@@ -57,21 +58,17 @@ def _cluster_processes(needles: list[str], marker: str | None) -> list[str]:
     The marker (``KSWEEP_LOCAL_CLUSTER`` in the environment) also finds what names neither:
     Ray's job drivers and trial workers (``ray::ImplicitFunc.train``).
     """
-    marker_entry = f"KSWEEP_LOCAL_CLUSTER={marker}".encode() if marker else None
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+    for proc in psutil.process_iter(["status"]):
+        if proc.pid == os.getpid() or proc.info["status"] in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (entry / "stat").read_text().rsplit(")", 1)[-1].split()[0]
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
+            cmdline = " ".join(proc.cmdline())
+            marked = marker is not None and proc.environ().get("KSWEEP_LOCAL_CLUSTER") == marker
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        if state in ("Z", "X"):
-            continue
-        if any(needle in cmdline for needle in needles) or marker_entry in environ:
-            found.append(f"{entry.name}: {cmdline[:200]}")
+        if any(needle in cmdline for needle in needles) or marked:
+            found.append(f"{proc.pid}: {cmdline[:200]}")
     return found
 
 

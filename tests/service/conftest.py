@@ -9,10 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 import yaml
 
-from service.serve_process import ServeProcess
+from tests.support.serve_process import ServeProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "sweeps" / "examples" / "quickstart.yaml"
@@ -70,24 +71,17 @@ class ServiceProcess(ServeProcess):
 
 def kill_driver_groups(root: Path) -> None:
     """Teardown: stop every driver process group a test's service left behind."""
-    from service.launchers import _group_exists
+    from service.orchestrator.launchers import DRIVER_MODULE, _group_exists, signal_group
 
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
+    for proc in psutil.process_iter():
         try:
-            environ = (proc / "environ").read_bytes()
-            cmdline = (proc / "cmdline").read_bytes()
-        except OSError:
+            is_driver = (DRIVER_MODULE in proc.cmdline()
+                         and proc.environ().get("KSWEEP_SWEEP_ROOT") == str(root))
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
-        if b"service.driver" in cmdline and f"KSWEEP_SWEEP_ROOT={root}".encode() in environ:
-            pid = int(proc.name)
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                continue
+        if is_driver and signal_group(proc.pid, signal.SIGKILL):
             deadline = time.monotonic() + 10
-            while _group_exists(pid) and time.monotonic() < deadline:
+            while _group_exists(proc.pid) and time.monotonic() < deadline:
                 time.sleep(0.2)
 
 

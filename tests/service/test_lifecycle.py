@@ -7,15 +7,17 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import psutil
 import pytest
 from conftest import auth, tiny_spec
 from mlflow.tracking import MlflowClient
 
-from service.db import SweepRow
-from service.launchers import LocalLauncher, _group_exists
+from service.orchestrator.launchers import LocalLauncher, _group_exists
+from service.orchestrator.supervisor import Supervisor
 from service.settings import Settings
-from service.store import Store
-from service.supervisor import Supervisor
+from service.store.db import SweepRow
+from service.store.queries import Store
+from workers.contract import RUN_KIND_SWEEP, RUN_KIND_TAG, RUN_KIND_TRIAL
 
 pytestmark = pytest.mark.slow
 
@@ -40,18 +42,17 @@ def _driver_pid(sweep: dict) -> int:
 
 def _alive(pid: int) -> bool:
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
-    except OSError:
+        return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.NoSuchProcess:
         return False
-    return state not in ("Z", "X")
 
 
 def _sweep_runs(tracking_uri: str, sweep: dict):
     client = MlflowClient(tracking_uri=tracking_uri)
     runs = client.search_runs([sweep["mlflow"]["experiment_id"]],
                               filter_string=f"tags.`ksweep.sweep_id` = '{sweep['id']}'")
-    parents = [r for r in runs if r.data.tags.get("ksweep.role") == "sweep"]
-    children = [r for r in runs if r.data.tags.get("ksweep.role") == "trial"]
+    parents = [r for r in runs if r.data.tags.get(RUN_KIND_TAG) == RUN_KIND_SWEEP]
+    children = [r for r in runs if r.data.tags.get(RUN_KIND_TAG) == RUN_KIND_TRIAL]
     return client, parents, children
 
 

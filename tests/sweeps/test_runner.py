@@ -13,6 +13,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from sweeps.progress import read_status
+from workers.contract import RUN_KIND_SWEEP, RUN_KIND_TAG, RUN_KIND_TRIAL
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "sweeps" / "examples" / "quickstart.yaml"
@@ -43,8 +44,8 @@ def _runs(tmp_path: Path, experiment: str, sweep_id: str):
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
     exp = client.get_experiment_by_name(experiment)
     runs = client.search_runs([exp.experiment_id], filter_string=f"tags.`ksweep.sweep_id` = '{sweep_id}'")
-    parents = [r for r in runs if r.data.tags.get("ksweep.role") == "sweep"]
-    children = [r for r in runs if r.data.tags.get("ksweep.role") == "trial"]
+    parents = [r for r in runs if r.data.tags.get(RUN_KIND_TAG) == RUN_KIND_SWEEP]
+    children = [r for r in runs if r.data.tags.get(RUN_KIND_TAG) == RUN_KIND_TRIAL]
     return client, exp, parents, children
 
 

@@ -23,9 +23,11 @@ def spec(**fields: Any) -> SweepSpec:
 
 
 def rejected(**fields: Any) -> str:
+    """The error text plus one ``field.path: message`` line per error (from pydantic's loc)."""
     with pytest.raises(ValidationError) as caught:
         spec(**fields)
-    return str(caught.value)
+    located = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in caught.value.errors()]
+    return "\n".join([str(caught.value), *located])
 
 
 RANGE = {"low": 0, "high": 4}
@@ -286,14 +288,14 @@ def test_unknown_option_in_inline_stack():
 
 def test_inline_stack_must_not_set_alpha_or_c_base():
     message = rejected(loss_stacks=["uniform", {"name": "mine", "preset": "ncc", "alpha": 2.0}])
-    assert "loss_stacks[1].alpha: alpha is swept at the sweep level; remove it" in message
-    assert "loss_stacks[0].c_base" in rejected(
+    assert "loss_stacks.1.alpha: alpha is swept at the sweep level; remove it" in message
+    assert "loss_stacks.0.c_base" in rejected(
         loss_stacks=[{"name": "mine", "preset": "ncc", "c_base": 2.0}])
 
 
 def test_inline_stack_needs_a_valid_name():
-    assert "loss_stacks[0].name" in rejected(loss_stacks=[{"preset": "ncc"}])
-    assert "loss_stacks[0].name" in rejected(loss_stacks=[{"name": "has space", "preset": "ncc"}])
+    assert "loss_stacks.0.name" in rejected(loss_stacks=[{"preset": "ncc"}])
+    assert "loss_stacks.0.name" in rejected(loss_stacks=[{"name": "has space", "preset": "ncc"}])
 
 
 def test_duplicate_stack_labels():

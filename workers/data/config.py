@@ -20,8 +20,16 @@ same random stream. Any other proportions give the *mixed* task (see ``synthetic
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+PAD_ID = 0
+BOS_ID = 1
+CONTENT_START = 2
+
+SplitName = Literal["train", "val", "test"]
+SPLITS: tuple[str, ...] = ("train", "val", "test")
 
 KINDS: tuple[str, ...] = ("prefix", "diffuse", "private")
 """Example kinds; an example's kind id is its index here."""
@@ -180,7 +188,7 @@ class SyntheticTaskConfig(BaseModel):
     @property
     def prefix_token_start(self) -> int:
         """First id of strategy 0's prefix block."""
-        return 2 + self.content_vocab
+        return CONTENT_START + self.content_vocab
 
     @property
     def distractor_token_start(self) -> int:

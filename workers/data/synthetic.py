@@ -39,19 +39,20 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, fields
-from typing import Literal
 
 import numpy as np
 import torch
 
-from workers.data.config import KINDS, SyntheticTaskConfig
+from workers.data.config import (
+    BOS_ID,
+    CONTENT_START,
+    KINDS,
+    PAD_ID,
+    SPLITS,
+    SplitName,
+    SyntheticTaskConfig,
+)
 
-PAD_ID = 0
-BOS_ID = 1
-CONTENT_START = 2
-
-SplitName = Literal["train", "val", "test"]
-SPLITS: tuple[str, ...] = ("train", "val", "test")
 _SPLIT_INDEX: dict[str, int] = {name: index for index, name in enumerate(SPLITS)}
 
 

@@ -1,7 +1,12 @@
-"""Models: one GRU backbone, two latent families, and the z-free base decoder."""
+"""Models: one GRU backbone, two latent families, and the z-free base decoder.
 
-from workers.models.backbone import ConditionalDecoder, SequenceEncoder
-from workers.models.config import ModelConfig
-from workers.models.cvae import CVAE, BaseDecoder, CVAEOutput
+Names load on first use (``lazy_loader``), so ``workers.models.config`` imports without torch.
+"""
 
-__all__ = ["CVAE", "BaseDecoder", "CVAEOutput", "ConditionalDecoder", "ModelConfig", "SequenceEncoder"]
+import lazy_loader
+
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "backbone": ["ConditionalDecoder", "SequenceEncoder"],
+    "config": ["BaseModelConfig", "ModelConfig"],
+    "cvae": ["CVAE", "BaseDecoder", "CVAEOutput"],
+})

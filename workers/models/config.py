@@ -49,3 +49,22 @@ class ModelConfig(BaseModel):
         description="'learned': p(z | x) from the context encoder. 'standard': uniform categorical "
         "or N(0, I), independent of x.",
     )
+
+
+class BaseModelConfig(BaseModel):
+    """Which z-free model provides b_t, and how the learned one is trained."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["oracle", "learned"] = Field(
+        "oracle",
+        description="'oracle': the exact z-free model of the generator (marginalises the "
+        "strategy). 'learned': an autoregressive decoder trained without z, cached on disk.",
+    )
+    embedding_dim: int = Field(32, ge=1, le=4096, description="Learned base: embedding width.")
+    hidden_dim: int = Field(64, ge=1, le=8192, description="Learned base: GRU width.")
+    num_layers: int = Field(1, ge=1, le=8, description="Learned base: GRU layers.")
+    epochs: int = Field(8, ge=1, le=1000, description="Learned base: training epochs.")
+    batch_size: int = Field(128, ge=1, le=65536, description="Learned base: batch size.")
+    learning_rate: float = Field(3e-3, gt=0, le=1, description="Learned base: AdamW learning rate.")
+    seed: int = Field(0, ge=0, description="Learned base: initialisation and batching seed.")

@@ -1,22 +1,11 @@
-"""The training recipe: trial configuration, the loop, checkpoints."""
+"""The training recipe: trial configuration, the loop, checkpoints.
 
-from workers.train.config import ReadoutConfig, TrainingConfig, TrialConfig, load_trial_config
-from workers.train.loop import (
-    Trainer,
-    TrialCheckFailed,
-    TrialDiverged,
-    resolve_device,
-    seed_everything,
-)
+Names load on first use (``lazy_loader``), so ``workers.train.config`` imports without torch.
+"""
 
-__all__ = [
-    "Trainer",
-    "ReadoutConfig",
-    "TrainingConfig",
-    "TrialCheckFailed",
-    "TrialConfig",
-    "TrialDiverged",
-    "load_trial_config",
-    "resolve_device",
-    "seed_everything",
-]
+import lazy_loader
+
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "config": ["ReadoutConfig", "TrainingConfig", "TrialConfig", "load_trial_config"],
+    "loop": ["Trainer", "TrialCheckFailed", "TrialDiverged", "resolve_device", "seed_everything"],
+})

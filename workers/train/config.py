@@ -9,10 +9,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
-from objectives import LossStackSpec
-from workers.base import BaseModelConfig
-from workers.data import SyntheticTaskConfig
-from workers.models import ModelConfig
+from objectives.spec import LossStackSpec
+from workers.data.config import SyntheticTaskConfig
+from workers.models.config import BaseModelConfig, ModelConfig
 
 
 class TrainingConfig(BaseModel):

@@ -2,7 +2,7 @@
 
 from alembic import context
 
-from service.db import Base, make_engine
+from service.store.db import Base, make_engine
 
 target_metadata = Base.metadata
 

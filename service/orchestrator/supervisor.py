@@ -12,10 +12,11 @@ import threading
 
 from sqlalchemy import Row
 
-from service.db import SweepRow
-from service.launchers import Launcher
+from service.orchestrator.launchers import DriverHealth, Launcher
 from service.settings import Settings
-from service.store import Store
+from service.store.db import SweepRow
+from service.store.queries import Store
+from workers.contract import STATE_TAG, SWEEP_ID_TAG, runs_with_tag_filter
 
 log = logging.getLogger("ksweep.supervisor")
 LAUNCHING = "launching"
@@ -58,8 +59,13 @@ class Supervisor:
 
     def _watch(self, row: SweepRow) -> None:
         handle = row.driver_handle
-        if handle and handle != LAUNCHING and self.launcher.is_alive(row.id, handle):
-            return
+        if handle and handle != LAUNCHING:
+            health = self.launcher.health(row.id, handle)
+            if health == DriverHealth.ALIVE:
+                return
+            if health == DriverHealth.UNKNOWN:  # ask again next tick; never spend a restart
+                log.info("sweep %s: driver %s health unknown; not restarting", row.id, handle)
+                return
         fresh = self.store.get_sweep(row.id)  # the driver may have ended the sweep meanwhile
         if fresh is None or fresh.state != "running":
             return
@@ -85,7 +91,7 @@ class Supervisor:
             return
         try:
             handle = self.launcher.launch(sweep_id, attempt)
-        except Exception as error:
+        except (OSError, RuntimeError, ValueError) as error:  # Popen, or the Jobs API refused
             self.store.finish(sweep_id, "failed", from_states=("running",),
                               error=f"could not start the driver: {type(error).__name__}: {error}")
             return
@@ -112,13 +118,11 @@ def close_mlflow_runs(tracking_uri: str, experiment_id: str, sweep_id: str) -> N
     try:
         from mlflow.tracking import MlflowClient
 
-        from sweeps.trainable import SWEEP_ID_TAG
-
         client = MlflowClient(tracking_uri=tracking_uri)
         runs = client.search_runs([experiment_id], filter_string=(
-            f"tags.`{SWEEP_ID_TAG}` = '{sweep_id}' and attributes.status = 'RUNNING'"))
+            runs_with_tag_filter(**{SWEEP_ID_TAG: sweep_id}) + " and attributes.status = 'RUNNING'"))
         for run in runs:
-            client.set_tag(run.info.run_id, "ksweep.state", "cancelled")
+            client.set_tag(run.info.run_id, STATE_TAG, "cancelled")
             client.set_terminated(run.info.run_id, "KILLED")
     except Exception:  # the sweep is cancelled either way; run states are cosmetic
         log.exception("sweep %s: could not close its MLflow runs", sweep_id)

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
+from cachetools import TTLCache
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from service.errors import ProblemError
-from service.launchers import Launcher
+from service.api.errors import ProblemError
+from service.orchestrator.launchers import Launcher
+from service.orchestrator.supervisor import Supervisor
 from service.settings import ADMIN_OWNER, Settings, hash_token
-from service.store import Store
-from service.supervisor import Supervisor
+from service.store.queries import Store
 
 bearer = HTTPBearer(auto_error=False, description="An API token: KSWEEP_API_TOKENS owner:token.")
 
@@ -21,27 +21,27 @@ bearer = HTTPBearer(auto_error=False, description="An API token: KSWEEP_API_TOKE
 class PageCache:
     """GET /sweeps pages, reused for ``ttl_s`` seconds while the store has not been written by
     this process: dashboards and ``ksweep status`` poll the same page over and over, and a
-    page is no staler than the drivers' own ~1 s progress reports."""
+    page is no staler than the drivers' own ~1 s progress reports. ``ttl_s <= 0`` turns it off.
+    Used from the event loop only (`async` endpoints): cachetools caches are not thread-safe.
+    """
 
     MAX_ENTRIES = 256
 
     def __init__(self, store: Store, ttl_s: float) -> None:
         self.store, self.ttl_s = store, ttl_s
-        self._entries: dict[tuple, tuple[int, float, Any]] = {}
+        self._entries: TTLCache[tuple[Any, ...], tuple[int, Any]] | None = (
+            TTLCache(maxsize=self.MAX_ENTRIES, ttl=ttl_s) if ttl_s > 0 else None)
 
-    def get(self, key: tuple) -> Any | None:
-        entry = self._entries.get(key)
-        if entry is None or entry[0] != self.store.generation \
-                or time.monotonic() - entry[1] >= self.ttl_s:
+    def get(self, key: tuple[Any, ...]) -> Any | None:
+        """The page stored under ``key``, unless it expired or the store changed since."""
+        entry = self._entries.get(key) if self._entries is not None else None
+        if entry is None or entry[0] != self.store.generation:
             return None
-        return entry[2]
+        return entry[1]
 
-    def put(self, key: tuple, value: Any) -> None:
-        if self.ttl_s <= 0:
-            return
-        if len(self._entries) >= self.MAX_ENTRIES:
-            self._entries.clear()
-        self._entries[key] = (self.store.generation, time.monotonic(), value)
+    def put(self, key: tuple[Any, ...], value: Any) -> None:
+        if self._entries is not None:
+            self._entries[key] = (self.store.generation, value)
 
 
 @dataclass

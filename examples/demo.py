@@ -15,8 +15,9 @@ from pathlib import Path
 
 import httpx
 
-from service.serve_process import ServeProcess, free_port
 from service.settings import get_settings
+from tests.support.serve_process import ServeProcess, free_port
+from workers.contract import LOCAL_MLFLOW_UI, mlflow_ui_url
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "sweeps" / "examples" / "quickstart.yaml"
 
@@ -63,7 +64,7 @@ def main() -> int:
         print(f"   {Path(sys.executable).parent / 'mlflow'} ui --backend-store-uri "
               f"{settings.mlflow_tracking_uri} --port 5000")
         if experiment:
-            print(f"   then open http://127.0.0.1:5000/#/experiments/{experiment}/runs")
+            print(f"   then open {mlflow_ui_url(LOCAL_MLFLOW_UI, experiment)}")
         return watched.returncode
     finally:
         print("== stopping the service", flush=True)

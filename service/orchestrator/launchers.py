@@ -8,18 +8,34 @@ it, so an API restart re-attaches to it through its handle.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from enum import StrEnum
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
+
+import httpx
+import psutil
 
 from service.settings import Settings
+from workers.contract import ATTEMPT_TAG, SWEEP_ID_TAG, TUNE_ENV
 
 DRIVER_MODULE = "service.driver"
+log = logging.getLogger("ksweep.launchers")
+
+
+class DriverHealth(StrEnum):
+    """What a launcher can say about a driver. Only ``dead`` makes the supervisor restart it;
+    ``unknown`` (the cluster did not answer) waits for the next look."""
+
+    ALIVE = "alive"
+    DEAD = "dead"
+    UNKNOWN = "unknown"
 
 
 class Launcher(Protocol):
@@ -30,8 +46,8 @@ class Launcher(Protocol):
     def launch(self, sweep_id: str, attempt: int) -> str:
         """Start the driver; returns its handle (stored with the sweep)."""
 
-    def is_alive(self, sweep_id: str, handle: str) -> bool:
-        """Whether the driver behind ``handle`` still runs."""
+    def health(self, sweep_id: str, handle: str) -> DriverHealth:
+        """Whether the driver behind ``handle`` still runs, has ended, or cannot be told."""
 
     def exit_reason(self, sweep_id: str, handle: str) -> str:
         """Why a driver that is no longer alive ended (for the sweep's error)."""
@@ -51,6 +67,8 @@ def driver_environment(settings: Settings) -> dict[str, str]:
         "MLFLOW_TRACKING_URI": settings.mlflow_tracking_uri,
         "KSWEEP_MLFLOW_UI_URL": settings.mlflow_ui_url,
         "PYTHONUNBUFFERED": "1",
+        # Tune's knobs (a value the API's own environment sets wins).
+        **{name: os.environ.get(name, value) for name, value in TUNE_ENV.items()},
     }
     if settings.driver_num_cpus:
         env["KSWEEP_DRIVER_NUM_CPUS"] = str(settings.driver_num_cpus)
@@ -106,14 +124,13 @@ class LocalLauncher:
             return None
         return int(pid)
 
-    def is_alive(self, sweep_id: str, handle: str) -> bool:
+    def health(self, sweep_id: str, handle: str) -> DriverHealth:
         pid = self._pid(handle)
         if pid is None:
-            return False
+            return DriverHealth.DEAD
         child = self._children.get(pid)
-        if child is not None:
-            return child.poll() is None
-        return _is_driver_process(pid, sweep_id)
+        alive = child.poll() is None if child is not None else _is_driver_process(pid, sweep_id)
+        return DriverHealth.ALIVE if alive else DriverHealth.DEAD
 
     def exit_reason(self, sweep_id: str, handle: str) -> str:
         pid = self._pid(handle)
@@ -130,11 +147,7 @@ class LocalLauncher:
             return
         # SIGTERM first (Tune saves its state), SIGKILL for whatever is left of the group.
         for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(pid, sig)
-            except ProcessLookupError:
-                break
-            if self._wait_group_gone(pid, wait_s):
+            if not signal_group(pid, sig) or self._wait_group_gone(pid, wait_s):
                 break
         child = self._children.pop(pid, None)
         if child is not None:
@@ -162,30 +175,45 @@ def handle_attempt_log(settings: Settings, sweep_id: str) -> Path | None:
     return logs[-1] if logs else None
 
 
+_GONE = (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+
+
 def _is_driver_process(pid: int, sweep_id: str) -> bool:
     """A live (not zombie) process that is this sweep's driver (guards against pid reuse)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
+        process = psutil.Process(pid)
+        if process.status() in _GONE:
+            return False
+        cmdline = process.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
         return False
-    if stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X"):
-        return False
-    return DRIVER_MODULE.encode() in cmdline and sweep_id.encode() in cmdline
+    return DRIVER_MODULE in cmdline and sweep_id in cmdline
+
+
+def group_members(pgid: int) -> list[psutil.Process]:
+    """The live (non-zombie) processes of process group ``pgid``."""
+    members = []
+    for process in psutil.process_iter(["status"]):
+        try:
+            if process.info["status"] not in _GONE and os.getpgid(process.pid) == pgid:
+                members.append(process)
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            continue
+    return members
 
 
 def _group_exists(pgid: int) -> bool:
     """Whether any live (non-zombie) process is left in process group ``pgid``."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            return True
-    return False
+    return bool(group_members(pgid))
+
+
+def signal_group(pgid: int, sig: int) -> bool:
+    """Send ``sig`` to process group ``pgid``; False when the group is gone."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 class RayJobLauncher:
@@ -204,7 +232,7 @@ class RayJobLauncher:
             token = Path(path).read_text().strip()
         return {"Authorization": f"Bearer {token}"} if token else {}
 
-    def client(self):
+    def client(self) -> Any:
         if self._client is None:
             from ray.job_submission import JobSubmissionClient
 
@@ -221,37 +249,50 @@ class RayJobLauncher:
             entrypoint=f"{sys.executable} -m {DRIVER_MODULE} {sweep_id}",
             submission_id=submission_id,
             runtime_env={"env_vars": driver_environment(self.settings)},
-            metadata={"ksweep.sweep_id": sweep_id, "ksweep.attempt": str(attempt)},
+            metadata={SWEEP_ID_TAG: sweep_id, ATTEMPT_TAG: str(attempt)},
         )
         return f"ray-job:{submission_id}"
 
-    def _status(self, handle: str):
-        return self.client().get_job_status(handle.removeprefix("ray-job:"))
+    def health(self, sweep_id: str, handle: str) -> DriverHealth:
+        """Asks the Jobs API (``GET /api/jobs/{id}``) with a timeout.
 
-    def is_alive(self, sweep_id: str, handle: str) -> bool:
+        A job the cluster does not know (404: a head restarted without its state) is dead,
+        and the restarted driver resumes from the shared Tune state; no answer, an error
+        status or a timeout is unknown, so a dashboard blip never spends a restart.
+        """
+        job_id = handle.removeprefix("ray-job:")
+        url = f"{self.settings.ray_jobs_url.rstrip('/')}/api/jobs/{job_id}"
         try:
-            return str(self._status(handle)) in ("PENDING", "RUNNING", "JobStatus.PENDING",
-                                                 "JobStatus.RUNNING")
-        except Exception:
-            # Unknown to the cluster (restarted head) or unreachable: not running as far as we
-            # can tell; the supervisor restarts it and Tune resumes from the shared state.
-            return False
+            response = httpx.get(url, headers=self._headers(), timeout=self.settings.ray_jobs_timeout_s)
+        except httpx.HTTPError as error:
+            log.warning("sweep %s: the Jobs API did not answer (%s); driver health unknown",
+                        sweep_id, error)
+            return DriverHealth.UNKNOWN
+        if response.status_code == 404:
+            return DriverHealth.DEAD
+        if response.status_code != 200:
+            log.warning("sweep %s: the Jobs API answered %d; driver health unknown",
+                        sweep_id, response.status_code)
+            return DriverHealth.UNKNOWN
+        status = str(response.json().get("status", ""))
+        return DriverHealth.ALIVE if status in ("PENDING", "RUNNING") else DriverHealth.DEAD
 
     def exit_reason(self, sweep_id: str, handle: str) -> str:
         try:
             info = self.client().get_job_info(handle.removeprefix("ray-job:"))
             return f"Ray Job {handle} ended {info.status}: {info.message or ''}".strip()
-        except Exception as error:
+        except (RuntimeError, OSError) as error:  # the SDK's errors: not found, unreachable
             return f"Ray Job {handle} is gone ({type(error).__name__}: {error})"
 
     def stop(self, sweep_id: str, handle: str, grace_s: float) -> None:
         job_id = handle.removeprefix("ray-job:")
         try:
             self.client().stop_job(job_id)
-        except Exception:
+        except (RuntimeError, OSError) as error:  # already gone, or the cluster with it
+            log.warning("sweep %s: could not stop Ray Job %s: %s", sweep_id, job_id, error)
             return
         deadline = time.monotonic() + grace_s + 20.0
-        while time.monotonic() < deadline and self.is_alive(sweep_id, handle):
+        while time.monotonic() < deadline and self.health(sweep_id, handle) != DriverHealth.DEAD:
             time.sleep(0.5)
 
     def ping(self) -> None:

@@ -19,7 +19,7 @@ from sqlalchemy import Row, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from service.db import (
+from service.store.db import (
     ACTIVE_STATES,
     SweepRow,
     TrialRow,

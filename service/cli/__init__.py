@@ -1,19 +1,23 @@
-"""The ``ksweep`` command line: one entry point for every part."""
+"""The ``ksweep`` command line: one entry point for every part.
+
+The REST client commands (:mod:`.client`) and ``validate`` (:mod:`.common`) are torch-free;
+the commands that train (:mod:`.training`) import the trainer only when they run.
+"""
 
 from __future__ import annotations
 
 import typer
 
-from service.client import (
+from service.cli.client import (
     cancel_command,
     report_command,
-    serve_command,
     status_command,
     submit_command,
     watch_command,
 )
-from sweeps.cli import sweep_app, validate_command
-from workers.cli import train_command
+from service.cli.common import validate_command
+from service.cli.server import serve_command
+from service.cli.training import sweep_app, train_command
 
 app = typer.Typer(help="kappa-sweep: sweeps over alpha and loss stacks for CVAEs.", no_args_is_help=True)
 app.command("train")(train_command)
@@ -30,7 +34,7 @@ app.command("report")(report_command)
 @app.command("objectives")
 def objectives_command(demo: bool = typer.Option(False, help="Show kappa_alpha on synthetic surprisal.")) -> None:
     """List the loss terms and presets (and optionally demonstrate the objective family)."""
-    from service.objectives_demo import print_demo, print_registry
+    from service.cli.objectives_demo import print_demo, print_registry
 
     print_registry()
     if demo:

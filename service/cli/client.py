@@ -1,4 +1,4 @@
-"""The CLI client of the service: ``ksweep serve | submit | status | watch | cancel | report``.
+"""The CLI client of the service: ``ksweep submit | status | watch | cancel | report``.
 
 It talks to ``KSWEEP_URL`` with ``KSWEEP_TOKEN``; with no token set it falls back to the
 token a local ``ksweep serve`` generated under ``KSWEEP_SWEEP_ROOT`` (owner ``local``).
@@ -17,8 +17,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from service.cli.common import format_eta, load_spec_or_exit
 from service.settings import Settings, get_settings
-from sweeps.cli import format_eta, load_spec_or_exit
 
 console = Console()
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -77,21 +77,6 @@ def _counter_line(sweep: dict[str, Any]) -> str:
 def _best(sweep: dict[str, Any]) -> str:
     best = sweep["best"]
     return "-" if best.get("value") is None else f"{best['metric']} {best['value']:.4f}"
-
-
-def serve_command(
-    host: str = typer.Option(None, help="Interface (default KSWEEP_HOST, 127.0.0.1)."),
-    port: int = typer.Option(None, help="Port (default KSWEEP_PORT, 8000)."),
-) -> None:
-    """Run the REST service (uvicorn) with the supervisor that launches sweep drivers."""
-    import uvicorn
-
-    from service.app import create_app
-
-    settings = get_settings()
-    app = create_app(settings)
-    uvicorn.run(app, host=host or settings.host, port=port if port is not None else settings.port,
-                log_level="info", timeout_graceful_shutdown=5)
 
 
 def submit_command(

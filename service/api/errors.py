@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -13,7 +12,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.schemas import PROBLEM_MEDIA_TYPE, FieldProblem, Problem
+from service.api.schemas import PROBLEM_MEDIA_TYPE, FieldProblem, Problem
 
 log = logging.getLogger("ksweep.service")
 PROBLEM_BASE = "https://kappa-sweep.dev/problems/"
@@ -39,24 +38,18 @@ def problem_response(problem: Problem, request: Request | None = None,
                         media_type=PROBLEM_MEDIA_TYPE, headers=headers)
 
 
-# A spec's cross-field checks say which fields contradict each other at the start of their
-# message ("search.kind, alpha: a list of values is a grid; ..."): that is their field path.
-_NAMED_FIELDS = re.compile(r"^(?:Value error, )?((?:[A-Za-z_][\w.]*)(?:, [A-Za-z_][\w.]*)*): (.+)$", re.S)
-
-
 def field_problems(errors: list[dict[str, Any]], drop_prefix: tuple[str, ...] = ("body",)) -> list[FieldProblem]:
-    """Pydantic errors as dotted field paths (``alpha.low``), without the ``body`` prefix."""
+    """Pydantic errors as dotted field paths (``alpha.low``), without the ``body`` prefix.
+
+    Cross-field checks raise pydantic errors with their own ``loc``
+    (:func:`objectives.field_errors.located_errors`), so every path comes from ``loc``.
+    """
     problems = []
     for error in errors:
         loc = [str(part) for part in error.get("loc", ())]
         if loc and loc[0] in drop_prefix:
             loc = loc[1:]
-        message = str(error.get("msg", ""))
-        named = _NAMED_FIELDS.match(message)
-        if named:
-            loc = [*loc, named.group(1)]
-            message = named.group(2)
-        problems.append(FieldProblem(field=".".join(loc) or "(body)", message=message))
+        problems.append(FieldProblem(field=".".join(loc) or "(body)", message=str(error.get("msg", ""))))
     return problems
 
 

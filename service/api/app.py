@@ -10,12 +10,12 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from service.api import health, objectives, sweeps
-from service.deps import PageCache, Services
-from service.errors import BodySizeLimit, install_error_handlers
-from service.launchers import make_launcher
+from service.api.deps import PageCache, Services
+from service.api.errors import BodySizeLimit, install_error_handlers
+from service.orchestrator.launchers import make_launcher
+from service.orchestrator.supervisor import Supervisor
 from service.settings import Settings, get_settings, hash_token
-from service.store import Store
-from service.supervisor import Supervisor
+from service.store.queries import Store
 
 API_PREFIX = "/api/v1"
 LOCAL_OWNER = "local"

@@ -1,0 +1,1 @@
+"""Runnable walk-throughs of kappa-sweep (``make demo`` runs :mod:`examples.demo`)."""

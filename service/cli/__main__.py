@@ -1,0 +1,5 @@
+"""``python -m service.cli``: the ``ksweep`` command."""
+
+from service.cli import main
+
+main()

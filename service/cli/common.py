@@ -1,0 +1,67 @@
+"""What every ``ksweep`` command shares: the console, spec loading with field-path errors,
+ETA formatting, and ``ksweep validate SPEC`` (the dry-run plan). Torch-free."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+
+from sweeps.spec import SweepSpec
+
+console = Console()
+
+
+def default_sweep_root() -> Path:
+    """KSWEEP_SWEEP_ROOT (Tune state and caches), default ./.ksweep, as an absolute path."""
+    return Path(os.environ.get("KSWEEP_SWEEP_ROOT", ".ksweep")).resolve()
+
+
+def format_validation_error(error: ValidationError) -> str:
+    """One line per problem: the dotted field path and the message."""
+    lines = []
+    for item in error.errors():
+        path = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        lines.append(f"  {path}: {item['msg']}")
+    return "\n".join(lines)
+
+
+def load_spec_or_exit(path: Path) -> SweepSpec:
+    """Load and validate a spec, printing every problem with its field path (exit 2)."""
+    from sweeps.spec import load_sweep_spec
+
+    try:
+        return load_sweep_spec(path)
+    except ValidationError as error:
+        console.print(f"[red]invalid sweep spec {path}:[/red]\n{format_validation_error(error)}")
+        raise typer.Exit(2) from None
+    except (ValueError, OSError) as error:
+        console.print(f"[red]{path}: {error}[/red]")
+        raise typer.Exit(2) from None
+
+
+def format_eta(seconds: float | None) -> str:
+    """``3m05s``, ``42s``, or ``-`` when unknown."""
+    if seconds is None:
+        return "-"
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def validate_command(
+    spec_path: Path = typer.Argument(..., exists=True, dir_okay=False, help="Sweep spec YAML/JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+) -> None:
+    """Validate a spec and print its trial plan (count, epoch budget, resources); runs nothing."""
+    from sweeps.plan import build_plan, render_plan
+
+    spec = load_spec_or_exit(spec_path)
+    plan = build_plan(spec)
+    if as_json:
+        console.print_json(json.dumps(plan.to_dict()))
+    else:
+        render_plan(plan, console)

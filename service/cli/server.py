@@ -1,0 +1,22 @@
+"""``ksweep serve``: the REST service (uvicorn) with the supervisor that launches sweep drivers."""
+
+from __future__ import annotations
+
+import typer
+
+from service.settings import get_settings
+
+
+def serve_command(
+    host: str = typer.Option(None, help="Interface (default KSWEEP_HOST, 127.0.0.1)."),
+    port: int = typer.Option(None, help="Port (default KSWEEP_PORT, 8000)."),
+) -> None:
+    """Run the REST service (uvicorn) with the supervisor that launches sweep drivers."""
+    import uvicorn
+
+    from service.api.app import create_app
+
+    settings = get_settings()
+    app = create_app(settings)
+    uvicorn.run(app, host=host or settings.host, port=port if port is not None else settings.port,
+                log_level="info", timeout_graceful_shutdown=5)

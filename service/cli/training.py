@@ -1,0 +1,159 @@
+"""The ``ksweep`` commands that train, in-process and without the service:
+``ksweep train CONFIG`` (one trial, no Ray) and ``ksweep sweep run SPEC`` (a whole sweep).
+
+Only this module reaches the trainer, Ray Tune and matplotlib, and only inside the
+commands, so ``ksweep --help`` and the REST client commands start without them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import typer
+from pydantic import ValidationError
+from rich.console import Group
+from rich.live import Live
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from service.cli.common import (
+    console,
+    default_sweep_root,
+    format_eta,
+    format_validation_error,
+    load_spec_or_exit,
+)
+from workers.contract import (
+    LOCAL_MLFLOW_UI,
+    TRIAL_SUMMARY_METRICS,
+    TUNE_ENV,
+    VAL_LATENT_NMI,
+    VAL_LOSS,
+    SweepStatus,
+    default_tracking_uri,
+    mlflow_ui_url,
+)
+
+SUMMARY_KEYS = TRIAL_SUMMARY_METRICS
+sweep_app = typer.Typer(help="Run sweeps in-process (no service).", no_args_is_help=True)
+
+
+def train_command(
+    config_path: Path = typer.Argument(..., exists=True, dir_okay=False, help="Trial config YAML/JSON."),
+    experiment: str = typer.Option("ksweep-trials", help="MLflow experiment name."),
+) -> None:
+    """Train one trial (no Ray) and log it to MLflow (MLFLOW_TRACKING_URI, default ./mlflow.db)."""
+    from workers.train import TrialCheckFailed, TrialDiverged, load_trial_config
+    from workers.trial import run_logged_trial
+
+    try:
+        config = load_trial_config(config_path)
+    except ValidationError as error:
+        console.print(f"[red]invalid trial config {config_path}:[/red]\n{format_validation_error(error)}")
+        raise typer.Exit(2) from None
+    except ValueError as error:
+        console.print(f"[red]{error}[/red]")
+        raise typer.Exit(2) from None
+    tracking_uri = default_tracking_uri()
+    progress = Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[status]}"), TimeRemainingColumn(), console=console,
+    )
+    with progress:
+        task = progress.add_task("setting up", total=config.training.epochs, status="")
+
+        def on_epoch(trainer: Any, epoch: int, metrics: dict[str, float]) -> None:
+            progress.update(
+                task, completed=epoch, description="training",
+                status=f"val/loss {metrics[VAL_LOSS]:.4f}  nmi {metrics[VAL_LATENT_NMI]:.3f}",
+            )
+
+        try:
+            trainer, logger = run_logged_trial(
+                config, tracking_uri, experiment, default_sweep_root(), on_epoch=on_epoch,
+                on_start=lambda trainer, logger: progress.update(task, description="training"),
+            )
+        except (TrialDiverged, TrialCheckFailed) as error:
+            console.print(f"[red]trial failed:[/red] {error}")
+            raise typer.Exit(1) from None
+    table = Table(title=f"{config.model.family} / {config.loss_stack.label} / alpha {config.alpha:g}")
+    table.add_column("metric")
+    table.add_column("final", justify="right")
+    for key in SUMMARY_KEYS:
+        if key in trainer.history:
+            table.add_row(key, f"{trainer.history[key][-1]:.4g}")
+    console.print(table)
+    console.print(f"c_base = {trainer.c_base:.6g} ({trainer.base.kind} base)")
+    console.print(f"MLflow run {logger.run_id} in experiment {logger.experiment_id} at {tracking_uri}")
+    console.print(f"open the UI: mlflow ui --backend-store-uri {tracking_uri}")
+
+
+class LiveView:
+    """A progress sink drawing the trial counters, best-so-far and ETA."""
+
+    def __init__(self, total: int, title: str) -> None:
+        self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                                 MofNCompleteColumn(), TextColumn("ETA {task.fields[eta]}"))
+        self.task = self.progress.add_task(title, total=total, eta="-")
+        self.live = Live(self._render(None), console=console, refresh_per_second=4)
+
+    def _render(self, status: SweepStatus | None) -> Group:
+        table = Table(show_header=True, header_style="bold")
+        for column in ("pending", "running", "done", "stopped", "failed", "best"):
+            table.add_column(column, justify="right")
+        if status is not None:
+            best = "-" if status.best_value is None else f"{status.best_metric} {status.best_value:.4f}"
+            table.add_row(*(str(getattr(status, k)) for k in ("pending", "running", "done",
+                                                              "stopped", "failed")), best)
+        return Group(self.progress, table)
+
+    def publish(self, status: SweepStatus) -> None:
+        self.progress.update(self.task, total=status.total, completed=status.finished,
+                             eta=format_eta(status.eta_seconds))
+        self.live.update(self._render(status))
+
+
+@sweep_app.command("run")
+def run_command(
+    spec_path: Path = typer.Argument(..., exists=True, dir_okay=False, help="Sweep spec YAML/JSON."),
+    sweep_id: str = typer.Option(None, help="Resume (or name) this sweep id; default a new one."),
+    num_cpus: int = typer.Option(None, help="CPUs for the local Ray (default: all)."),
+    experiment: str = typer.Option(None, help="MLflow experiment (default: the spec's name)."),
+) -> None:
+    """Run a sweep in-process on embedded defaults (local Ray, sqlite MLflow) and print the report."""
+    from sweeps.report import report_markdown
+    from sweeps.runner import run_sweep
+
+    spec = load_spec_or_exit(spec_path)
+    # This process is the sweep's driver: Tune reads these knobs from its environment.
+    for name, value in TUNE_ENV.items():
+        os.environ.setdefault(name, value)
+    sweep_id = sweep_id or uuid.uuid4().hex[:12]
+    tracking_uri = default_tracking_uri()
+    console.print(f"sweep [bold]{spec.name}[/bold] id {sweep_id}: {spec.trial_count()} trials, "
+                  f"MLflow {tracking_uri}")
+    view = LiveView(spec.trial_count(), spec.name)
+    started = time.perf_counter()
+    with view.live:
+        outcome = run_sweep(spec, sweep_id=sweep_id, sweep_root=default_sweep_root(),
+                            tracking_uri=tracking_uri, num_cpus=num_cpus, sinks=[view],
+                            experiment_name=experiment)
+    console.print(report_markdown(outcome.report))
+    console.print(f"{outcome.status.state} in {time.perf_counter() - started:.1f} s; parent run "
+                  f"{outcome.parent_run_id} (experiment {outcome.experiment_id})")
+    console.print(f"compare in the MLflow UI: mlflow ui --backend-store-uri {tracking_uri}  then "
+                  f"{mlflow_ui_url(LOCAL_MLFLOW_UI, outcome.experiment_id)}")
+    if os.environ.get("KSWEEP_PRINT_REPORT_JSON"):
+        console.print_json(json.dumps(outcome.report))
+    raise typer.Exit(0 if outcome.status.state == "succeeded" else 1)

@@ -1,0 +1,1 @@
+"""Test infrastructure shared by the tests, the service benchmark and ``make demo``."""
