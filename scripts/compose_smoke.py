@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         outcome, code = "FAILED", 1
     except KeyboardInterrupt:
         outcome, code = "INTERRUPTED", 130
-    except Exception as error:  # a bug or an unexpected answer: still the one last line
+    except Exception as error:  # noqa: BLE001 - a bug or an unexpected answer: still the one last line
         print(f"compose-smoke: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
         outcome, code = "FAILED", 1
     summary = json.dumps({k: (round(v) if isinstance(v, float) else

@@ -35,7 +35,7 @@ from sweeps.statistics import (
 __all__ = ["SIGNIFICANCE", "build_contrasts", "claim_words", "default_pairs"]
 
 SIGNIFICANCE = 0.05
-EXTRA_CONTRAST_METRICS = ("latent_nmi_auc", "latent_ari")
+EXTRA_CONTRAST_METRICS = ("nmi_auc", "latent_ari")
 
 
 def default_pairs(spec: SweepSpec) -> list[tuple[str, str]]:

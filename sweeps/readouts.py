@@ -31,6 +31,8 @@ _SPLITS = ("val", "test")
 _SELECTED = re.compile(r"^selected/(train|val|test)/(?:(prefix|diffuse|private)/)?([^/]+)$")
 _PLAIN = re.compile(r"^(train|val|test)/(?:(prefix|diffuse|private)/)?([^/]+)$")
 SELECTED_EPOCH = "selected/epoch"
+# Trial-level read-outs of the whole curve (workers.readouts.speed): logged once, unprefixed.
+_CURVE_READOUTS = frozenset({"nmi_auc", "epochs_to_nmi90", "epochs_to_nmi90_censored"})
 
 
 @dataclass
@@ -93,6 +95,9 @@ def trial_readouts(final: dict[str, Any], metrics: Sequence[str]
     values: dict[tuple[str, str, str], float | None] = {}
     for key, value in final.items():
         match = pattern.match(key)
+        if selected and match is None:
+            curve = _PLAIN.match(key)
+            match = curve if curve and curve.group(3) in _CURVE_READOUTS else None
         if match and match.group(1) in _SPLITS and match.group(3) in wanted:
             values[(match.group(1), match.group(2) or ALL_KINDS, match.group(3))] = _finite(value)
     return values, source

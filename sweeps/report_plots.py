@@ -18,7 +18,7 @@ from typing import Any
 
 __all__ = ["write_report_plots"]
 
-ALPHA_METRICS = ("latent_nmi", "latent_nmi_auc")
+ALPHA_METRICS = ("latent_nmi", "nmi_auc")
 
 
 def _pyplot():

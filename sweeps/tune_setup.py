@@ -72,8 +72,11 @@ def make_tuner(spec: SweepSpec, trainable: Any, run_config: tune.RunConfig, tune
     """The sweep's Tuner: restored from ``tune_path`` when a driver ran before (finished
     trials are not re-run, unfinished ones resume from their checkpoints), else new."""
     if tune.Tuner.can_restore(str(tune_path)):
+        # The param space again: a grid trial created but not started before the kill keeps
+        # placeholders for its sample_from params, which only the original space resolves.
         return tune.Tuner.restore(str(tune_path), trainable=trainable, resume_unfinished=True,
-                                  resume_errored=False, restart_errored=False)
+                                  resume_errored=False, restart_errored=False,
+                                  param_space=param_space(spec))
     multi = len(spec.objective.metrics) > 1
     single_metric = not multi and spec.search.kind != "optuna"
     return tune.Tuner(

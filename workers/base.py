@@ -101,6 +101,25 @@ def _evaluate(model: BaseDecoder, split: SyntheticSplit, device: torch.device) -
     return torch.where(split.mask, torch.cat(chunks), 0.0).float().cpu()
 
 
+def score_split(
+    data: SyntheticTaskConfig, surprisal: BaseSurprisal, split: SyntheticSplit,
+    device: torch.device | str = "cpu",
+) -> torch.Tensor:
+    """b_t of another split (e.g. test) from the same base model: the oracle, or the cached
+    learned decoder that produced ``surprisal``. ``[N, T]`` float32 on the CPU."""
+    if surprisal.kind == "oracle":
+        return oracle_base_nll(data, split)
+    meta = json.loads((surprisal.cache_path / "meta.json").read_text())
+    base = BaseModelConfig.model_validate(meta["base"])
+    model = BaseDecoder(
+        ModelConfig(embedding_dim=base.embedding_dim, hidden_dim=base.hidden_dim,
+                    num_layers=base.num_layers),
+        data.vocab_size,
+    ).to(device)
+    model.load_state_dict(torch.load(surprisal.cache_path / "model.pt", map_location=device))
+    return _evaluate(model.eval(), split, torch.device(device))
+
+
 def load_or_train_base(
     data: SyntheticTaskConfig,
     base: BaseModelConfig,

@@ -23,7 +23,6 @@ import numpy as np
 import torch
 from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
 __all__ = [
     "active_units_discrete",
@@ -86,10 +85,32 @@ def latent_recovery(
         raise ValueError(
             f"inferred and truth differ in length: {inferred_array.size} vs {truth_array.size}"
         )
-    return {
-        "latent_nmi": float(normalized_mutual_info_score(truth_array, inferred_array)),
-        "latent_ari": float(adjusted_rand_score(truth_array, inferred_array)),
-    }
+    return _fast_recovery(truth_array, inferred_array)
+
+
+def _fast_recovery(truth: np.ndarray, inferred: np.ndarray) -> dict[str, float]:
+    """NMI (arithmetic) and ARI from one contingency table, as scikit-learn defines them
+    (its limit cases included) without its per-call validation overhead (~40 ms a call)."""
+    _, t = np.unique(truth, return_inverse=True)
+    _, p = np.unique(inferred, return_inverse=True)
+    table = np.zeros((t.max() + 1, p.max() + 1), dtype=np.float64)
+    np.add.at(table, (t, p), 1.0)
+    n = float(truth.size)
+    rows, cols = table.sum(1), table.sum(0)
+    if table.shape[0] == table.shape[1] == 1:
+        nmi = 1.0
+    else:
+        nz = table > 0
+        mi = float((table[nz] / n * np.log(table[nz] * n / np.outer(rows, cols)[nz])).sum())
+        h_t = float(-(rows / n * np.log(rows / n)).sum())
+        h_p = float(-(cols / n * np.log(cols / n)).sum())
+        nmi = 0.0 if abs(mi) < np.finfo(np.float64).eps else max(mi / ((h_t + h_p) / 2), 0.0)
+    pairs = lambda x: float((x * (x - 1) / 2).sum())  # noqa: E731
+    index, a, b = pairs(table), pairs(rows), pairs(cols)
+    expected = a * b / (n * (n - 1) / 2) if n > 1 else 0.0
+    maximum = (a + b) / 2
+    ari = 1.0 if maximum == expected else (index - expected) / (maximum - expected)
+    return {"latent_nmi": float(nmi), "latent_ari": float(ari)}
 
 
 def kmeans_labels(points: torch.Tensor, num_clusters: int, seed: int) -> torch.Tensor:

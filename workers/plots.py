@@ -24,13 +24,20 @@ import torch  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-__all__ = ["plot_kappa_histogram", "plot_metric_against_alpha", "plot_reconstruction_curves"]
+__all__ = [
+    "plot_kappa_histogram",
+    "plot_metric_against_alpha",
+    "plot_position_profiles",
+    "plot_reconstruction_curves",
+]
 
 _RECONSTRUCTION_KEYS = (
     "train/recon_uniform",
     "val/recon_uniform",
     "train/recon_token_weighted",
     "val/recon_token_weighted",
+    "train/recon_cc",
+    "val/recon_cc",
     "train/recon_ncc",
     "val/recon_ncc",
 )
@@ -151,6 +158,46 @@ def plot_reconstruction_curves(
     recon_axes.set_ylabel("nats per token")
     _plot_series(loss_axes, history, _LOSS_KEYS)
     loss_axes.set_title("loss and KL")
+    if title:
+        figure.suptitle(title)
+    figure.tight_layout()
+    return _save(figure, path)
+
+
+_PROFILE_PANELS = (("l", "l_t (decoder NLL)"), ("b", "b_t (z-free surprisal)"), ("pi", "pi_t (weight)"))
+
+
+def plot_position_profiles(
+    profiles: Mapping[str, Mapping[str, Sequence[float]]],
+    path: str | os.PathLike[str],
+    title: str | None = None,
+) -> Path:
+    """Per-position profiles of l_t, b_t and pi_t, one line per example kind.
+
+    Args:
+        profiles: kind -> {"l", "b", "pi"} -> mean value at each target position (NaN where
+            no example of the kind is active; those positions leave gaps).
+        path: Where to write the PNG (parent folders are created).
+        title: Figure title.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`; with no kinds every panel says "no data".
+    """
+    figure, axes = plt.subplots(1, 3, figsize=(13, 4.0))
+    for panel, (key, label) in zip(axes, _PROFILE_PANELS, strict=True):
+        drawn = False
+        for index, (kind, series) in enumerate(sorted(profiles.items())):
+            values = np.asarray(series.get(key, []), dtype=np.float64)
+            if values.size:
+                panel.plot(np.arange(values.size), values, marker=".", label=kind, color=f"C{index}")
+                drawn = True
+        if drawn:
+            panel.legend(fontsize="small")
+        else:
+            _say_no_data(panel)
+        panel.set_title(label)
+        panel.set_xlabel("target position t")
+        panel.xaxis.set_major_locator(MaxNLocator(integer=True))
     if title:
         figure.suptitle(title)
     figure.tight_layout()

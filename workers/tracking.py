@@ -334,3 +334,40 @@ def metric_history(client: MlflowClient, run_id: str, key: str) -> list[tuple[in
     """
     points = sorted(client.get_metric_history(run_id, key), key=lambda m: (m.step, m.timestamp))
     return [(point.step, point.value) for point in points]
+
+
+def _git(*args: str) -> str | None:
+    import subprocess
+    from pathlib import Path
+
+    try:
+        result = subprocess.run(
+            ["git", *args], cwd=Path(__file__).resolve().parent, capture_output=True, text=True,
+            timeout=10, check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def provenance_params() -> dict[str, str]:
+    """Code version and key package versions, as the params ``provenance.*``.
+
+    ``provenance.git_commit`` is the commit of the checkout the code runs from ("unknown"
+    outside a git checkout, e.g. an installed wheel); ``provenance.git_dirty`` is "true" when
+    tracked files differ from it (untracked files do not count), "unknown" without git.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    commit = _git("rev-parse", "HEAD")
+    status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
+    out = {
+        "provenance.git_commit": commit or "unknown",
+        "provenance.git_dirty": "unknown" if status is None else str(bool(status)).lower(),
+    }
+    for package in ("torch", "ray", "mlflow", "numpy"):
+        try:
+            out[f"provenance.{package}"] = version(package)
+        except PackageNotFoundError:
+            out[f"provenance.{package}"] = "not installed"
+    return out

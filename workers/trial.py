@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from workers.contract import C_BASE_PARAM, FAILURE_TAG, STOPPED_EARLY_TAG, failure_text
-from workers.plots import plot_kappa_histogram, plot_reconstruction_curves
-from workers.tracking import RunLogger, flatten_config
+from workers.plots import plot_kappa_histogram, plot_position_profiles, plot_reconstruction_curves
+from workers.tracking import RunLogger, flatten_config, provenance_params
 from workers.train import Trainer, TrialConfig
 
 EpochHook = Callable[[Trainer, int, dict[str, float]], None]
@@ -33,6 +33,9 @@ def trial_params(trainer: Trainer) -> dict[str, Any]:
     params[C_BASE_PARAM] = trainer.c_base
     params["base_kind"] = trainer.base.kind
     params["device"] = str(trainer.device)
+    params.update(provenance_params())
+    params.update({f"data.hash.{name}": value for name, value in trainer.data_hashes.items()})
+    params["data.resolved_seed"] = trainer.config.resolved_data().seed
     return params
 
 
@@ -42,7 +45,8 @@ def finite_metrics(metrics: Mapping[str, float]) -> dict[str, float]:
 
 
 def log_trial_plots(logger: RunLogger, trainer: Trainer) -> None:
-    """The kappa histograms (train, val) and the reconstruction curves, as PNG artifacts."""
+    """The kappa histograms (train, val, test), the reconstruction curves and (after
+    ``Trainer.finalize``) the per-position profiles per kind, as PNG artifacts."""
     with tempfile.TemporaryDirectory(prefix="ksweep-plots-") as folder:
         for split, values in trainer.kappa_values.items():
             path = plot_kappa_histogram(
@@ -54,6 +58,13 @@ def log_trial_plots(logger: RunLogger, trainer: Trainer) -> None:
             path = plot_reconstruction_curves(
                 trainer.history, Path(folder) / "reconstruction_curves.png",
                 title=f"{trainer.config.loss_stack.label}, alpha = {trainer.config.alpha:g}",
+            )
+            logger.log_png(path)
+        if trainer.profiles:
+            path = plot_position_profiles(
+                trainer.profiles, Path(folder) / "position_profiles_val.png",
+                title=f"val at the selected epoch: {trainer.config.loss_stack.label}, "
+                f"alpha = {trainer.config.alpha:g}",
             )
             logger.log_png(path)
 
@@ -105,23 +116,33 @@ class TrialRun:
             self.logged_epochs = self.trainer.epoch
 
     def train(self, after_epoch: EpochHook | None = None) -> dict[str, float]:
-        """Train to the budget, logging every epoch, then end the run (see the module doc).
+        """Train until the budget is spent or early stopping ends it, logging every epoch,
+        then end the run (see the module doc).
+
+        The last epoch's metrics (logged, and handed to ``after_epoch``, i.e. the trial's
+        last ``tune.report``) also carry :meth:`Trainer.finalize`'s values: ``selected/...``
+        at the checkpoint val chose (whose weights are then restored), ``selected/epoch``,
+        ``training/stop_epoch`` and the speed read-outs.
 
         Raises:
             Whatever training raised (after the run is ended FAILED), and ``SystemExit``
             from a scheduler's stop (after the run is ended FINISHED).
         """
-        trainer, epochs = self.trainer, self.trainer.config.training.epochs
+        trainer = self.trainer
         metrics: dict[str, float] = {}
         try:
-            while trainer.epoch < epochs:
+            while not trainer.finished:
                 metrics = trainer.run_epoch()
+                if trainer.finished:
+                    metrics = {**metrics, **trainer.finalize()}
                 self.log_epoch(metrics)
                 if after_epoch is not None:
                     after_epoch(trainer, trainer.epoch, metrics)
+            if not trainer.final_metrics:  # resumed from a checkpoint of a finished trial
+                self.logger.log_metrics(trainer.finalize(), step=trainer.epoch)
         except SystemExit:
             # ASHA also "stops" a trial at max_t, right after its last epoch: not early.
-            if trainer.epoch < epochs:
+            if not trainer.finished:
                 self.logger.set_tags({STOPPED_EARLY_TAG: "true"})
             else:
                 log_trial_plots(self.logger, trainer)

@@ -198,7 +198,7 @@ class ResourcesSpec(BaseModel):
 
 
 READOUT_METRICS: tuple[str, ...] = (
-    "latent_nmi", "latent_ari", "latent_nmi_auc", "mutual_info", "active_units", "kl", "loss",
+    "latent_nmi", "latent_ari", "nmi_auc", "mutual_info", "active_units", "kl", "loss",
     "recon_uniform", "kappa_mean",
 )
 """Read-outs (names without split and kind) the report summarises by default."""

@@ -149,7 +149,8 @@ def test_quickstart_runs_as_a_ray_job_on_the_loopback_cluster(tmp_path: Path) ->
             sweep = _wait_for_sweep(api, sweep_id)
         assert sweep["state"] == "succeeded", sweep
         trials = sweep["counters"]["total"]
-        assert trials == 6 and sweep["counters"]["done"] == trials, sweep["counters"]
+        # quickstart: 27 rows, 15 trials after dedup (the plan's own count).
+        assert trials == 15 and sweep["counters"]["done"] == trials, sweep["counters"]
 
         # It ran as a Ray Job on the cluster, under the sweep's id.
         job = _wait_for_ray_job(parts["ray-dashboard"], ray_token, sweep_id)

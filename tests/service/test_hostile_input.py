@@ -115,5 +115,7 @@ def test_an_ordinary_spec_and_unicode_text_pass_strict_validation(paused_service
         assert response.status_code == 201, response.text
         sweep_id = response.json()["id"]
         plan = client.post("/sweeps:validate", json=spec, headers=auth("alice"))
-        assert plan.status_code == 200 and plan.json()["trial_count"] == 4, plan.text
+        assert plan.status_code == 200, plan.text
+        # tiny_spec: uniform and raw_plus_ncc at alpha 0 and 1; uniform runs once for both.
+        assert (plan.json()["trials_requested"], plan.json()["trial_count"]) == (4, 3), plan.text
         assert client.get(f"/sweeps/{sweep_id}").json()["name"] == "unicode-ok"

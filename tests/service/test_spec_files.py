@@ -82,8 +82,9 @@ def test_ksweep_validate_says_what_is_wrong(tmp_path):
     refused = _ksweep("validate", str(bomb))
     assert refused.returncode == 2 and "alias bomb" in refused.stdout + refused.stderr
     coerced = tmp_path / "coerced.yaml"
-    coerced.write_text((ROOT / "sweeps" / "examples" / "quickstart.yaml").read_text()
-                       .replace("epochs: 6", 'epochs: "6"'))
+    quickstart = (ROOT / "sweeps" / "examples" / "quickstart.yaml").read_text()
+    assert "    epochs: 8\n" in quickstart
+    coerced.write_text(quickstart.replace("    epochs: 8\n", '    epochs: "8"\n'))
     strict = _ksweep("validate", str(coerced))
     assert strict.returncode == 2, strict.stdout
     assert "template.training.epochs" in strict.stdout + strict.stderr

@@ -235,3 +235,19 @@ def test_markdown_plots_and_summary_metrics(tmp_path):
     assert {"contrasts.png", "interaction.png", "curves_per_alpha.png"} <= names
     metrics = summary_metrics(report)
     assert metrics["final/test/latent_nmi/uniform/discrete/alpha_1/beta_1"] == pytest.approx(0.46)
+
+
+def test_curve_readouts_are_read_beside_the_selected_values() -> None:
+    """The worker logs selected/{split}/... per epoch metric and {split}/nmi_auc once per trial
+    (the names in workers.train.selection): the report reads both, and nothing else plain."""
+    from sweeps.readouts import trial_readouts
+
+    final = {"selected/epoch": 4, "selected/test/latent_nmi": 0.75, "test/latent_nmi": 0.2,
+             "test/nmi_auc": 0.5, "test/prefix/nmi_auc": 0.25, "val/epochs_to_nmi90": 7.0,
+             "val/epochs_to_nmi90_censored": 1.0}
+    values, source = trial_readouts(final, ["latent_nmi", "nmi_auc", "epochs_to_nmi90",
+                                            "epochs_to_nmi90_censored"])
+    assert source == "selected"
+    assert values == {("test", "all", "latent_nmi"): 0.75, ("test", "all", "nmi_auc"): 0.5,
+                      ("test", "prefix", "nmi_auc"): 0.25, ("val", "all", "epochs_to_nmi90"): 7.0,
+                      ("val", "all", "epochs_to_nmi90_censored"): 1.0}

@@ -44,7 +44,7 @@ TINY = SyntheticTaskConfig(
 
 def _splits_equal(a, b) -> bool:
     return all(
-        torch.equal(getattr(a, f), getattr(b, f)) for f in ("context", "target", "mask", "strategy")
+        torch.equal(getattr(a, f), getattr(b, f)) for f in ("context", "target", "mask", "strategy", "kind")
     )
 
 
@@ -102,7 +102,7 @@ def test_generation_is_deterministic_and_seed_dependent() -> None:
 
 def test_generate_split_rejects_unknown_split() -> None:
     with pytest.raises(ValueError, match="split"):
-        generate_split(SyntheticTaskConfig(), "test")  # type: ignore[arg-type]
+        generate_split(SyntheticTaskConfig(), "bogus")  # type: ignore[arg-type]
 
 
 def test_shapes_dtypes_mask_and_token_regions() -> None:

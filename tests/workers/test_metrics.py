@@ -170,3 +170,17 @@ class TestActiveUnits:
     def test_discrete_collapsed_posterior_uses_one_category(self):
         posteriors = torch.tensor([[1.0, 0.0, 0.0]]).repeat(8, 1)
         assert active_units_discrete(posteriors) == 1
+
+
+def test_latent_recovery_equals_scikit_learn_on_random_labelings():
+    """The contingency-table NMI/ARI equal scikit-learn's, limit cases included."""
+    from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+    rng = np.random.default_rng(0)
+    for case in range(400):
+        n = int(rng.integers(1, 60))
+        truth = rng.integers(0, int(rng.integers(1, 5)), n)
+        inferred = (truth + 1) % 4 if case % 3 == 0 else rng.integers(0, int(rng.integers(1, 5)), n)
+        got = latent_recovery(inferred, truth)
+        assert abs(got["latent_nmi"] - normalized_mutual_info_score(truth, inferred)) < 1e-12
+        assert abs(got["latent_ari"] - adjusted_rand_score(truth, inferred)) < 1e-12

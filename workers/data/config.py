@@ -1,10 +1,25 @@
-"""The synthetic task's configuration and vocabulary layout (pure pydantic, no torch).
+"""Config of the synthetic strategy task and its vocabulary layout.
 
-See :mod:`workers.data.synthetic` for the generator and the meaning of every id range.
+Vocabulary layout (ids are int64)::
+
+    0                                  PAD
+    1                                  BOS
+    [2, 2 + V)                         content tokens (V = content_vocab)
+    [prefix_token_start + s*m, +m)     prefix block of strategy s (m = prefix_tokens_per_strategy)
+    [distractor_token_start, +D)       distractor tokens (D = num_distractor_tokens)
+    mixed task only:
+    [private_token_start, +M)          the private block: first token of a private prefix (M = private_prefix_tokens)
+    [private_tail_start, +m)           the private tail block: the other private prefix tokens
+    [kind_token_start, +3)             one context marker per example kind (prefix, diffuse, private)
+
+The *legacy* task (``kind_proportions`` = prefix 1, diffuse 0, private 0, the default) is
+the original single-kind task, token for token: no private block, no kind marker, the
+same random stream. Any other proportions give the *mixed* task (see ``synthetic.py``).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -13,7 +28,43 @@ PAD_ID = 0
 BOS_ID = 1
 CONTENT_START = 2
 
-SplitName = Literal["train", "val"]
+SplitName = Literal["train", "val", "test"]
+SPLITS: tuple[str, ...] = ("train", "val", "test")
+
+KINDS: tuple[str, ...] = ("prefix", "diffuse", "private")
+"""Example kinds; an example's kind id is its index here."""
+
+
+class KindProportions(BaseModel):
+    """Mixing weights of the example kinds (normalised to sum 1; need not sum to 1 as given)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prefix: float = Field(
+        1.0, ge=0, description="Weight of `prefix` examples: s shows only in a short prefix "
+        "(surprisal concentrated and strategy-explained; high kappa)."
+    )
+    diffuse: float = Field(
+        0.0, ge=0, description="Weight of `diffuse` examples: no prefix, s shows weakly in every "
+        "body token (body noise `diffuse_noise_rate`; low kappa)."
+    )
+    private: float = Field(
+        0.0, ge=0, description="Weight of `private` examples: a short high-surprisal prefix that s "
+        "does NOT explain (first token uniform over the private block of M tokens, the others over "
+        "a tail block of m tokens: the shape of a strategy prefix), then a body that reveals s "
+        "(`private_noise_rate`); kappa matched to `prefix` examples through `private_prefix_tokens`."
+    )
+
+    @model_validator(mode="after")
+    def _check_positive(self) -> KindProportions:
+        if self.prefix + self.diffuse + self.private <= 0:
+            raise ValueError("kind_proportions: at least one of prefix, diffuse, private must be > 0")
+        return self
+
+    def probabilities(self) -> tuple[float, float, float]:
+        """Normalised (prefix, diffuse, private)."""
+        total = self.prefix + self.diffuse + self.private
+        return (self.prefix / total, self.diffuse / total, self.private / total)
 
 
 class SyntheticTaskConfig(BaseModel):
@@ -32,10 +83,12 @@ class SyntheticTaskConfig(BaseModel):
         4, ge=2, le=100_000, description="Number of hidden strategies K, drawn uniformly."
     )
     context_length: int = Field(
-        6, ge=1, le=100_000, description="Length of the context x (iid uniform content tokens)."
+        6, ge=1, le=100_000, description="Length of the context x (iid uniform content tokens); "
+        "the mixed task appends one kind-marker token to it."
     )
     prefix_length: int = Field(
-        2, ge=1, le=100_000, description="Length P of the strategy-revealing prefix of y."
+        2, ge=1, le=100_000, description="Length P of the prefix of `prefix` and `private` "
+        "examples (`diffuse` examples have a body of P + L tokens instead)."
     )
     prefix_tokens_per_strategy: int = Field(
         4,
@@ -56,8 +109,24 @@ class SyntheticTaskConfig(BaseModel):
         0.05,
         ge=0.0,
         lt=1.0,
-        description="Probability that a non-distractor body token is uniform content "
-        "instead of f_s(x, j).",
+        description="Probability that a non-distractor body token of a `prefix` example is "
+        "uniform content instead of f_s(x, j).",
+    )
+    diffuse_noise_rate: float = Field(
+        0.7,
+        ge=0.0,
+        lt=1.0,
+        description="Mixed task: the same probability for the body of `diffuse` examples. High, "
+        "so each body token reveals s only weakly.",
+    )
+    private_noise_rate: float | None = Field(
+        None,
+        ge=0.0,
+        lt=1.0,
+        description="Mixed task: the same probability for the body of `private` examples. None: "
+        "`noise_rate`. The private body must stay low-surprisal for its kappa to be matchable to "
+        "`prefix` examples (their bodies are nearly free given s), so with the default the first "
+        "body tokens reveal s (about log K nats of strategy-explained surprisal at t = P).",
     )
     distractor_rate: float = Field(
         0.0,
@@ -68,9 +137,34 @@ class SyntheticTaskConfig(BaseModel):
     num_distractor_tokens: int = Field(
         4, ge=1, le=1_000_000, description="Number D of distractor token ids."
     )
+    kind_proportions: KindProportions = Field(
+        default_factory=KindProportions,
+        description="Mix of example kinds. The default (prefix only) is the legacy single-kind "
+        "task; anything else is the mixed task (kind marker in x, private block in the vocab).",
+    )
+    private_prefix_tokens: int | None = Field(
+        None,
+        ge=1,
+        le=100_000_000,
+        description="Mixed task: size M of the private block (the first private prefix token "
+        "costs log M nats under any model, with or without s; the others log m). None: chosen so "
+        "that the median "
+        "kappa at alpha 1 of `private` examples matches that of `prefix` examples "
+        "(workers.data.calibration).",
+    )
     train_size: int = Field(2048, ge=1, le=100_000_000, description="Number of training examples.")
     val_size: int = Field(512, ge=1, le=100_000_000, description="Number of validation examples.")
-    seed: int = Field(0, ge=0, description="Root seed; train and val use independent children.")
+    test_size: int = Field(
+        512, ge=1, le=100_000_000,
+        description="Number of test examples (logged, read at the selected checkpoint; never "
+        "used for selection).",
+    )
+    seed: int | None = Field(
+        None, ge=0,
+        description="Data seed; train, val and test use independent children of it. None (the "
+        "default): the trial's seed, so each trial seed draws its own data sample; set it to pin "
+        "the data across trial seeds. Generators called without a trial use 0.",
+    )
 
     @model_validator(mode="after")
     def _check_body_lengths(self) -> SyntheticTaskConfig:
@@ -80,6 +174,16 @@ class SyntheticTaskConfig(BaseModel):
                 f"body_length_min ({self.body_length_min})"
             )
         return self
+
+    @property
+    def data_seed(self) -> int:
+        """The seed the generator uses (``seed``, or 0 when unset)."""
+        return 0 if self.seed is None else self.seed
+
+    @property
+    def mixed(self) -> bool:
+        """True for the mixed task, False for the legacy single-kind (prefix only) task."""
+        return self.kind_proportions.probabilities() != (1.0, 0.0, 0.0)
 
     @property
     def prefix_token_start(self) -> int:
@@ -92,11 +196,48 @@ class SyntheticTaskConfig(BaseModel):
         return self.prefix_token_start + self.num_strategies * self.prefix_tokens_per_strategy
 
     @property
+    def private_token_start(self) -> int:
+        """First id of the private prefix block (mixed task)."""
+        return self.distractor_token_start + self.num_distractor_tokens
+
+    @property
+    def resolved_private_prefix_tokens(self) -> int:
+        """M: ``private_prefix_tokens``, or the kappa-matched value when unset (mixed task)."""
+        if not self.mixed:
+            return 0
+        if self.private_prefix_tokens is not None:
+            return self.private_prefix_tokens
+        from workers.data.calibration import matched_private_prefix_tokens
+
+        return matched_private_prefix_tokens(self)
+
+    @property
+    def private_tail_start(self) -> int:
+        """First id of the private tail block (mixed task)."""
+        return self.private_token_start + self.resolved_private_prefix_tokens
+
+    @property
+    def kind_token_start(self) -> int:
+        """First kind-marker id (mixed task)."""
+        return self.private_tail_start + (self.prefix_tokens_per_strategy if self.mixed else 0)
+
+    @property
     def vocab_size(self) -> int:
         """Total vocabulary size including PAD and BOS."""
-        return self.distractor_token_start + self.num_distractor_tokens
+        if not self.mixed:
+            return self.private_token_start
+        return self.kind_token_start + len(KINDS)
 
     @property
     def max_target_length(self) -> int:
         """Padded target length T = prefix_length + body_length_max."""
         return self.prefix_length + self.body_length_max
+
+    @property
+    def input_context_length(self) -> int:
+        """Width of the context the models see (the mixed task appends the kind marker)."""
+        return self.context_length + (1 if self.mixed else 0)
+
+    def log_k(self) -> float:
+        """log K, the most information about s a latent can need (nats)."""
+        return math.log(self.num_strategies)

@@ -7,11 +7,17 @@ the target prefix seen so far::
     post_t(s) ∝ (1/K) * prod_{u<t} p(y_u | s, x, u)
     p(y_t | x, y_<t) = sum_s post_t(s) * p(y_t | s, x, t)
 
-Per-strategy token likelihoods (``j = t - P`` is the body position)::
+Per-strategy token likelihoods (``P_k`` = the kind's prefix length, P or 0 for
+``diffuse``; ``j = t - P_k`` the body position; ``n`` the kind's body noise)::
 
-    prefix (t < P): p = 1/m if y_t lies in s's prefix block, else 0
-    body  (t >= P): p = d/D * [y_t is distractor]
-                      + (1 - d) * ((1 - n) * [y_t == f_s(x, j)] + n/V * [y_t is content])
+    prefix kind, t < P:  p = 1/m if y_t lies in s's prefix block, else 0
+    private kind, t < P: p = 1/M if y_t lies in the private block, else 0 (the same for every s)
+    body (t >= P_k):     p = d/D * [y_t is distractor]
+                           + (1 - d) * ((1 - n) * [y_t == f_s(x, j)] + n/V * [y_t is content])
+
+The kind is read from the split (in the mixed task it is the context's marker token, so
+it is observed); only s is marginalised. :func:`oracle_conditional_nll` gives the NLL
+given the true s, ``h_t``.
 
 Body length is not modelled (there is no EOS): the split's mask says which
 positions exist, and every quantity here is 0 off the mask. All arithmetic is
@@ -28,10 +34,11 @@ import math
 
 import torch
 
+from workers.data.config import KINDS, SyntheticTaskConfig
 from workers.data.synthetic import (
     CONTENT_START,
     SyntheticSplit,
-    SyntheticTaskConfig,
+    kind_layout,
     strategy_body_token,
 )
 
@@ -47,19 +54,27 @@ def _check_split(config: SyntheticTaskConfig, split: SyntheticSplit) -> None:
         raise ValueError("mask and target shapes differ")
 
 
-def _body_rule_tokens(config: SyntheticTaskConfig, split: SyntheticSplit) -> torch.Tensor:
-    """``f_s(x, j)`` for every strategy and body position: ``[N, K, body_length_max]``."""
+def _layout(config: SyntheticTaskConfig, split: SyntheticSplit):
+    """Per-position ``(is_prefix [N,1,T], noise [N,1,1], j [N,1,T])`` from the examples' kinds."""
+    offset, noise = kind_layout(config, split.kind)
+    t = torch.arange(config.max_target_length, device=split.target.device).view(1, -1)
+    is_prefix = t < offset[:, None]
+    j = (t - offset[:, None]).clamp_min(0)
+    return is_prefix[:, None, :], noise.view(-1, 1, 1), j[:, None, :]
+
+
+def _body_rule_tokens(config: SyntheticTaskConfig, split: SyntheticSplit, j: torch.Tensor) -> torch.Tensor:
+    """``f_s(x, j)`` for every strategy and target position: ``[N, K, T]``."""
     k = config.num_strategies
-    device = split.context.device
-    s = torch.arange(k, device=device).view(1, k, 1)
-    j = torch.arange(config.body_length_max, device=device).view(1, 1, -1)
-    out = strategy_body_token(config, s, split.context[:, None, None, :], j)
+    s = torch.arange(k, device=split.context.device).view(1, k, 1)
+    context = split.content_context(config)
+    out = strategy_body_token(config, s, context[:, None, None, :], j)
     assert isinstance(out, torch.Tensor)  # tensor context in, tensor out
     return out
 
 
 def oracle_token_log_likelihood(config: SyntheticTaskConfig, split: SyntheticSplit) -> torch.Tensor:
-    """Per-strategy log-likelihood ``log p(y_t | s, x, t)``.
+    """Per-strategy log-likelihood ``log p(y_t | s, x, t)`` (the example's kind is known from x).
 
     Args:
         config: The config the split was generated with.
@@ -68,32 +83,34 @@ def oracle_token_log_likelihood(config: SyntheticTaskConfig, split: SyntheticSpl
     Returns:
         float64 ``[N, K, T]``; ``-inf`` where ``s`` cannot emit ``y_t`` (e.g. a
         prefix token outside ``s``'s block, or a token other than ``f_s`` when
-        ``noise_rate`` and ``distractor_rate`` are 0); exactly 0 off the mask.
+        the noise and ``distractor_rate`` are 0); exactly 0 off the mask. A private
+        prefix token gets ``-log M`` under every ``s`` (s does not explain it).
     """
     _check_split(config, split)
     k = config.num_strategies
     m = config.prefix_tokens_per_strategy
-    p = config.prefix_length
     v = config.content_vocab
     d = config.distractor_rate
-    n = config.noise_rate
     device = split.target.device
     f64 = torch.float64
+    neg_inf = torch.tensor(-math.inf, dtype=f64, device=device)
 
-    y = split.target
-    y_pre = y[:, None, :p]
+    y = split.target[:, None, :]
+    is_prefix, n, j = _layout(config, split)
     block_lo = config.prefix_token_start + m * torch.arange(k, device=device).view(1, k, 1)
-    in_block = (y_pre >= block_lo) & (y_pre < block_lo + m)
-    ll_pre = torch.where(
-        in_block,
-        torch.tensor(-math.log(m), dtype=f64, device=device),
-        torch.tensor(-math.inf, dtype=f64, device=device),
-    )
+    in_block = (y >= block_lo) & (y < block_lo + m)
+    ll_strategy_prefix = torch.where(in_block, torch.tensor(-math.log(m), dtype=f64, device=device),
+                                     neg_inf)
+    first = (torch.arange(y.shape[-1], device=device) == 0).view(1, 1, -1)
+    lo = torch.where(first, config.private_token_start, config.private_tail_start)
+    size = torch.where(first, max(config.resolved_private_prefix_tokens, 1), m)
+    ll_private = torch.where((y >= lo) & (y < lo + size), -torch.log(size.to(f64)), neg_inf)
+    private = (split.kind == KINDS.index("private")).view(-1, 1, 1)
+    ll_pre = torch.where(private, ll_private, ll_strategy_prefix)
 
-    y_body = y[:, None, p:]
-    is_distractor = (y_body >= config.distractor_token_start) & (y_body < config.vocab_size)
-    is_content = (y_body >= CONTENT_START) & (y_body < CONTENT_START + v)
-    matches_rule = y_body == _body_rule_tokens(config, split)
+    is_distractor = (y >= config.distractor_token_start) & (y < config.private_token_start)
+    is_content = (y >= CONTENT_START) & (y < CONTENT_START + v)
+    matches_rule = y == _body_rule_tokens(config, split, j)
     # Summing the mixture components before the log keeps the case where a
     # uniform noise token coincides with f_s exact.
     prob_body = (
@@ -101,9 +118,7 @@ def oracle_token_log_likelihood(config: SyntheticTaskConfig, split: SyntheticSpl
         + (1.0 - d) * (1.0 - n) * matches_rule.to(f64)
         + (1.0 - d) * (n / v) * is_content.to(f64)
     )
-    ll_body = torch.log(prob_body)
-
-    ll = torch.cat([ll_pre, ll_body], dim=2)
+    ll = torch.where(is_prefix, ll_pre, torch.log(prob_body))
     return torch.where(split.mask[:, None, :], ll, torch.zeros((), dtype=f64, device=device))
 
 
@@ -154,6 +169,25 @@ def oracle_base_nll(
     return b.to(dtype)
 
 
+def oracle_conditional_nll(
+    config: SyntheticTaskConfig,
+    split: SyntheticSplit,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """Per-token NLL given the true strategy: ``h_t = -log p(y_t | s, x, y_<t)``.
+
+    Tokens are independent given ``s`` and ``x``, so this is ``-log p(y_t | s, x, t)``.
+    ``b_t - h_t`` is the strategy-explained surprisal of a token (its expectation is the
+    information y_t carries about s); ``h_t`` is what s leaves unexplained.
+
+    Returns:
+        ``[N, T]``, 0 off the mask.
+    """
+    ll = oracle_token_log_likelihood(config, split)
+    h = -ll[torch.arange(len(split), device=ll.device), split.strategy]
+    return torch.where(split.mask, h, torch.zeros_like(h)).to(dtype)
+
+
 def oracle_predictive(config: SyntheticTaskConfig, split: SyntheticSplit) -> torch.Tensor:
     """Full predictive distribution ``p(. | x, y_<t)`` over the vocabulary.
 
@@ -167,26 +201,31 @@ def oracle_predictive(config: SyntheticTaskConfig, split: SyntheticSplit) -> tor
     _check_split(config, split)
     k = config.num_strategies
     m = config.prefix_tokens_per_strategy
-    p = config.prefix_length
     v = config.content_vocab
     d = config.distractor_rate
-    n = config.noise_rate
-    n_ex = len(split)
     device = split.target.device
     f64 = torch.float64
 
-    q = torch.zeros(n_ex, k, config.max_target_length, config.vocab_size, dtype=f64, device=device)
+    is_prefix, noise, j = _layout(config, split)
+    is_prefix, noise = is_prefix[..., None], noise[..., None]  # [N,1,T,1], [N,1,1,1]
+    shape = (len(split), k, config.max_target_length, config.vocab_size)
+    prefix_q = torch.zeros(shape[1:], dtype=f64, device=device)
     for s in range(k):
         lo = config.prefix_token_start + s * m
-        q[:, s, :p, lo : lo + m] = 1.0 / m
-    q[:, :, p:, config.distractor_token_start :] = d / config.num_distractor_tokens
-    q[:, :, p:, CONTENT_START : CONTENT_START + v] = (1.0 - d) * n / v
-    rule = _body_rule_tokens(config, split)
-    q[:, :, p:, :].scatter_add_(
-        3,
-        rule[..., None],
-        torch.full(rule.shape + (1,), (1.0 - d) * (1.0 - n), dtype=f64, device=device),
-    )
+        prefix_q[s, :, lo : lo + m] = 1.0 / m
+    private_q = torch.zeros(shape[1:], dtype=f64, device=device)
+    size = config.resolved_private_prefix_tokens
+    private_q[:, 0, config.private_token_start : config.private_token_start + size] = (
+        1.0 / max(size, 1))
+    private_q[:, 1:, config.private_tail_start : config.private_tail_start + m] = 1.0 / m
+    private = (split.kind == KINDS.index("private")).view(-1, 1, 1, 1)
+    body_q = torch.zeros(shape, dtype=f64, device=device)
+    body_q[..., config.distractor_token_start : config.private_token_start] = (
+        d / config.num_distractor_tokens)
+    body_q[..., CONTENT_START : CONTENT_START + v] = (1.0 - d) * noise / v
+    rule = _body_rule_tokens(config, split, j)
+    body_q.scatter_add_(3, rule[..., None], ((1.0 - d) * (1.0 - noise)).expand(rule.shape + (1,)))
+    q = torch.where(is_prefix, torch.where(private, private_q, prefix_q), body_q)
 
     post = oracle_strategy_posterior(config, split)
     pred = torch.einsum("ntk,nktv->ntv", post, q)

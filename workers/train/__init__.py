@@ -6,6 +6,6 @@ Names load on first use (``lazy_loader``), so ``workers.train.config`` imports w
 import lazy_loader
 
 __getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
-    "config": ["TrainingConfig", "TrialConfig", "load_trial_config"],
+    "config": ["ReadoutConfig", "TrainingConfig", "TrialConfig", "load_trial_config"],
     "loop": ["Trainer", "TrialCheckFailed", "TrialDiverged", "resolve_device", "seed_everything"],
 })

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from objectives.spec import LossStackSpec
 from workers.data.config import SyntheticTaskConfig
@@ -18,7 +19,25 @@ class TrainingConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    epochs: int = Field(10, ge=1, le=100_000, description="Passes over the train split.")
+    epochs: int = Field(
+        10, ge=1, le=100_000, validation_alias=AliasChoices("epochs", "max_epochs"),
+        description="The epoch budget (also accepted as `max_epochs`): training stops here, or "
+        "earlier when early stopping (`patience`) ends it.",
+    )
+    patience: int | None = Field(
+        None, ge=1, le=100_000,
+        description="Early stopping on the trial's own val loss (`val/loss`, never NMI): stop "
+        "after this many epochs in a row without an improvement of more than `min_delta`, once "
+        "`min_epochs` have run. None: run the whole budget. Either way the checkpoint with the "
+        "lowest val loss is restored at the end and the `selected/...` values are read there.",
+    )
+    min_epochs: int = Field(
+        1, ge=1, le=100_000, description="Early stopping never stops before this many epochs."
+    )
+    min_delta: float = Field(
+        0.0, ge=0, allow_inf_nan=False,
+        description="An epoch improves on the best val loss only when lower by more than this.",
+    )
     batch_size: int = Field(64, ge=1, le=65_536, description="Examples per optimisation step.")
     eval_batch_size: int = Field(512, ge=1, le=65_536, description="Examples per evaluation batch.")
     learning_rate: float = Field(3e-3, gt=0, le=10, description="AdamW learning rate.")
@@ -45,13 +64,42 @@ class TrainingConfig(BaseModel):
     )
 
 
+class ReadoutConfig(BaseModel):
+    """What the epoch-end evaluation reads out (workers/readouts; README "Read-outs")."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    nmi_auc_horizon: int | None = Field(
+        None, ge=1, le=100_000,
+        description="Horizon H (epochs) of `{split}/nmi_auc`, the mean NMI over epochs 1..H "
+        "(a curve that stopped early is padded with its last value). None: `training.epochs`. "
+        "Keep it fixed across trials that are compared.",
+    )
+    train_subset: int = Field(
+        256, ge=1, le=10_000_000,
+        description="Per-kind train read-outs are computed on the first this-many train examples "
+        "(a fixed subset); the overall train losses are the running means of the epoch's steps.",
+    )
+    gradient_batch: int = Field(
+        64, ge=0, le=65_536,
+        description="Val examples (the first ones, fixed) of the gradient-share read-out; 0 = off.",
+    )
+    test: bool = Field(
+        True, description="Evaluate the test split every epoch (logged, never read by selection)."
+    )
+
+
 class TrialConfig(BaseModel):
     """Everything one trial needs: data, z-free base, model, loss stack, recipe, seed."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str | None = Field(None, max_length=200, description="Run name in MLflow (optional).")
-    seed: int = Field(0, ge=0, le=2**31 - 1, description="Trial seed: model init, batching, sampling.")
+    seed: int = Field(
+        0, ge=0, le=2**31 - 1,
+        description="Trial seed: model init, batching, sampling, and the data sample unless "
+        "`data.seed` pins it (data seed = this seed).",
+    )
     data: SyntheticTaskConfig = Field(
         default_factory=SyntheticTaskConfig, description="The synthetic task and its splits."
     )
@@ -64,6 +112,36 @@ class TrialConfig(BaseModel):
         description="The training objective (alpha lives here). c_base is measured, not set.",
     )
     training: TrainingConfig = Field(default_factory=TrainingConfig, description="The recipe.")
+    readouts: ReadoutConfig = Field(
+        default_factory=ReadoutConfig, description="The epoch-end read-outs (README: Read-outs)."
+    )
+    allow_free_bits_above_log_k: bool = Field(
+        False,
+        description="Accept a discrete-latent trial whose KL free_bits is >= log K. Off: such a "
+        "config is rejected, because z can then carry the whole strategy (log K nats) without KL "
+        "pressure and every stack recovers it for free (SCIENCE.md: free bits below log K or none).",
+    )
+
+    @model_validator(mode="after")
+    def _check_free_bits(self) -> TrialConfig:
+        kl = self.loss_stack.resolved_terms().get("kl")
+        if kl is None or self.model.family != "discrete" or self.allow_free_bits_above_log_k:
+            return self
+        free_bits = float(kl.options.get("free_bits", 0.0))
+        k = self.model.num_categories or self.data.num_strategies
+        if free_bits >= math.log(k):
+            raise ValueError(
+                f"loss_stack.terms.kl.options.free_bits ({free_bits:g}) must be below log K = "
+                f"{math.log(k):.4g} nats (K = {k} latent categories), or KL puts no pressure on z; "
+                "lower it (or 0 for none), or set allow_free_bits_above_log_k: true"
+            )
+        return self
+
+    def resolved_data(self) -> SyntheticTaskConfig:
+        """The task with its seed resolved: ``data.seed``, or the trial seed when unset."""
+        if self.data.seed is not None:
+            return self.data
+        return self.data.model_copy(update={"seed": self.seed})
 
     @property
     def alpha(self) -> float:

@@ -19,20 +19,27 @@ from typing import Any
 import numpy as np
 import torch
 
-from objectives import KappaSummaryAccumulator, LossInputs, LossStackSpec, baseline_self_check
-from workers import metrics as latent_metrics
-from workers.base import BaseSurprisal, load_or_train_base
-from workers.data import SyntheticSplit, generate_task
+from objectives import KappaSummaryAccumulator, LossInputs, baseline_self_check
+from workers.base import BaseSurprisal, load_or_train_base, score_split
+from workers.data import generate_splits
 from workers.models import CVAE, CVAEOutput
 from workers.models.backbone import upcast
+from workers.readouts.evaluate import (
+    DIAGNOSTIC_TERMS,
+    SplitData,
+    collect,
+    diagnostic_stack,
+    model_readouts,
+    position_profiles,
+)
+from workers.readouts.gradients import gradient_shares, reconstruction_spec, token_groups
 from workers.train.config import TrialConfig
+from workers.train.selection import Selection, selected_metrics, speed_metrics
 
-RECON_TERMS = {
-    "recon_uniform": "uniform",
-    "recon_token_weighted": "token_weighted",
-    "recon_ncc": "normalized_concentration_corrected",
-}
+RECON_TERMS = DIAGNOSTIC_TERMS
 KAPPA_METRICS = ("kappa_mean", "kappa_p50", "kappa_p90", "kappa_max", "cv2_mean")
+# Overall train names kept from the running means of the epoch's steps (not the eval pass).
+RUNNING_TRAIN_METRICS = ("loss", "kl", *DIAGNOSTIC_TERMS)
 
 
 class TrialDiverged(RuntimeError):
@@ -63,13 +70,6 @@ EpochCallback = Callable[["Trainer", int, dict[str, float]], None]
 
 
 @dataclass
-class _SplitTensors:
-    split: SyntheticSplit
-    decoder_input: torch.Tensor
-    base_nll: torch.Tensor
-
-
-@dataclass
 class Trainer:
     """One trial. Build with :meth:`create`, then :meth:`run` (or step epochs yourself)."""
 
@@ -78,12 +78,17 @@ class Trainer:
     base: BaseSurprisal
     model: CVAE
     optimizer: torch.optim.Optimizer
-    train_data: _SplitTensors
-    val_data: _SplitTensors
+    train_data: SplitData
+    val_data: SplitData
+    test_data: SplitData
+    selection: Selection
+    data_hashes: dict[str, str] = field(default_factory=dict)
     epoch: int = 0  # completed epochs
     step: int = 0  # optimisation steps taken
     history: dict[str, list[float]] = field(default_factory=dict)
     kappa_values: dict[str, np.ndarray] = field(default_factory=dict)
+    final_metrics: dict[str, float] = field(default_factory=dict)
+    profiles: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     _kappa_metrics: dict[str, dict[str, float]] = field(default_factory=dict)
     _generator: torch.Generator | None = None
 
@@ -94,21 +99,22 @@ class Trainer:
         if config.training.num_threads:
             torch.set_num_threads(config.training.num_threads)
         seed_everything(config.seed)
-        train, val = generate_task(config.data)
-        base = load_or_train_base(config.data, config.base, cache_root, device, (train, val))
+        task = config.resolved_data()  # the data seed is the trial seed unless data.seed pins it
+        splits = generate_splits(task)
+        base = load_or_train_base(task, config.base, cache_root, device, (splits["train"], splits["val"]))
+        test_nll = score_split(task, base, splits["test"], device)
         seed_everything(config.seed)  # the base model's training must not shift the trial's RNG
-        model = CVAE(config.model, config.data.vocab_size, config.data.num_strategies).to(device)
+        model = CVAE(config.model, task.vocab_size, task.num_strategies).to(device)
         optimizer = torch.optim.AdamW(
             model.parameters(), lr=config.training.learning_rate,
             weight_decay=config.training.weight_decay,
         )
-
-        def tensors(split: SyntheticSplit, nll: torch.Tensor) -> _SplitTensors:
-            split = split.to(device)
-            return _SplitTensors(split, split.decoder_input(), nll.to(device))
-
-        trainer = cls(config, device, base, model, optimizer,
-                      tensors(train, base.train_nll), tensors(val, base.val_nll))
+        data = {name: SplitData.build(task, splits[name], nll, config.alpha, device) for name, nll in
+                (("train", base.train_nll), ("val", base.val_nll), ("test", test_nll))}
+        training = config.training
+        trainer = cls(config, device, base, model, optimizer, data["train"], data["val"],
+                      data["test"], Selection(training.patience, training.min_epochs, training.min_delta),
+                      {name: split.data_hash() for name, split in splits.items()})
         trainer._generator = torch.Generator().manual_seed(config.seed)
         trainer._summarise_kappa()
         return trainer
@@ -121,21 +127,23 @@ class Trainer:
 
     def _stacks(self):
         stack = self.config.loss_stack.build(c_base=self.c_base)
-        diagnostics = LossStackSpec(
-            alpha=self.config.alpha, terms={term: 0.0 for term in RECON_TERMS.values()}
-        ).build(c_base=self.c_base)
-        return stack, diagnostics
+        return stack, diagnostic_stack(self.config.alpha, self.c_base)
+
+    @property
+    def splits(self) -> dict[str, SplitData]:
+        """The three splits with their read-out tensors."""
+        return {"train": self.train_data, "val": self.val_data, "test": self.test_data}
 
     def _summarise_kappa(self) -> None:
         """kappa depends on b and alpha only: summarise each split once, log it every epoch."""
-        for name, data in (("train", self.train_data), ("val", self.val_data)):
+        for name, data in self.splits.items():
             accumulator = KappaSummaryAccumulator(self.config.alpha)
             accumulator.update(data.base_nll, data.split.mask)
             summary = accumulator.compute()
             self._kappa_metrics[name] = {key: float(summary[key]) for key in KAPPA_METRICS}
             self.kappa_values[name] = accumulator.kappa_values().numpy()
 
-    def _forward(self, data: _SplitTensors, indices: torch.Tensor) -> tuple[CVAEOutput, LossInputs]:
+    def _forward(self, data: SplitData, indices: torch.Tensor) -> tuple[CVAEOutput, LossInputs]:
         split = data.split
         autocast = (
             torch.autocast("cuda", dtype=torch.bfloat16)
@@ -228,50 +236,55 @@ class Trainer:
         result["perf/tokens_per_second"] = active_tokens / elapsed if elapsed > 0 else math.inf
         return result
 
-    @torch.no_grad()
-    def evaluate(self) -> dict[str, float]:
-        """Val metrics: the losses, kappa summary, latent recovery and the baseline self-check."""
+    def evaluate_split(self, name: str) -> dict[str, float]:
+        """Read-outs of one split at the current model, prefixed ``{name}/`` (no train step)."""
         self.model.eval()
         stack, diagnostics = self._stacks()
+        data = self.splits[name]
+        if name == "train":
+            data = data.subset(torch.arange(min(len(data.split), self.config.readouts.train_subset)))
+        collected = collect(lambda idx: self._forward(data, idx)[0], len(data.split),
+                            self.config.training.eval_batch_size, self.device)
+        values = model_readouts(collected, data, stack, diagnostics, step=self.step,
+                                num_strategies=self.config.data.num_strategies,
+                                seed=self.config.seed, alpha=self.config.alpha)
+        values.update(self.splits[name].surprisal)  # b/h read-outs on the whole split
+        values["c_base"] = self.c_base
+        out = {f"{name}/{key}": value for key, value in values.items()}
+        out.update({f"{name}/{k}": v for k, v in self._kappa_metrics[name].items()})
+        return out
+
+    def gradient_readouts(self) -> dict[str, float]:
+        """Gradient shares of the token groups on the fixed val batch (readouts.gradients)."""
+        size = min(self.config.readouts.gradient_batch, len(self.val_data.split))
+        recon = reconstruction_spec(self.config.loss_stack)
+        if size == 0 or recon is None:
+            return {}
+        self.model.eval()
+        data = self.val_data.subset(torch.arange(size))
+        split = data.split
+        groups = token_groups(data.base_nll, data.cond_nll, split.mask, split.kind, data.prefix_length)
+        params = [*self.model.target_encoder.parameters(), *self.model.posterior_head.parameters()]
+        # cuDNN's RNN backward refuses eval mode; the native kernels do not (CPU: no effect).
+        with torch.backends.cudnn.flags(enabled=False):
+            shares = gradient_shares(
+                lambda: self._forward(data, torch.arange(size, device=self.device))[0].token_nll,
+                params, recon.build(c_base=self.c_base), data.base_nll, split.mask, groups,
+            )
+        return {f"val/{key}": value for key, value in shares.items()}
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Epoch-end read-outs of train (fixed subset), val and test, and the baseline self-check.
+
+        Nothing that selects reads a ``test/`` value; the evaluation consumes no RNG state.
+        """
+        names = ["train", "val", "test"] if self.config.readouts.test else ["train", "val"]
+        result: dict[str, float] = {}
+        for name in names:
+            result.update(self.evaluate_split(name))
+        result.update(self.gradient_readouts())
         data = self.val_data
-        sums: dict[str, torch.Tensor] = {}
-        total_count = torch.zeros((), dtype=torch.long, device=self.device)
-        probs, means, logvars = [], [], []
-        for indices in torch.arange(len(data.split)).split(self.config.training.eval_batch_size):
-            indices = indices.to(self.device)
-            output, inputs = self._forward(data, indices)
-            values, count = self._batch_values(
-                stack(inputs), diagnostics(LossInputs(inputs.token_nll, inputs.base_nll, inputs.mask)),
-                output, inputs.mask,
-            )
-            for key, value in values.items():
-                sums[key] = sums.get(key, 0.0) + value * count
-            total_count = total_count + count
-            if output.posterior_probs is not None:
-                probs.append(output.posterior_probs.float().cpu())
-            if output.posterior_mean is not None:
-                means.append(output.posterior_mean.float().cpu())
-                logvars.append(output.posterior_logvar.float().cpu())
-        count = max(1, int(total_count))
-        result = {f"val/{k}": float(v) / count for k, v in sums.items()}
-        result.update({f"val/{k}": v for k, v in self._kappa_metrics["val"].items()})
-        truth = data.split.strategy.cpu()
-        k = self.config.data.num_strategies
-        if probs:
-            posterior = torch.cat(probs)
-            inferred = posterior.argmax(dim=-1)
-            result["val/mutual_info"] = latent_metrics.discrete_mutual_information(posterior)
-            result["val/active_units"] = float(latent_metrics.active_units_discrete(posterior))
-        else:
-            mean, logvar = torch.cat(means), torch.cat(logvars)
-            inferred = latent_metrics.kmeans_labels(mean, k, seed=self.config.seed)
-            result["val/mutual_info"] = latent_metrics.gaussian_mutual_information(
-                mean, logvar, seed=self.config.seed
-            )
-            result["val/active_units"] = float(latent_metrics.active_units_gaussian(mean))
-        recovery = latent_metrics.latent_recovery(inferred, truth)
-        result["val/latent_nmi"] = recovery["latent_nmi"]
-        result["val/latent_ari"] = recovery["latent_ari"]
         check = baseline_self_check(data.base_nll, data.split.mask, self.config.alpha)
         result["val/baseline_self_check"] = check.deviation
         if not check.passed:
@@ -279,22 +292,54 @@ class Trainer:
         return result
 
     def run_epoch(self) -> dict[str, float]:
-        """Train one epoch, evaluate, record the history; returns the epoch's metrics."""
-        metrics = self.train_epoch()
-        metrics.update(self.evaluate())
+        """Train one epoch, evaluate, record the history and the selection; returns the metrics."""
+        running = self.train_epoch()
+        metrics = self.evaluate()
+        metrics.update(running)  # overall train losses: the running means of the steps
         self.epoch += 1
         metrics["epoch"] = float(self.epoch)
         for key, value in metrics.items():
             self.history.setdefault(key, []).append(value)
+        self.selection.update(self.epoch, metrics, self.model)
         return metrics
 
+    @property
+    def finished(self) -> bool:
+        """True once the epoch budget is spent or early stopping ended the run."""
+        return self.epoch >= self.config.training.epochs or self.selection.stopped
+
+    def finalize(self) -> dict[str, float]:
+        """Restore the checkpoint val chose and read the end-of-run values (idempotent).
+
+        Returns ``selected/{split}/{name}`` (every per-split metric at the selected epoch),
+        ``selected/epoch``, ``training/stop_epoch`` and the speed read-outs
+        (``{val,test}[/{kind}]/nmi_auc``, ``epochs_to_nmi90``, ``..._censored``); also kept
+        in ``final_metrics``. The per-position profiles of val go to ``profiles``.
+        """
+        if self.selection.best_model is not None:
+            self.model.load_state_dict(self.selection.best_model)
+        horizon = self.config.readouts.nmi_auc_horizon or self.config.training.epochs
+        final = selected_metrics(self.history, self.selection.best_epoch)
+        final.update(speed_metrics(self.history, horizon, self.epoch))
+        if self.epoch > 0:
+            self.model.eval()
+            data = self.val_data
+            with torch.no_grad():
+                collected = collect(lambda idx: self._forward(data, idx)[0], len(data.split),
+                                    self.config.training.eval_batch_size, self.device)
+            self.profiles = position_profiles(collected, data, self.config.alpha)
+        self.final_metrics = final
+        return final
+
     def run(self, on_epoch: EpochCallback | None = None) -> dict[str, float]:
-        """Train to ``training.epochs`` (from the current epoch); returns the last metrics."""
+        """Train until :attr:`finished` (from the current epoch), then :meth:`finalize`;
+        returns the last epoch's metrics."""
         metrics: dict[str, float] = {}
-        while self.epoch < self.config.training.epochs:
+        while not self.finished:
             metrics = self.run_epoch()
             if on_epoch is not None:
                 on_epoch(self, self.epoch, metrics)
+        self.finalize()
         return metrics
 
     # -- checkpoints ------------------------------------------------------------------------
@@ -307,6 +352,7 @@ class Trainer:
             "epoch": self.epoch,
             "step": self.step,
             "history": self.history,
+            "selection": self.selection.state_dict(),
             "config": self.config.model_dump(mode="json"),
             "rng": {
                 "python": random.getstate(),
@@ -324,6 +370,8 @@ class Trainer:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.epoch, self.step, self.history = state["epoch"], state["step"], state["history"]
+        if "selection" in state:
+            self.selection.load_state_dict(state["selection"])
         rng = state["rng"]
         random.setstate(rng["python"])
         np.random.set_state(rng["numpy"])

@@ -1,0 +1,187 @@
+"""One evaluation pass of a model over a split, and the model-dependent read-outs.
+
+Names (``{name}`` overall, ``{kind}/{name}`` per kind; the caller prefixes the split):
+``loss`` (the trial's stack), ``recon_uniform`` (mean l), ``recon_token_weighted`` (R_tok),
+``recon_cc`` (R~), ``recon_ncc`` (R^), ``kl`` (the rate E[KL], summed over dimensions),
+``latent_nmi`` / ``latent_ari`` (argmax q, or k-means on the posterior means with K = the
+number of strategies fitted on the whole split, against s), ``mi_zs`` (I(z; s), see
+``latent.py``), ``kl_kappa_spearman``, and for the continuous family ``active_units``
+(dimensions whose posterior mean varies over the group's examples by more than 0.01, the
+diagonal of Cov_x(E_q[z|x]); Burda et al. 2016). Overall only: ``mutual_info`` (I(x; z))
+and, for the discrete family, ``active_units`` (categories with aggregate mass >= 0.01).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from objectives import LossInputs, LossStackSpec, token_weight_stats
+from workers import metrics as latent_metrics
+from workers.data import SyntheticSplit, SyntheticTaskConfig, kind_layout, oracle_conditional_nll
+from workers.readouts.latent import discrete_mi_zs, gaussian_mixture_mi_zs, kl_kappa_spearman
+from workers.readouts.surprisal import by_kind, surprisal_readouts
+
+DIAGNOSTIC_TERMS = {
+    "recon_uniform": "uniform",
+    "recon_token_weighted": "token_weighted",
+    "recon_cc": "concentration_corrected",
+    "recon_ncc": "normalized_concentration_corrected",
+}
+
+
+def diagnostic_stack(alpha: float, c_base: float):
+    """Every reconstruction read-out as a weight-0 term of one stack (computed, not trained)."""
+    return LossStackSpec(alpha=alpha, terms=dict.fromkeys(DIAGNOSTIC_TERMS.values(), 0.0)).build(
+        c_base=c_base)
+
+
+@dataclass
+class SplitData:
+    """One split with everything the read-outs need, on the model's device.
+
+    ``surprisal`` holds the b/h-only read-outs (computed once); ``kappa`` the per-example
+    kappa at the trial's alpha (CPU), ``prefix_length`` each example's prefix length.
+    """
+
+    split: SyntheticSplit
+    decoder_input: torch.Tensor
+    base_nll: torch.Tensor
+    cond_nll: torch.Tensor
+    prefix_length: torch.Tensor
+    kappa: torch.Tensor
+    surprisal: dict[str, float]
+
+    @classmethod
+    def build(cls, config: SyntheticTaskConfig, split: SyntheticSplit, base_nll: torch.Tensor,
+              alpha: float, device: torch.device | str) -> SplitData:
+        cond = oracle_conditional_nll(config, split)
+        surprisal = by_kind(surprisal_readouts, split.kind, base_nll, cond, split.mask, alpha=alpha)
+        kappa = token_weight_stats(base_nll.double(), split.mask, alpha).kappa.double()
+        split = split.to(device)
+        prefix_length, _ = kind_layout(config, split.kind)
+        return cls(split, split.decoder_input(), base_nll.to(device), cond.to(device),
+                   prefix_length, kappa, surprisal)
+
+    def subset(self, indices: torch.Tensor) -> SplitData:
+        """The rows ``indices`` (surprisal read-outs recomputed lazily by the caller if needed)."""
+        device_indices = indices.to(self.split.context.device)
+        return SplitData(self.split.subset(device_indices), self.decoder_input[device_indices],
+                         self.base_nll[device_indices], self.cond_nll[device_indices],
+                         self.prefix_length[device_indices], self.kappa[indices.cpu()],
+                         self.surprisal)
+
+
+@dataclass
+class Collected:
+    """A model's outputs on every example of a split (``kl`` as the model returns it)."""
+
+    token_nll: torch.Tensor
+    kl: torch.Tensor
+    bow_logits: torch.Tensor
+    posterior_probs: torch.Tensor | None
+    posterior_mean: torch.Tensor | None
+    posterior_logvar: torch.Tensor | None
+
+    @property
+    def kl_per_example(self) -> torch.Tensor:
+        return self.kl.sum(-1) if self.kl.dim() == 2 else self.kl
+
+
+@torch.no_grad()
+def collect(forward: Callable[[torch.Tensor], object], n: int, batch_size: int,
+            device: torch.device) -> Collected:
+    """Run ``forward(indices) -> CVAEOutput`` over rows 0..n-1 in batches and concatenate."""
+    parts: dict[str, list[torch.Tensor]] = {}
+    for indices in torch.arange(n).split(batch_size):
+        output = forward(indices.to(device))
+        for name in Collected.__dataclass_fields__:
+            value = getattr(output, name)
+            if value is not None:
+                parts.setdefault(name, []).append(value.float())
+    merged = {name: torch.cat(parts[name]) if name in parts else None
+              for name in Collected.__dataclass_fields__}
+    return Collected(**merged)
+
+
+def _latent_labels(collected: Collected, num_strategies: int, seed: int) -> torch.Tensor:
+    if collected.posterior_probs is not None:
+        return collected.posterior_probs.argmax(-1).cpu()
+    return latent_metrics.kmeans_labels(collected.posterior_mean.cpu(), num_strategies, seed=seed)
+
+
+def _group_readouts(collected: Collected, data: SplitData, rows: torch.Tensor, labels: torch.Tensor,
+                    stack, diagnostics, step: int, num_strategies: int, seed: int) -> dict[str, float]:
+    device_rows = rows.to(collected.token_nll.device)
+    mask = data.split.mask[device_rows]
+    token_nll, base = collected.token_nll[device_rows], data.base_nll[device_rows]
+    out = {"loss": float(stack(LossInputs(
+        token_nll, base, mask, kl=collected.kl[device_rows], bow_logits=collected.bow_logits[device_rows],
+        targets=data.split.target[device_rows], step=step)).total)}
+    terms = diagnostics(LossInputs(token_nll, base, mask)).terms
+    out.update({name: float(terms[term]) for name, term in DIAGNOSTIC_TERMS.items()})
+    kl = collected.kl_per_example[device_rows].cpu()
+    out["kl"] = float(kl.mean())
+    truth = data.split.strategy[device_rows].cpu()
+    if truth.numel() > 0:
+        out.update(latent_metrics.latent_recovery(labels[rows], truth))
+    if collected.posterior_probs is not None:
+        out["mi_zs"] = discrete_mi_zs(collected.posterior_probs[device_rows], truth, num_strategies)
+    else:
+        mean = collected.posterior_mean[device_rows]
+        out["mi_zs"] = gaussian_mixture_mi_zs(mean, collected.posterior_logvar[device_rows], truth, seed)
+        out["active_units"] = float(latent_metrics.active_units_gaussian(mean))
+    out["kl_kappa_spearman"] = kl_kappa_spearman(kl, data.kappa[rows])
+    return out
+
+
+def model_readouts(collected: Collected, data: SplitData, stack, diagnostics, *, step: int,
+                   num_strategies: int, seed: int, alpha: float) -> dict[str, float]:
+    """Overall and per-kind model read-outs of one split (names in the module docstring)."""
+    from workers.data import KINDS
+
+    labels = _latent_labels(collected, num_strategies, seed)
+    everything = torch.arange(len(data.split))
+    args = (stack, diagnostics, step, num_strategies, seed)
+    out = _group_readouts(collected, data, everything, labels, *args)
+    if alpha == 0:
+        out["kl_kappa_spearman"] = math.nan
+    kind = data.split.kind.cpu()
+    for index, name in enumerate(KINDS):
+        rows = (kind == index).nonzero().flatten()
+        if rows.numel():
+            group = _group_readouts(collected, data, rows, labels, *args)
+            out.update({f"{name}/{key}": value for key, value in group.items()})
+    if collected.posterior_probs is not None:
+        out["mutual_info"] = latent_metrics.discrete_mutual_information(collected.posterior_probs)
+        out["active_units"] = float(latent_metrics.active_units_discrete(collected.posterior_probs))
+    else:
+        out["mutual_info"] = latent_metrics.gaussian_mutual_information(
+            collected.posterior_mean, collected.posterior_logvar, seed=seed)
+    return out
+
+
+def position_profiles(collected: Collected, data: SplitData, alpha: float) -> dict[str, dict[str, list[float]]]:
+    """Per kind, the mean over examples of l_t, b_t and pi_t at each target position t
+    (positions where no example of the kind is active are NaN)."""
+    from workers.data import KINDS
+
+    mask = data.split.mask.cpu()
+    values = {"l": collected.token_nll.double().cpu(), "b": data.base_nll.double().cpu(),
+              "pi": token_weight_stats(data.base_nll.double().cpu(), mask, alpha).weights.double()}
+    kind = data.split.kind.cpu()
+    out: dict[str, dict[str, list[float]]] = {}
+    for index, name in enumerate(KINDS):
+        rows = kind == index
+        if not rows.any():
+            continue
+        count = mask[rows].sum(0).double()
+        out[name] = {
+            key: torch.where(count > 0, (tensor[rows] * mask[rows]).sum(0) / count.clamp_min(1),
+                             math.nan).tolist()
+            for key, tensor in values.items()
+        }
+    return out

@@ -1,0 +1,114 @@
+"""Where the latent's learning signal comes from: gradient shares of token groups.
+
+The signal z gets from reconstruction is the gradient of the stack's reconstruction part
+R (its terms that are linear in the token losses l_t: uniform, R_tok, R~, R^ with their
+weights; KL and bag-of-words left out) with respect to the parameters of the posterior
+q(z | x, y): the target encoder and the posterior head. Those parameters are reached only
+through z, and both latent families and both discrete estimators have them (a sampled z
+exists only for some: exact enumeration has none). The shared token embedding is left out.
+
+R is linear in l: R = sum_{n,t} w_{n,t} l_{n,t}, so for a token group G given as a
+membership weight a_G in [0, 1] per token (a boolean mask, or a soft split of each token)
+R_G = R(l * a_G) is G's part, and the R_G of a partition (memberships summing to 1 on
+every token) sum to R. With
+g = dR/dtheta and g_G = dR_G/dtheta (one autograd.grad per group on one forward pass):
+
+    grad_share_G = <g_G, g> / <g, g>
+
+the projection share of G in the update direction; the shares of a partition sum to 1
+(exactly), a share can be negative (a group pulling against the rest) or above 1. NaN
+when g = 0. Groups: ``prefix`` (t below the example's prefix length; the complement is
+the body), ``top_decile_b`` (b_t at or above the 90th percentile of the batch's active
+tokens), ``explained`` (soft: each token's loss is split in proportion to its surprisal,
+membership ``e_t = clamp((b_t - h_t) / b_t, 0, 1)`` (0 where b_t = 0) for the
+strategy-explained part and ``1 - e_t`` for the unexplained h_t part, so a prefix token with
+b = log(K m), h = log m counts log K / log(K m) explained), ``kind_{kind}`` (all tokens of
+one kind's examples). This is not the
+gradient with respect to l_t, which is w (pi) by construction.
+
+Computed at epoch end on a fixed evaluation batch, in eval mode (no dropout, z = the
+posterior mean for the continuous family, enumeration for the discrete one): no RNG is
+consumed, so read-outs never change training.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+
+from objectives import LossInputs, LossStackSpec
+from workers.data import KINDS
+
+LINEAR_TERMS = ("uniform", "normalized_uniform", "token_weighted", "concentration_corrected",
+                "normalized_concentration_corrected")
+
+
+def reconstruction_spec(spec: LossStackSpec) -> LossStackSpec | None:
+    """The stack's terms that are linear in l_t (same weights, options, alpha); None if none."""
+    terms = {name: term for name, term in spec.resolved_terms().items()
+             if name in LINEAR_TERMS and term.weight != 0}
+    if not terms:
+        return None
+    return LossStackSpec(alpha=spec.alpha, terms=terms)
+
+
+def token_groups(
+    base_nll: torch.Tensor, cond_nll: torch.Tensor, mask: torch.Tensor, kind: torch.Tensor,
+    prefix_length: torch.Tensor,
+) -> dict[str, torch.Tensor]:
+    """The ``[B, T]`` token-group memberships of the module docstring (0 off ``mask``)."""
+    positions = torch.arange(mask.shape[1], device=mask.device)[None, :]
+    active_b = base_nll[mask]
+    cutoff = torch.quantile(active_b.double(), 0.9) if active_b.numel() else torch.tensor(math.inf)
+    groups = {
+        "prefix": mask & (positions < prefix_length[:, None]),
+        "top_decile_b": mask & (base_nll.double() >= cutoff.to(base_nll.device)),
+    }
+    b = base_nll.double()
+    explained = torch.where(b > 0, (b - cond_nll.double()) / b.clamp_min(1e-30), 0.0).clamp(0, 1)
+    groups["explained"] = torch.where(mask, explained, 0.0).to(base_nll.dtype)
+    for index, name in enumerate(KINDS):
+        groups[f"kind_{name}"] = mask & (kind == index)[:, None]
+    return groups
+
+
+def gradient_shares(
+    token_nll_fn: Callable[[], torch.Tensor],
+    parameters: Sequence[torch.nn.Parameter],
+    recon_stack,
+    base_nll: torch.Tensor,
+    mask: torch.Tensor,
+    groups: dict[str, torch.Tensor],
+) -> dict[str, float]:
+    """``{grad_share_{group}: share}`` plus ``grad_norm_encoder`` (see the module docstring).
+
+    Args:
+        token_nll_fn: runs the forward pass with autograd on and returns ``[B, T]`` l_t.
+        parameters: the parameters the shares are measured on (q(z|x,y)'s).
+        recon_stack: the built stack of :func:`reconstruction_spec`.
+    """
+    params = [p for p in parameters if p.requires_grad]
+    with torch.enable_grad():
+        token_nll = token_nll_fn().float()
+
+        def grad_of(values: torch.Tensor) -> list[torch.Tensor]:
+            loss = recon_stack(LossInputs(values, base_nll, mask)).total
+            grads = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
+            return [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads, strict=True)]
+
+        total = grad_of(token_nll)
+        norm2 = sum(float((g.double() ** 2).sum()) for g in total)
+        out = {"grad_norm_encoder": math.sqrt(norm2)}
+        for name, group in groups.items():
+            if norm2 == 0.0 or not group.any():
+                out[f"grad_share_{name}"] = math.nan if norm2 == 0.0 else 0.0
+                continue
+            if bool((group.to(token_nll.dtype) == mask.to(token_nll.dtype)).all()):
+                out[f"grad_share_{name}"] = 1.0  # the whole batch: no pass needed
+                continue
+            part = grad_of(token_nll * group.to(token_nll.dtype))
+            dot = sum(float((a.double() * b.double()).sum()) for a, b in zip(part, total, strict=True))
+            out[f"grad_share_{name}"] = dot / norm2
+    return out

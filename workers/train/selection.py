@@ -1,0 +1,84 @@
+"""Early stopping and checkpoint selection on the trial's own val loss.
+
+The selection reads ``val/loss`` only (contract.SELECTION_METRIC), never NMI and never a
+test value. The best epoch is the one with the lowest val loss (ties: the earlier one);
+early stopping ends training after ``patience`` epochs in a row without an improvement of
+more than ``min_delta``, once ``min_epochs`` have run. The best epoch's model weights are
+kept (a copy on the model's device) and restored at the end.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from workers.contract import SELECTED_EPOCH, SELECTED_PREFIX, SELECTION_METRIC, STOP_EPOCH
+from workers.data import KINDS
+from workers.readouts.speed import epochs_to_threshold, nmi_auc
+
+NMI_THRESHOLD = 0.9
+READOUT_PREFIXES = ("train/", "val/", "test/")
+
+
+@dataclass
+class Selection:
+    """The early-stopping state of one trial (saved in its checkpoints)."""
+
+    patience: int | None
+    min_epochs: int
+    min_delta: float
+    best_loss: float = math.inf
+    best_epoch: int = 0
+    bad_epochs: int = 0
+    stopped: bool = False
+    best_model: dict[str, torch.Tensor] | None = field(default=None, repr=False)
+
+    def update(self, epoch: int, metrics: dict[str, float], model: torch.nn.Module) -> None:
+        """Record epoch ``epoch`` (1-based) from its metrics; may set ``stopped``."""
+        loss = metrics[SELECTION_METRIC]
+        if math.isfinite(loss) and loss < self.best_loss - self.min_delta:
+            self.best_loss, self.best_epoch, self.bad_epochs = loss, epoch, 0
+            self.best_model = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        else:
+            self.bad_epochs += 1
+        if self.patience is not None and epoch >= self.min_epochs and self.bad_epochs >= self.patience:
+            self.stopped = True
+
+    def state_dict(self) -> dict[str, Any]:
+        return {key: copy.copy(getattr(self, key)) for key in
+                ("best_loss", "best_epoch", "bad_epochs", "stopped", "best_model")}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for key, value in state.items():
+            setattr(self, key, value)
+
+
+def selected_metrics(history: dict[str, list[float]], epoch: int) -> dict[str, float]:
+    """``selected/{name}`` = the value of every per-split metric at ``epoch`` (1-based)."""
+    out = {SELECTED_EPOCH: float(epoch)}
+    if epoch < 1:
+        return out
+    for name, values in history.items():
+        if name.startswith(READOUT_PREFIXES) and len(values) >= epoch:
+            out[SELECTED_PREFIX + name] = values[epoch - 1]
+    return out
+
+
+def speed_metrics(history: dict[str, list[float]], horizon: int, epochs: int) -> dict[str, float]:
+    """NMI-AUC and epochs to NMI >= 0.9 (with censoring) for val and test, overall and per kind."""
+    out = {STOP_EPOCH: float(epochs)}
+    for split in ("val", "test"):
+        for kind in (None, *KINDS):
+            base = f"{split}/" if kind is None else f"{split}/{kind}/"
+            curve = history.get(base + "latent_nmi")
+            if not curve:
+                continue
+            out[base + "nmi_auc"] = nmi_auc(curve, horizon)
+            reached, censored = epochs_to_threshold(curve, NMI_THRESHOLD)
+            out[base + "epochs_to_nmi90"] = reached
+            out[base + "epochs_to_nmi90_censored"] = censored
+    return out
