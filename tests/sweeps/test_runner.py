@@ -97,7 +97,10 @@ def test_quickstart_sweep_end_to_end(tmp_path):
     assert report["dedup"] == {"trials_requested": 27, "trials_run": 15,
                                "trials_saved_by_dedup": 12}
     assert report["counts"] == {"done": 15}
-    nmi = [c for c in report["cells"] if c["metric"] == "latent_nmi" and c["kind"] == "all"]
+    # Read at the epoch val chose (selected/*), reported on test; val's cells are beside them.
+    assert (report["split"], report["readout_source"]) == ("test", "selected")
+    nmi = [c for c in report["cells"] if c["metric"] == "latent_nmi" and c["kind"] == "all"
+           and c["split"] == "test"]
     assert len(nmi) == 9 and all(c["n"] == 3 and len(c["values"]) == 3 for c in nmi)
     # alpha = 0 is exactly uniform weighting: kappa = 1 there, > 1 elsewhere (a shared trial
     # reports kappa at the alpha of the row that ran: uniform at alpha 0).
