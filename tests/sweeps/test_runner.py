@@ -62,7 +62,7 @@ def _write_spec(tmp_path: Path, name: str, changes: dict) -> Path:
     return path
 
 
-@pytest.mark.timeout(1800)  # 15 trials: about 2 minutes on 2 free CPUs, far more on a busy machine
+@pytest.mark.timeout(1800)  # 15 trials: about 3 minutes on 2 CPUs, far more on a busy machine
 def test_quickstart_sweep_end_to_end(tmp_path):
     started = time.monotonic()
     process = _sweep(tmp_path, QUICKSTART, "qs1")
