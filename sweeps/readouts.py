@@ -2,10 +2,10 @@
 
 A trial's read-outs are the values at the checkpoint val chose, logged by the worker as
 ``selected/{split}/{name}`` and ``selected/{split}/{kind}/{name}`` (with ``selected/epoch``).
-FALLBACK (until the workers log ``selected/*``): a trial without any ``selected/`` metric is
-read at its final epoch from ``{split}/{name}``, and the report says so in its words
-(``readout_source = final_epoch``). The lead removes nothing to connect the two: once the
-workers log ``selected/*``, the first branch is taken.
+The curve read-outs (``nmi_auc``, ``epochs_to_nmi90[_censored]``) are logged once per trial
+without the prefix and read beside them. FALLBACK (runs from before the trial protocol): a
+trial without any ``selected/`` metric is read at its final epoch from ``{split}/{name}``,
+and the report says so in its words (``readout_source = final_epoch``).
 
 A trial that stands in several requested rows (see :mod:`sweeps.plan`) gives its values to
 every one of them, so every row of the grid has its numbers.

@@ -251,3 +251,33 @@ def test_curve_readouts_are_read_beside_the_selected_values() -> None:
     assert values == {("test", "all", "latent_nmi"): 0.75, ("test", "all", "nmi_auc"): 0.5,
                       ("test", "prefix", "nmi_auc"): 0.25, ("val", "all", "epochs_to_nmi90"): 7.0,
                       ("val", "all", "epochs_to_nmi90_censored"): 1.0}
+
+
+def _strip_test(value: Any) -> Any:
+    """A report entry without any test-split field: what selection alone decides."""
+    if isinstance(value, dict):
+        return {k: _strip_test(v) for k, v in value.items() if "test" not in k}
+    if isinstance(value, list):
+        return [_strip_test(v) for v in value]
+    return value
+
+
+def test_corrupting_the_test_values_changes_no_selection():
+    """best and collapse read val only: scrambling every test value (to values that would
+    change every choice if test were read) leaves them the same, while the test cells move."""
+    spec = SweepSpec.model_validate({
+        "name": "c", "alpha": [0.0, 1.0], "loss_stacks": ["uniform", "ncc"], "seeds": 3,
+        "beta": [0.25, 0.5, 1.0, 2.0], "analysis": {"collapse_threshold": 0.5}})
+    clean = _beta_grid_outcomes(spec, c_base=2.0)
+    corrupt = _beta_grid_outcomes(spec, c_base=2.0)
+    for index, outcome in enumerate(corrupt):
+        outcome.final["selected/test/latent_nmi"] = 1.0 - outcome.final["selected/test/latent_nmi"] \
+            + 0.001 * index
+    before, after = build_report(spec, "s", clean), build_report(spec, "s", corrupt)
+    assert before["best"] and before["collapse"]
+    assert _strip_test(after["best"]) == _strip_test(before["best"])
+    assert _strip_test(after["collapse"]) == _strip_test(before["collapse"])
+    test_means = [c["mean"] for r in (before, after) for c in r["cells"]
+                  if c["split"] == "test" and c["metric"] == "latent_nmi" and c["kind"] == "all"]
+    half = len(test_means) // 2
+    assert test_means[:half] != test_means[half:]
