@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 from compose_engine import (  # noqa: E402
     REPO,
     Engine,
@@ -39,6 +40,8 @@ from compose_engine import (  # noqa: E402
     log,
     run,
 )
+
+from workers.contract import RUN_KIND_TAG, RUN_KIND_TRIAL, TRIAL_ID_TAG  # noqa: E402  (torch-free)
 
 PROJECT = "ksweep-smoke"
 SPEC = REPO / "scripts" / "compose_smoke_spec.yaml"
@@ -183,9 +186,9 @@ def check_mlflow(mlflow: str, sweep: dict[str, Any], total: int) -> None:
         raise SmokeError(f"MLflow parent run {parent_id} is {parent['info']['status']}")
     found = http("POST", f"{mlflow}/api/2.0/mlflow/runs/search", body={
         "experiment_ids": [links["experiment_id"]], "max_results": 1000,
-        "filter": f"tags.mlflow.parentRunId = '{parent_id}' and tags.`ksweep.role` = 'trial'"})
+        "filter": f"tags.mlflow.parentRunId = '{parent_id}' and tags.`{RUN_KIND_TAG}` = '{RUN_KIND_TRIAL}'"})
     children = found.get("runs", [])
-    trials = [{t["key"]: t["value"] for t in r["data"].get("tags", [])}.get("ksweep.trial_id")
+    trials = [{t["key"]: t["value"] for t in r["data"].get("tags", [])}.get(TRIAL_ID_TAG)
               for r in children]
     states = {r["info"]["status"] for r in children}
     if len(children) != total or len(set(trials)) != total or states != {"FINISHED"}:
