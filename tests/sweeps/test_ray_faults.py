@@ -1,6 +1,7 @@
 """The fault matrix's Ray rows (README, issue 13), on real processes: a sweep run by the CLI on
 local Ray with a temporary sqlite MLflow store, and a real SIGKILL of Ray's own processes."""
 
+import contextlib
 import os
 import re
 import signal
@@ -17,7 +18,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from sweeps.progress import read_status
-from workers.contract import RUN_KIND_SWEEP, RUN_KIND_TAG, RUN_KIND_TRIAL
+from workers.contract import FAILURE_TAG, RUN_KIND_SWEEP, RUN_KIND_TAG, RUN_KIND_TRIAL
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "sweeps" / "examples" / "quickstart.yaml"
@@ -218,3 +219,118 @@ def test_kill9_between_the_mlflow_log_and_the_checkpoint_logs_no_epoch_twice(tmp
     steps = [m.step for m in client.get_metric_history(children[0].info.run_id, "val/loss")]
     assert steps == list(range(1, epochs + 1)), steps
     assert retry[-1] == epochs and 2 <= retry[0] <= logged + 1
+
+
+@pytest.mark.timeout(1500)
+def test_kill9_of_the_whole_local_ray_ends_the_driver_and_a_rerun_resumes(tmp_path):
+    # 6 rows, 4 trials (uniform once for its three alphas), one at a time; killed amid the
+    # third trial.
+    epochs = 16
+    spec = _write_spec(tmp_path, "ray", {"template.training.epochs": epochs, "seeds": 1,
+                                         "loss_stacks": ["uniform", "raw_plus_ncc"],
+                                         "budget.max_concurrent_trials": 1})
+    process = _sweep(tmp_path, spec, "rk1")
+    status_path = tmp_path / "root" / "rk1" / "status.json"
+    _wait_for(process, status_path, lambda s: s.done >= 2 and any(
+        t["state"] == "running" and (t.get("epochs") or 0) >= 2 for t in s.trials),
+        "two completed trials and a third two epochs in")
+    time.sleep(2.5)  # let Tune save its experiment state (TUNE_GLOBAL_CHECKPOINT_S = 2)
+    ray = _ray_processes(process)
+    titles = sorted({_title(p).split()[0].rsplit("/", 1)[-1] for p in ray if _title(p)})
+    print(f"killing {len(ray)} Ray processes: {titles}")
+    assert any("gcs_server" in t for t in titles) and any("raylet" in t for t in titles), titles
+    killed_at = time.monotonic()
+    for proc in ray:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.send_signal(signal.SIGKILL)
+    try:
+        output, _ = process.communicate(timeout=600)  # the bound: the driver must not hang
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output = process.communicate()[0]
+        pytest.fail(f"the driver hung after its Ray was killed: {output[-3000:]}")
+    print(f"driver ended {time.monotonic() - killed_at:.0f} s after the kill, "
+          f"rc {process.returncode}; its last output:\n{output[-1500:]}")
+    status = read_status(status_path)
+    print(f"status after the kill: {status.state} {status.error!r}")
+    _, _, _, before = _runs(tmp_path, "quickstart", "rk1")
+    finished_before = {c.info.run_id for c in before if c.info.status == "FINISHED"}
+    print(f"runs before the rerun: {[(c.data.tags['ksweep.trial_id'], c.info.status) for c in before]}")
+    # Ray's core worker ends the driver itself (exit status 1) once it cannot reach the GCS
+    # (gcs_rpc_server_reconnect_timeout_s, 60 s): no Python code runs, so status.json keeps
+    # saying running; the service's reconcile sees the driver gone (row 5a).
+    assert process.returncode != 0 or status.state == "failed"
+    assert "Failed to connect to GCS" in output or "GCS" in (status.error or ""), output[-3000:]
+    assert len(finished_before) >= 2
+    in_flight = {c.data.tags["ksweep.trial_id"]: c.info.run_id for c in before
+                 if c.info.status != "FINISHED"}
+    restarted = _sweep(tmp_path, spec, "rk1")
+    output, _ = restarted.communicate(timeout=600)
+    assert restarted.returncode == 0, output
+    client, _, parents, children = _runs(tmp_path, "quickstart", "rk1")
+    (trial_id,) = in_flight
+    (folder,) = (tmp_path / "root" / "rk1" / "tune").glob(f"train_trial_{trial_id}_*")
+    print(f"the trial in flight, per (re)start: {_steps_per_worker(folder)}")
+    assert len(parents) == 1, "the resumed driver must reuse the parent run"
+    trial_ids = [c.data.tags["ksweep.trial_id"] for c in children]
+    assert len(children) == 4 and len(set(trial_ids)) == 4, trial_ids
+    assert finished_before <= {c.info.run_id for c in children}
+    # The trial in flight resumed from its checkpoint into its own run.
+    assert len(in_flight) == 1, in_flight
+    assert set(in_flight.values()) <= {c.info.run_id for c in children}, in_flight
+    for child in children:
+        assert child.info.status == "FINISHED"
+        steps = [m.step for m in client.get_metric_history(child.info.run_id, "val/loss")]
+        assert steps == list(range(1, epochs + 1)), (child.data.tags["ksweep.trial_id"], steps)
+        if child.info.run_id in finished_before:  # not re-run: untouched since the kill
+            old = next(c for c in before if c.info.run_id == child.info.run_id)
+            assert child.info.end_time == old.info.end_time
+    status = read_status(status_path)
+    assert (status.state, status.done, status.failed) == ("succeeded", 4, 0)
+
+
+@pytest.fixture
+def tiny_sweep_root(tmp_path):
+    """A 2 MiB tmpfs as the sweep root (one trial checkpoint is about 1.4 MiB)."""
+    root = tmp_path / "root"
+    root.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(root)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    yield root
+    if subprocess.run(["umount", str(root)], capture_output=True).returncode != 0:
+        subprocess.run(["umount", "-l", str(root)], check=True)  # a lingering Ray process
+
+
+@pytest.mark.timeout(900)
+def test_disk_full_under_the_sweep_root_fails_the_sweep_with_the_reason(tmp_path, tiny_sweep_root):
+    spec = _write_spec(tmp_path, "full", {
+        "template.training.epochs": 6, "seeds": 1, "alpha": [1],
+        "loss_stacks": ["raw_token_weighted"], "budget.max_failures_per_trial": 1,
+    })
+    process = _sweep(tmp_path, spec, "df1")  # MLflow's store is in tmp_path, off the tmpfs
+    try:
+        output, _ = process.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output = process.communicate()[0]
+        pytest.fail(f"the sweep hung on a full disk: {output[-3000:]}")
+    status = read_status(tiny_sweep_root / "df1" / "status.json")
+    frames = [line.strip("│ ") for line in output.splitlines() if ".py:" in line and " in " in line]
+    print(f"rc {process.returncode}; status {status and (status.state, status.error)}; "
+          f"the driver's traceback: {frames}\n{output[-600:]}")
+    _, _, parents, children = _runs(tmp_path, "quickstart", "df1")
+    runs = [(r.data.tags.get(RUN_KIND_TAG), r.info.status, r.data.tags.get(FAILURE_TAG))
+            for r in parents + children]
+    print(f"runs: {runs}")
+    assert process.returncode != 0 or status.state == "failed"
+    reason = output + (status.error or "" if status else "")
+    assert "No space left" in reason or "ENOSPC" in reason, reason[-3000:]
+    # MLflow lives off the full disk: every run ends FAILED, with the reason.
+    assert len(parents) == 1 and parents[0].info.status == "FAILED"
+    assert "No space left" in parents[0].data.tags[FAILURE_TAG]
+    assert len(children) == 1 and children[0].info.status == "FAILED"
+    assert "No space left" in children[0].data.tags[FAILURE_TAG]
