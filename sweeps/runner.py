@@ -13,6 +13,7 @@ report and publish the final status.
 from __future__ import annotations
 
 import json
+import logging
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -53,6 +54,8 @@ __all__ = ["STATUS_FILE", "TUNE_ENV", "SweepOutcome", "ensure_ray", "param_space
            "sweep_dir"]
 
 STATUS_FILE = "status.json"
+
+log = logging.getLogger("ksweep.runner")
 
 
 def sweep_dir(sweep_root: Path | str, sweep_id: str) -> Path:
@@ -221,23 +224,30 @@ def run_sweep(
     callback = ProgressCallback(sweep_id, epochs, spec.primary_metric, spec.primary_mode, tracking_uri)
     LIVE.register(status, all_sinks)
     try:
-        results = _fit(spec, folder, context, callback)
-    except Exception as error:
-        status.state, status.error = "failed", failure_text(error)
+        try:
+            results = _fit(spec, folder, context, callback)
+        finally:
+            LIVE.unregister(sweep_id)
+        outcomes = _outcomes(results, epochs)
+        report = build_report(spec, sweep_id, outcomes)
+        report["mlflow_views"] = publish_summary(tracking_uri, experiment_name, parent.run_id,
+                                                 parent.experiment_id, report)
+        _log_report(parent, report, outcomes, folder)
+        _final_status(status, spec, outcomes)
+        if status.state == "failed":
+            parent.set_tags({FAILURE_TAG: status.error})
         publish(all_sinks, status)
+    except Exception as error:
+        # The parent run ends FAILED with the reason whatever failed, the status file
+        # included (a full disk under the sweep root): MLflow may live elsewhere.
+        status.state, status.error = "failed", failure_text(error)
         parent.set_tags({FAILURE_TAG: status.error})
         parent.finish("FAILED")
+        try:
+            publish(all_sinks, status)
+        except Exception:
+            log.warning("could not publish the failed status of sweep %s", sweep_id,
+                        exc_info=True)
         raise
-    finally:
-        LIVE.unregister(sweep_id)
-    outcomes = _outcomes(results, epochs)
-    report = build_report(spec, sweep_id, outcomes)
-    report["mlflow_views"] = publish_summary(tracking_uri, experiment_name, parent.run_id,
-                                             parent.experiment_id, report)
-    _log_report(parent, report, outcomes, folder)
-    _final_status(status, spec, outcomes)
-    if status.state == "failed":
-        parent.set_tags({FAILURE_TAG: status.error})
-    publish(all_sinks, status)
     parent.finish("FINISHED" if status.state == "succeeded" else "FAILED")
     return SweepOutcome(sweep_id, status, report, parent.run_id, parent.experiment_id, outcomes)

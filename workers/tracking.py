@@ -225,6 +225,12 @@ class RunLogger:
     def client(self) -> MlflowClient:
         return self._client
 
+    def last_step(self) -> int:
+        """The highest step any metric of the run was logged at (0 when none)."""
+        keys = self._client.get_run(self._run_id).data.metrics
+        return max((point.step for key in keys
+                    for point in self._client.get_metric_history(self._run_id, key)), default=0)
+
     def log_params(self, params: Mapping[str, Any]) -> None:
         """Log params, flattening nested mappings (see :func:`flatten_config`).
 

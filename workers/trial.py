@@ -106,8 +106,14 @@ class TrialRun:
 
     @classmethod
     def attach(cls, trainer: Trainer, tracking_uri: str, run_id: str) -> TrialRun:
-        """Continue the run of a trainer restored from a checkpoint (its epochs are logged)."""
-        return cls(trainer, RunLogger.attach(tracking_uri, run_id), logged_epochs=trainer.epoch)
+        """Continue the run of a trainer restored from a checkpoint (its epochs are logged).
+
+        The run may hold epochs past the checkpoint: a trial killed after logging an epoch
+        but before Tune recorded that epoch's checkpoint runs it again, and must not log it
+        twice (one point per step).
+        """
+        logger = RunLogger.attach(tracking_uri, run_id)
+        return cls(trainer, logger, logged_epochs=max(trainer.epoch, logger.last_step()))
 
     def log_epoch(self, metrics: Mapping[str, float]) -> None:
         """Log one epoch's metrics at step = epoch, unless the run already holds it."""

@@ -266,6 +266,14 @@ class TestRunLogger:
         assert metric_history(client, first.run_id, "train/loss") == [(0, 1.0), (1, 0.8)]
         assert client.get_run(first.run_id).info.status == "FINISHED"
 
+    def test_last_step_is_the_highest_step_of_any_metric(self, store, experiment):
+        logger = _start(store, experiment)
+        assert logger.last_step() == 0
+        logger.log_metrics({"train/loss": 1.0, "val/loss": 2.0}, step=1)
+        logger.log_metrics({"val/loss": 1.5}, step=3)
+        logger.log_metrics({"train/loss": 0.5}, step=2)
+        assert RunLogger.attach(store["uri"], logger.run_id).last_step() == 3
+
     def test_ui_url(self, store, experiment):
         logger = _start(store, experiment)
         expected = (

@@ -1,0 +1,337 @@
+"""The fault matrix's Ray rows (README, issue 13), on real processes: a sweep run by the CLI on
+local Ray with a temporary sqlite MLflow store, and a real SIGKILL of Ray's own processes."""
+
+import contextlib
+import os
+import re
+import signal
+import sqlite3
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from sweeps.progress import read_status
+from workers.contract import FAILURE_TAG, RUN_KIND_SWEEP, RUN_KIND_TAG, RUN_KIND_TRIAL
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICKSTART = ROOT / "sweeps" / "examples" / "quickstart.yaml"
+pytestmark = pytest.mark.slow
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db",
+        "KSWEEP_SWEEP_ROOT": str(tmp_path / "root"),
+        "RAY_ADDRESS": "",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": str(ROOT),  # this checkout's code, whatever the venv's install points at
+    }
+
+
+def _sweep(tmp_path: Path, spec: Path, sweep_id: str, **popen):
+    return subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "sweep", "run", str(spec), "--sweep-id", sweep_id,
+         "--num-cpus", "2"],
+        env=_env(tmp_path), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, start_new_session=True, **popen,
+    )
+
+
+def _runs(tmp_path: Path, experiment: str, sweep_id: str):
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([exp.experiment_id], filter_string=f"tags.`ksweep.sweep_id` = '{sweep_id}'")
+    parents = [r for r in runs if r.data.tags.get(RUN_KIND_TAG) == RUN_KIND_SWEEP]
+    children = [r for r in runs if r.data.tags.get(RUN_KIND_TAG) == RUN_KIND_TRIAL]
+    return client, exp, parents, children
+
+
+def _write_spec(tmp_path: Path, name: str, changes: dict) -> Path:
+    spec = yaml.safe_load(QUICKSTART.read_text())
+    for dotted, value in changes.items():
+        node = spec
+        *parents, last = dotted.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[last] = value
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def _title(proc: psutil.Process) -> str:
+    try:
+        return " ".join(proc.cmdline()) or proc.name()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return ""
+
+
+def _ray_processes(driver: subprocess.Popen) -> list[psutil.Process]:
+    """Every process the driver started: GCS, raylet, dashboard, workers (not the driver)."""
+    try:
+        return psutil.Process(driver.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _trial_workers(driver: subprocess.Popen) -> list[psutil.Process]:
+    """The Ray workers running a trial: ``ray::ImplicitFunc.train`` (the function trainable)."""
+    return [p for p in _ray_processes(driver)
+            if _title(p).startswith("ray::") and ("ImplicitFunc" in _title(p)
+                                                  or "train_trial" in _title(p))]
+
+
+def _wait_for(driver: subprocess.Popen, status_path: Path, ready, what: str, limit_s: float = 600):
+    deadline = time.time() + limit_s
+    while time.time() < deadline:
+        if driver.poll() is not None:
+            pytest.fail(f"the sweep ended before {what}: {driver.communicate()[0][-3000:]}")
+        status = read_status(status_path)
+        if status is not None and ready(status):
+            return status
+        time.sleep(0.2)
+    os.killpg(driver.pid, signal.SIGKILL)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def _epochs_of(status) -> int:
+    return max((int(t.get("epochs") or 0) for t in status.trials), default=0)
+
+
+def _trial_dir(tmp_path: Path, sweep_id: str) -> Path:
+    (folder,) = (tmp_path / "root" / sweep_id / "tune").glob("train_trial_*")
+    return folder
+
+
+def _steps_per_worker(trial_dir: Path) -> list[list[int]]:
+    """The epochs each run of a trial reported, one list per (re)start: Tune's TensorBoard
+    logger opens a new event file, named by its creation time, whenever the trial starts."""
+    # Tune writes these files only where tensorboardX is installed (Ray's dependency, not ours).
+    event_pb2 = pytest.importorskip("tensorboardX.proto.event_pb2")
+
+    per_file = []
+    for path in sorted(trial_dir.glob("events.out.tfevents.*"), key=lambda p: int(p.name.split(".")[3])):
+        data, offset, steps = path.read_bytes(), 0, set()
+        while offset < len(data):  # TFRecord: u64 length, u32 crc, the Event, u32 crc
+            (length,) = struct.unpack("<Q", data[offset:offset + 8])
+            event = event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
+            offset += 12 + length + 4
+            if event.summary.value and event.step > 0:
+                steps.add(event.step)
+        per_file.append(sorted(steps))
+    return per_file
+
+
+def _num_failures(tmp_path: Path, sweep_id: str) -> list[int]:
+    """Each trial's ``num_failures`` in Tune's experiment state."""
+    (path,) = (tmp_path / "root" / sweep_id / "tune").glob("experiment_state-*.json")
+    text = path.read_text().replace('\\"', '"')
+    return [int(n) for n in re.findall(r'"num_failures": (\d+)', text)]
+
+
+@pytest.mark.timeout(1200)
+def test_kill9_of_the_trial_worker_resumes_it_from_its_checkpoint(tmp_path):
+    epochs = 12
+    spec = _write_spec(tmp_path, "worker", {
+        "template.training.epochs": epochs, "seeds": 1, "alpha": [1],
+        "loss_stacks": ["raw_token_weighted"], "budget.max_failures_per_trial": 2,
+    })
+    process = _sweep(tmp_path, spec, "wk1")
+    status_path = tmp_path / "root" / "wk1" / "status.json"
+    _wait_for(process, status_path, lambda s: _epochs_of(s) >= 2, "two epochs of the trial")
+    workers = _trial_workers(process)
+    titles = [_title(p) for p in _ray_processes(process)]
+    assert len(workers) == 1, titles
+    killed_at, title = _epochs_of(read_status(status_path)), _title(workers[0])
+    workers[0].send_signal(signal.SIGKILL)
+    output, _ = process.communicate(timeout=900)
+    print(f"killed {title.strip()!r} (pid {workers[0].pid}) after epoch {killed_at} had been reported")
+    assert process.returncode == 0, output
+    status = read_status(status_path)
+    assert (status.state, status.total, status.done, status.failed) == ("succeeded", 1, 1, 0)
+    client, _, parents, children = _runs(tmp_path, "quickstart", "wk1")
+    assert len(parents) == 1
+    assert len(children) == 1, "the retried trial must keep its one run"
+    run = children[0]
+    assert run.info.status == "FINISHED"
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "val/loss")]
+    assert steps == list(range(1, epochs + 1)), steps
+    assert _num_failures(tmp_path, "wk1") == [1], "one failure, retried"
+    assert "The actor died unexpectedly" in (_trial_dir(tmp_path, "wk1") / "error.txt").read_text()
+    first, retry = _steps_per_worker(_trial_dir(tmp_path, "wk1"))
+    print(f"first worker reported {first}, the retry {retry}; "
+          f"epochs run twice: {sorted(set(first) & set(retry))}")
+    assert first == list(range(1, len(first) + 1)) and len(first) >= 2
+    assert retry == list(range(retry[0], epochs + 1))
+    # The retry resumed from a checkpoint, not from scratch: at most the epoch in flight lost.
+    assert 2 <= retry[0] <= len(first) + 1
+
+
+def _logged_epochs(db: Path) -> int:
+    """The last val/loss step in the MLflow store (read straight from sqlite, fast)."""
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as connection:
+            row = connection.execute(
+                "SELECT max(step) FROM metrics WHERE key = 'val/loss'").fetchone()
+    except sqlite3.Error:
+        return 0
+    return int(row[0] or 0)
+
+
+@pytest.mark.timeout(1200)
+def test_kill9_between_the_mlflow_log_and_the_checkpoint_logs_no_epoch_twice(tmp_path):
+    """The trainable logs an epoch to MLflow, then reports its checkpoint to Tune: a kill in
+    between resumes from the checkpoint before, so that epoch runs again; it must not be
+    logged again (one point per step)."""
+    epochs = 12
+    spec = _write_spec(tmp_path, "between", {
+        "template.training.epochs": epochs, "seeds": 1, "alpha": [1],
+        "loss_stacks": ["raw_token_weighted"], "budget.max_failures_per_trial": 2,
+    })
+    process = _sweep(tmp_path, spec, "bt1")
+    status_path = tmp_path / "root" / "bt1" / "status.json"
+    _wait_for(process, status_path, lambda s: _epochs_of(s) >= 2, "two epochs of the trial")
+    (worker,) = _trial_workers(process)
+    db = tmp_path / "mlflow.db"
+    known = _logged_epochs(db)
+    deadline = time.time() + 300
+    while _logged_epochs(db) == known and time.time() < deadline:  # the next epoch's log
+        time.sleep(0.005)
+    logged = _logged_epochs(db)
+    worker.send_signal(signal.SIGKILL)
+    output, _ = process.communicate(timeout=900)
+    assert process.returncode == 0, output
+    first, retry = _steps_per_worker(_trial_dir(tmp_path, "bt1"))
+    print(f"killed after MLflow held epoch {logged}; first worker reported {first}, "
+          f"the retry {retry}")
+    assert logged > known
+    status = read_status(status_path)
+    assert (status.state, status.done, status.failed) == ("succeeded", 1, 0)
+    client, _, _, children = _runs(tmp_path, "quickstart", "bt1")
+    assert len(children) == 1 and children[0].info.status == "FINISHED"
+    steps = [m.step for m in client.get_metric_history(children[0].info.run_id, "val/loss")]
+    assert steps == list(range(1, epochs + 1)), steps
+    assert retry[-1] == epochs and 2 <= retry[0] <= logged + 1
+
+
+@pytest.mark.timeout(1500)
+def test_kill9_of_the_whole_local_ray_ends_the_driver_and_a_rerun_resumes(tmp_path):
+    # 6 rows, 4 trials (uniform once for its three alphas), one at a time; killed amid the
+    # third trial.
+    epochs = 16
+    spec = _write_spec(tmp_path, "ray", {"template.training.epochs": epochs, "seeds": 1,
+                                         "loss_stacks": ["uniform", "raw_plus_ncc"],
+                                         "budget.max_concurrent_trials": 1})
+    process = _sweep(tmp_path, spec, "rk1")
+    status_path = tmp_path / "root" / "rk1" / "status.json"
+    _wait_for(process, status_path, lambda s: s.done >= 2 and any(
+        t["state"] == "running" and (t.get("epochs") or 0) >= 2 for t in s.trials),
+        "two completed trials and a third two epochs in")
+    time.sleep(2.5)  # let Tune save its experiment state (TUNE_GLOBAL_CHECKPOINT_S = 2)
+    ray = _ray_processes(process)
+    titles = sorted({_title(p).split()[0].rsplit("/", 1)[-1] for p in ray if _title(p)})
+    print(f"killing {len(ray)} Ray processes: {titles}")
+    assert any("gcs_server" in t for t in titles) and any("raylet" in t for t in titles), titles
+    killed_at = time.monotonic()
+    for proc in ray:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.send_signal(signal.SIGKILL)
+    try:
+        output, _ = process.communicate(timeout=600)  # the bound: the driver must not hang
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output = process.communicate()[0]
+        pytest.fail(f"the driver hung after its Ray was killed: {output[-3000:]}")
+    print(f"driver ended {time.monotonic() - killed_at:.0f} s after the kill, "
+          f"rc {process.returncode}; its last output:\n{output[-1500:]}")
+    status = read_status(status_path)
+    print(f"status after the kill: {status.state} {status.error!r}")
+    _, _, _, before = _runs(tmp_path, "quickstart", "rk1")
+    finished_before = {c.info.run_id for c in before if c.info.status == "FINISHED"}
+    print(f"runs before the rerun: {[(c.data.tags['ksweep.trial_id'], c.info.status) for c in before]}")
+    # Ray's core worker ends the driver itself (exit status 1) once it cannot reach the GCS
+    # (gcs_rpc_server_reconnect_timeout_s, 60 s): no Python code runs, so status.json keeps
+    # saying running; the service's reconcile sees the driver gone (row 5a).
+    assert process.returncode != 0 or status.state == "failed"
+    assert "Failed to connect to GCS" in output or "GCS" in (status.error or ""), output[-3000:]
+    assert len(finished_before) >= 2
+    in_flight = {c.data.tags["ksweep.trial_id"]: c.info.run_id for c in before
+                 if c.info.status != "FINISHED"}
+    restarted = _sweep(tmp_path, spec, "rk1")
+    output, _ = restarted.communicate(timeout=600)
+    assert restarted.returncode == 0, output
+    client, _, parents, children = _runs(tmp_path, "quickstart", "rk1")
+    (trial_id,) = in_flight
+    (folder,) = (tmp_path / "root" / "rk1" / "tune").glob(f"train_trial_{trial_id}_*")
+    print(f"the trial in flight, per (re)start: {_steps_per_worker(folder)}")
+    assert len(parents) == 1, "the resumed driver must reuse the parent run"
+    trial_ids = [c.data.tags["ksweep.trial_id"] for c in children]
+    assert len(children) == 4 and len(set(trial_ids)) == 4, trial_ids
+    assert finished_before <= {c.info.run_id for c in children}
+    # The trial in flight resumed from its checkpoint into its own run.
+    assert len(in_flight) == 1, in_flight
+    assert set(in_flight.values()) <= {c.info.run_id for c in children}, in_flight
+    for child in children:
+        assert child.info.status == "FINISHED"
+        steps = [m.step for m in client.get_metric_history(child.info.run_id, "val/loss")]
+        assert steps == list(range(1, epochs + 1)), (child.data.tags["ksweep.trial_id"], steps)
+        if child.info.run_id in finished_before:  # not re-run: untouched since the kill
+            old = next(c for c in before if c.info.run_id == child.info.run_id)
+            assert child.info.end_time == old.info.end_time
+    status = read_status(status_path)
+    assert (status.state, status.done, status.failed) == ("succeeded", 4, 0)
+
+
+@pytest.fixture
+def tiny_sweep_root(tmp_path):
+    """A 2 MiB tmpfs as the sweep root (one trial checkpoint is about 1.4 MiB)."""
+    root = tmp_path / "root"
+    root.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(root)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    yield root
+    if subprocess.run(["umount", str(root)], capture_output=True).returncode != 0:
+        subprocess.run(["umount", "-l", str(root)], check=True)  # a lingering Ray process
+
+
+@pytest.mark.timeout(900)
+def test_disk_full_under_the_sweep_root_fails_the_sweep_with_the_reason(tmp_path, tiny_sweep_root):
+    spec = _write_spec(tmp_path, "full", {
+        "template.training.epochs": 6, "seeds": 1, "alpha": [1],
+        "loss_stacks": ["raw_token_weighted"], "budget.max_failures_per_trial": 1,
+    })
+    process = _sweep(tmp_path, spec, "df1")  # MLflow's store is in tmp_path, off the tmpfs
+    try:
+        output, _ = process.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output = process.communicate()[0]
+        pytest.fail(f"the sweep hung on a full disk: {output[-3000:]}")
+    status = read_status(tiny_sweep_root / "df1" / "status.json")
+    frames = [line.strip("│ ") for line in output.splitlines() if ".py:" in line and " in " in line]
+    print(f"rc {process.returncode}; status {status and (status.state, status.error)}; "
+          f"the driver's traceback: {frames}\n{output[-600:]}")
+    _, _, parents, children = _runs(tmp_path, "quickstart", "df1")
+    runs = [(r.data.tags.get(RUN_KIND_TAG), r.info.status, r.data.tags.get(FAILURE_TAG))
+            for r in parents + children]
+    print(f"runs: {runs}")
+    assert process.returncode != 0 or status.state == "failed"
+    reason = output + (status.error or "" if status else "")
+    assert "No space left" in reason or "ENOSPC" in reason, reason[-3000:]
+    # MLflow lives off the full disk: every run ends FAILED, with the reason.
+    assert len(parents) == 1 and parents[0].info.status == "FAILED"
+    assert "No space left" in parents[0].data.tags[FAILURE_TAG]
+    assert len(children) == 1 and children[0].info.status == "FAILED"
+    assert "No space left" in children[0].data.tags[FAILURE_TAG]
