@@ -1,0 +1,45 @@
+"""scripts/calibrate_caveat.py: the replayed early-stopping rule and the break-even beta."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "calibrate_caveat.py"
+spec = importlib.util.spec_from_file_location("calibrate_caveat", SCRIPT)
+calibrate = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(calibrate)
+
+
+def test_replay_stops_where_the_trainer_would():
+    # best at epoch 3; four epochs without improvement after it -> stop at 7
+    assert calibrate.replay([3.0, 2.0, 1.0, 2.0, 2.0, 2.0, 2.0, 0.5], 4, 1) == (7, 3)
+    # min_epochs holds the stop back; a later improvement is then selected
+    assert calibrate.replay([3.0, 2.0, 1.0, 2.0, 2.0, 2.0, 2.0, 0.5, 1.0], 4, 8) == (9, 8)
+    assert calibrate.replay([3.0, 2.0, 1.0], None, 1) == (3, 3)
+
+
+def test_set_writes_dotted_keys():
+    tree = {"template": {"model": {"hidden_dim": 64}}}
+    calibrate._set(tree, "template.model.dropout", 0.3)
+    calibrate._set(tree, "common_terms.kl.weight", 0.05)
+    assert tree == {"template": {"model": {"hidden_dim": 64, "dropout": 0.3}},
+                    "common_terms": {"kl": {"weight": 0.05}}}
+
+
+@pytest.mark.parametrize("alpha", [1.0, 2.0])
+def test_break_even_of_a_hand_computed_row(alpha):
+    # one example: b = [log 4, 0.5], h = [0, 0.5]: only the first token is explained (log 4)
+    from objectives import token_weight_stats
+
+    b = torch.tensor([[math.log(4), 0.5]], dtype=torch.float64)
+    h = torch.tensor([[0.0, 0.5]], dtype=torch.float64)
+    mask = torch.ones_like(b, dtype=torch.bool)
+    stats = token_weight_stats(b, mask, alpha)
+    pi0 = math.log(4) ** alpha / (math.log(4) ** alpha + 0.5 ** alpha)
+    gain = float((stats.weights * (b - h)).sum()) / math.log(4)
+    assert gain == pytest.approx(pi0)
