@@ -79,10 +79,10 @@ class MlflowTagSink:
         try:
             write()
             self._backoff_s = 0.0
-        except Exception:  # progress mirroring must never kill the sweep; the next publish retries
+        except Exception as error:  # noqa: BLE001 (mirroring must never kill the sweep)
             self._backoff_s = min(60.0, max(2 * self._backoff_s, self.interval_s))
-            log.warning("could not mirror progress onto run %s (next try in %.0f s)", self.run_id,
-                        self._backoff_s, exc_info=True)
+            log.warning("could not mirror progress onto run %s (next try in %.0f s): %s",
+                        self.run_id, self._backoff_s, str(error).splitlines()[0][:300])
 
 
 def publish(sinks: Iterable[ProgressSink], status: SweepStatus) -> None:

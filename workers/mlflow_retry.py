@@ -4,9 +4,9 @@ writer that buffers a trial's epochs while the server is away.
 MLflow's REST client retries a failed request itself (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``,
 7, with ``MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR`` 2: about four minutes) and then raises an
 ``MlflowException``. Every write of :class:`workers.tracking.RunLogger` is retried on top of
-that (:func:`retrying`, tenacity, exponential backoff with jitter) for up to
-``KSWEEP_MLFLOW_OUTAGE_S`` seconds (900), so an outage longer than the client's own retries
-is survived too; errors that no retry can mend (a bad parameter, a missing run) are raised
+that (:func:`retrying`, tenacity, exponential backoff with jitter, 1 s doubling up to 15 s)
+for up to ``KSWEEP_MLFLOW_OUTAGE_S`` seconds (900), so an outage longer than the client's own
+retries is survived too; errors that no retry can mend (a bad parameter, a missing run) are raised
 at once.
 
 A trial's per-epoch metrics go through a :class:`MetricWriter`: a background thread writes
@@ -82,7 +82,7 @@ def retrying(call: Callable[[], T], what: str, *, done: Callable[[], bool] | Non
     ``done``: for writes that must not happen twice (see :func:`workers.backoff.retry_call`).
     """
     return retry_call(call, f"MLflow {what}", budget_s=outage_budget_s() if budget_s is None
-                      else budget_s, retry_if=transient, log=log, done=done)
+                      else budget_s, retry_if=transient, log=log, done=done, max_wait_s=15.0)
 
 
 def step_logged(client, run_id: str, key: str, step: int) -> bool:
