@@ -65,6 +65,7 @@ def test_a_postgres_restart_mid_sweep_loses_nothing(make_service, postgres, tmp_
     before = client.get(f"/sweeps/{sweep_id}").json()
 
     postgres.stop()
+    down_at = time.monotonic()
     status, readiness = _until(lambda: (r := _readiness(client))[0] == 503 and r, 30, "503")
     assert readiness["status"] == "unready" and readiness["checks"]["store"]["ok"] is False
     assert client.get("/healthz").status_code == 200  # alive, just not ready
@@ -73,6 +74,7 @@ def test_a_postgres_restart_mid_sweep_loses_nothing(make_service, postgres, tmp_
     _until(lambda: FINAL_RETRY in driver_log.read_text(errors="replace"), 400,
            "the driver retrying its final status")
     postgres.start()
+    down_s = time.monotonic() - down_at
     status, readiness = _until(lambda: (r := _readiness(client))[0] == 200 and r, 60, "ready")
     assert readiness["checks"]["store"]["ok"] is True
 
@@ -84,7 +86,7 @@ def test_a_postgres_restart_mid_sweep_loses_nothing(make_service, postgres, tmp_
     log_text = driver_log.read_text(errors="replace")
     assert "could not record progress" in log_text
     assert not (tmp_path / "root" / sweep_id / "driver-2.log").exists()
-    print(f"progress writes lost: {log_text.count('could not record progress')}; final status "
+    print(f"Postgres down {down_s:.0f} s; progress writes lost: {log_text.count('could not record progress')}; final status "
           f"retried {log_text.count(FINAL_RETRY)} times; counters before the stop: "
           f"{before['counters']}")
     client.close()
