@@ -7,7 +7,9 @@ completed trials (their MLflow runs are kept, never duplicated).
 :func:`run_sweep` is a sequence of named steps: prepare the sweep's folder, open (or find)
 the MLflow parent run, start publishing progress, fit the Tuner (``sweeps/tune_setup.py``,
 progress from ``sweeps/tune_progress.py``), then collect the trials' outcomes, write the
-report and publish the final status.
+report and publish the final status. Every MLflow write is retried while the tracking server
+is down (``workers/mlflow_retry.py``), so a sweep waits out an outage of up to
+``KSWEEP_MLFLOW_OUTAGE_S``.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from workers.contract import (
     failure_text,
     runs_with_tag_filter,
 )
+from workers.mlflow_retry import retrying
 from workers.tracking import RunLogger, ensure_experiment, flatten_config
 
 __all__ = ["STATUS_FILE", "TUNE_ENV", "SweepOutcome", "ensure_ray", "param_space", "run_sweep",
@@ -78,10 +81,10 @@ def _parent_run(client: MlflowClient, tracking_uri: str, spec: SweepSpec, sweep_
                 experiment_name: str) -> RunLogger:
     """The sweep's parent run: found by its sweep id on a resume, else created and described."""
     experiment_id = ensure_experiment(client, experiment_name)
-    existing = client.search_runs(
+    existing = retrying(lambda: client.search_runs(
         [experiment_id],
         filter_string=runs_with_tag_filter(**{SWEEP_ID_TAG: sweep_id, RUN_KIND_TAG: RUN_KIND_SWEEP}),
-    )
+    ), "search_runs (the parent run)")
     if existing:
         return RunLogger.attach(tracking_uri, existing[0].info.run_id)
     logger = RunLogger.start(
@@ -230,8 +233,10 @@ def run_sweep(
             LIVE.unregister(sweep_id)
         outcomes = _outcomes(results, epochs)
         report = build_report(spec, sweep_id, outcomes)
-        report["mlflow_views"] = publish_summary(tracking_uri, experiment_name, parent.run_id,
-                                                 parent.experiment_id, report)
+        # Run again whole after a failure: it replaces the summary runs it had made.
+        report["mlflow_views"] = retrying(lambda: publish_summary(
+            tracking_uri, experiment_name, parent.run_id, parent.experiment_id, report),
+            "publish_summary")
         _log_report(parent, report, outcomes, folder)
         _final_status(status, spec, outcomes)
         if status.state == "failed":

@@ -9,6 +9,10 @@ Metric names and tags follow the contract in DESIGN.md ("metric names"): ``step`
 epoch, children carry ``mlflow.parentRunId``, and experiments carry
 ``mlflow.experimentKind = custom_model_development`` so MLflow 3's UI opens them on the
 runs table rather than the GenAI traces overview.
+
+Writes survive an MLflow server that is down for a while (:mod:`workers.mlflow_retry`): every
+call is retried with backoff, creating a run is idempotent (a token tag finds a run whose
+creation reply was lost), and a trial's metrics may be buffered while the server is away.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import json
 import math
 import os
 import time
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
@@ -28,7 +33,6 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from mlflow.utils.validation import (
     MAX_METRICS_PER_BATCH,
-    MAX_PARAM_VAL_LENGTH,
     MAX_PARAMS_TAGS_PER_BATCH,
 )
 
@@ -38,6 +42,8 @@ from workers.contract import (
     default_tracking_uri,
     mlflow_ui_url,
 )
+from workers.mlflow_retry import MetricWriter, retrying, step_logged
+from workers.run_params import flatten_config, provenance_params
 
 __all__ = [
     "EXPERIMENT_KIND",
@@ -48,50 +54,23 @@ __all__ = [
     "find_runs",
     "flatten_config",
     "metric_history",
+    "provenance_params",
 ]
+
+CREATE_TOKEN_TAG = "ksweep.create_token"
 
 
 RunStatus = Literal["FINISHED", "FAILED", "KILLED"]
 _TERMINAL_STATUSES = ("FINISHED", "FAILED", "KILLED")
 
 
-def _param_value(value: Any) -> str:
-    if value is None:
-        return "None"
-    if isinstance(value, str):
-        text = value
-    elif isinstance(value, list | tuple):
-        text = json.dumps(list(value), default=str)
-    else:
-        text = str(value)
-    return text[:MAX_PARAM_VAL_LENGTH]
-
-
-def flatten_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """Flatten a nested config into MLflow params.
-
-    Args:
-        config: Mapping, possibly nested (dicts of dicts).
-        prefix: Prepended to every key, joined with a dot.
-
-    Returns:
-        ``{"a.b.c": "value"}``: nested mappings become dotted keys (an empty nested
-        mapping contributes nothing); lists and tuples are JSON-encoded (items that JSON
-        cannot encode are written with ``str``); ``None`` becomes ``"None"``; everything
-        else uses ``str``. Values are truncated to MLflow's limit on a param value
-        (``MAX_PARAM_VAL_LENGTH``), so logging never fails on a long value.
-    """
-    flat: dict[str, str] = {}
-    for key, value in config.items():
-        dotted = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, Mapping):
-            flat.update(flatten_config(value, dotted))
-        else:
-            flat[dotted] = _param_value(value)
-    return flat
-
-
 def ensure_experiment(client: MlflowClient, name: str, artifact_location: str | None = None) -> str:
+    """:func:`_ensure_experiment`, retried while the server is unreachable."""
+    return retrying(lambda: _ensure_experiment(client, name, artifact_location),
+                    f"experiment {name!r}")
+
+
+def _ensure_experiment(client: MlflowClient, name: str, artifact_location: str | None) -> str:
     """Get or create an experiment, tagged as a custom-model-development experiment.
 
     Args:
@@ -154,13 +133,17 @@ class RunLogger:
 
     Build it with :meth:`start` (a new run) or :meth:`attach` (continue a run, e.g. a
     trial resumed from a Tune checkpoint). Used as a context manager, it finishes the run
-    as ``FINISHED``, or ``FAILED`` when the block raises.
+    as ``FINISHED``, or ``FAILED`` when the block raises. Every write is retried while the
+    server is unreachable (module doc); with ``buffered=True`` metrics go through a
+    :class:`~workers.mlflow_retry.MetricWriter`, so training goes on during an outage.
     """
 
-    def __init__(self, client: MlflowClient, run_id: str, experiment_id: str) -> None:
+    def __init__(self, client: MlflowClient, run_id: str, experiment_id: str,
+                 buffered: bool = False) -> None:
         self._client = client
         self._run_id = run_id
         self._experiment_id = experiment_id
+        self._writer = MetricWriter(client, run_id) if buffered else None
 
     @classmethod
     def start(
@@ -171,6 +154,7 @@ class RunLogger:
         tags: Mapping[str, Any],
         parent_run_id: str | None = None,
         artifact_location: str | None = None,
+        buffered: bool = False,
     ) -> RunLogger:
         """Create a run (status RUNNING) in the named experiment, creating that if needed.
 
@@ -182,17 +166,30 @@ class RunLogger:
             parent_run_id: When given, the run is tagged ``mlflow.parentRunId`` and shows
                 nested under that run in the UI.
             artifact_location: Artifact root if the experiment has to be created.
+            buffered: Buffer metrics while the server is failing (a trial's epochs).
         """
         client = MlflowClient(tracking_uri=tracking_uri)
         experiment_id = ensure_experiment(client, experiment_name, artifact_location)
         run_tags = {key: str(value) for key, value in tags.items()}
         if parent_run_id is not None:
             run_tags[MLFLOW_PARENT_RUN_ID] = parent_run_id
-        run = client.create_run(experiment_id, tags=run_tags, run_name=run_name)
-        return cls(client, run.info.run_id, run.info.experiment_id)
+        # A retried create whose first reply was lost finds the run it made by this token.
+        token = uuid.uuid4().hex
+        run_tags[CREATE_TOKEN_TAG] = token
+
+        def created() -> bool:
+            return bool(client.search_runs(
+                [experiment_id], filter_string=f"tags.`{CREATE_TOKEN_TAG}` = '{token}'"))
+
+        run = retrying(lambda: client.create_run(experiment_id, tags=run_tags, run_name=run_name),
+                       f"create_run {run_name!r}", done=created)
+        if run is None:
+            run = client.search_runs(
+                [experiment_id], filter_string=f"tags.`{CREATE_TOKEN_TAG}` = '{token}'")[0]
+        return cls(client, run.info.run_id, run.info.experiment_id, buffered=buffered)
 
     @classmethod
-    def attach(cls, tracking_uri: str, run_id: str) -> RunLogger:
+    def attach(cls, tracking_uri: str, run_id: str, buffered: bool = False) -> RunLogger:
         """Continue an existing run.
 
         A run that was already terminated (e.g. marked ``FAILED`` or ``KILLED`` when its
@@ -202,10 +199,10 @@ class RunLogger:
             MlflowException: If the run does not exist.
         """
         client = MlflowClient(tracking_uri=tracking_uri)
-        run = client.get_run(run_id)
+        run = retrying(lambda: client.get_run(run_id), f"get_run {run_id}")
         if run.info.status != "RUNNING":
-            client.update_run(run_id, status="RUNNING")
-        return cls(client, run_id, run.info.experiment_id)
+            retrying(lambda: client.update_run(run_id, status="RUNNING"), f"update_run {run_id}")
+        return cls(client, run_id, run.info.experiment_id, buffered=buffered)
 
     def __enter__(self) -> RunLogger:
         return self
@@ -225,11 +222,22 @@ class RunLogger:
     def client(self) -> MlflowClient:
         return self._client
 
+    @property
+    def buffered_batches(self) -> int:
+        """Metric batches that were queued, not written, when their epoch went on (0 unbuffered)."""
+        return 0 if self._writer is None else self._writer.buffered_batches
+
+    def _retry(self, call: Any, what: str) -> Any:
+        return retrying(call, f"{what} of run {self._run_id}")
+
     def last_step(self) -> int:
         """The highest step any metric of the run was logged at (0 when none)."""
-        keys = self._client.get_run(self._run_id).data.metrics
-        return max((point.step for key in keys
-                    for point in self._client.get_metric_history(self._run_id, key)), default=0)
+        def read() -> int:
+            keys = self._client.get_run(self._run_id).data.metrics
+            return max((point.step for key in keys
+                        for point in self._client.get_metric_history(self._run_id, key)),
+                       default=0)
+        return self._retry(read, "last_step")
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         """Log params, flattening nested mappings (see :func:`flatten_config`).
@@ -242,7 +250,7 @@ class RunLogger:
                 params are immutable); nothing is logged in that case.
         """
         flat = flatten_config(params)
-        existing = self._client.get_run(self._run_id).data.params
+        existing = self._retry(lambda: self._client.get_run(self._run_id), "get_run").data.params
         conflicts = [
             f"{key} (logged {existing[key]!r}, now {value!r})"
             for key, value in flat.items()
@@ -255,31 +263,50 @@ class RunLogger:
             )
         new = [Param(key, value) for key, value in flat.items() if key not in existing]
         for batch in _chunks(new, MAX_PARAMS_TAGS_PER_BATCH):
-            self._client.log_batch(self._run_id, params=batch, synchronous=True)
+            # Logging a param again with the same value is allowed: a retry is harmless.
+            self._retry(lambda batch=batch: self._client.log_batch(
+                self._run_id, params=batch, synchronous=True), "log_batch(params)")
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         """Log one point per metric at ``step`` (the epoch).
 
         One ``log_batch`` call per 1000 metrics (so one call for any realistic epoch),
         all with the same timestamp. Values go through ``float`` (0-d tensors are fine);
-        NaN and infinities are logged as they are, since MLflow stores them.
+        NaN and infinities are logged as they are, since MLflow stores them. A batch is
+        never written twice (the module doc of :mod:`workers.mlflow_retry`).
         """
         timestamp = int(time.time() * 1000)
         points = [Metric(key, float(value), timestamp, int(step)) for key, value in metrics.items()]
-        for batch in _chunks(points, MAX_METRICS_PER_BATCH):
-            self._client.log_batch(self._run_id, metrics=batch, synchronous=True)
+        batches = [list(batch) for batch in _chunks(points, MAX_METRICS_PER_BATCH)]
+        if self._writer is not None:
+            self._writer.submit(batches)
+            return
+        for batch in batches:
+            first = batch[0]
+            retrying(lambda batch=batch: self._client.log_batch(
+                         self._run_id, metrics=batch, synchronous=True),
+                     f"log_batch of step {first.step} to run {self._run_id}",
+                     done=lambda first=first: step_logged(self._client, self._run_id,
+                                                          first.key, first.step))
+
+    def flush(self) -> None:
+        """Wait until every buffered metric is written (nothing to do unbuffered)."""
+        if self._writer is not None:
+            self._writer.flush()
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         """Set (or overwrite) run tags; values are stringified."""
         run_tags = [RunTag(key, str(value)) for key, value in tags.items()]
         for batch in _chunks(run_tags, MAX_PARAMS_TAGS_PER_BATCH):
-            self._client.log_batch(self._run_id, tags=batch, synchronous=True)
+            self._retry(lambda batch=batch: self._client.log_batch(
+                self._run_id, tags=batch, synchronous=True), "log_batch(tags)")
 
     def log_artifact(
         self, local_path: str | os.PathLike[str], artifact_path: str | None = None
     ) -> None:
         """Copy a local file or directory into the run's artifacts (under ``artifact_path``)."""
-        self._client.log_artifact(self._run_id, os.fspath(local_path), artifact_path)
+        self._retry(lambda: self._client.log_artifact(
+            self._run_id, os.fspath(local_path), artifact_path), "log_artifact")
 
     def log_png(self, figure_path: str | os.PathLike[str], artifact_path: str = "plots") -> None:
         """Log a rendered figure, by default under ``plots/``."""
@@ -292,17 +319,21 @@ class RunLogger:
         encode are written with ``str``.
         """
         text = json.dumps(_strict_json(obj), indent=2, default=str, allow_nan=False)
-        self._client.log_text(self._run_id, text, artifact_file)
+        self._retry(lambda: self._client.log_text(self._run_id, text, artifact_file), "log_text")
 
     def finish(self, status: RunStatus = "FINISHED") -> None:
-        """Terminate the run with ``status``.
+        """Terminate the run with ``status``, once every buffered metric is written.
 
         Raises:
             ValueError: If ``status`` is not FINISHED, FAILED or KILLED.
         """
         if status not in _TERMINAL_STATUSES:
             raise ValueError(f"status must be one of {_TERMINAL_STATUSES}, got {status!r}")
-        self._client.set_terminated(self._run_id, status)
+        try:
+            self.flush()
+        finally:  # a run whose metrics could not all be written is still ended
+            self._retry(lambda: self._client.set_terminated(self._run_id, status),
+                        "set_terminated")
 
     def ui_url(self, base_url: str) -> str:
         """Link to this run in the MLflow UI served at ``base_url``."""
@@ -340,40 +371,3 @@ def metric_history(client: MlflowClient, run_id: str, key: str) -> list[tuple[in
     """
     points = sorted(client.get_metric_history(run_id, key), key=lambda m: (m.step, m.timestamp))
     return [(point.step, point.value) for point in points]
-
-
-def _git(*args: str) -> str | None:
-    import subprocess
-    from pathlib import Path
-
-    try:
-        result = subprocess.run(
-            ["git", *args], cwd=Path(__file__).resolve().parent, capture_output=True, text=True,
-            timeout=10, check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return result.stdout.strip() if result.returncode == 0 else None
-
-
-def provenance_params() -> dict[str, str]:
-    """Code version and key package versions, as the params ``provenance.*``.
-
-    ``provenance.git_commit`` is the commit of the checkout the code runs from ("unknown"
-    outside a git checkout, e.g. an installed wheel); ``provenance.git_dirty`` is "true" when
-    tracked files differ from it (untracked files do not count), "unknown" without git.
-    """
-    from importlib.metadata import PackageNotFoundError, version
-
-    commit = _git("rev-parse", "HEAD")
-    status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
-    out = {
-        "provenance.git_commit": commit or "unknown",
-        "provenance.git_dirty": "unknown" if status is None else str(bool(status)).lower(),
-    }
-    for package in ("torch", "ray", "mlflow", "numpy"):
-        try:
-            out[f"provenance.{package}"] = version(package)
-        except PackageNotFoundError:
-            out[f"provenance.{package}"] = "not installed"
-    return out

@@ -3,7 +3,8 @@ trainable share.
 
 A :class:`TrialRun` owns the run of one :class:`~workers.train.Trainer`: the params when the
 run starts, one metric point per epoch (an epoch the run already holds, after a resume, is
-not logged twice), the PNG artifacts at the end, and how the run ends: ``FINISHED``;
+not logged twice; epochs are buffered while the MLflow server is down, and the run ends once
+they are written: :mod:`workers.mlflow_retry`), the PNG artifacts at the end, and how the run ends: ``FINISHED``;
 ``FINISHED`` with ``ksweep.stopped_early`` when a scheduler stopped it before its budget
 (Tune ends such a trial with ``SystemExit`` inside ``tune.report``); ``FAILED`` with the
 reason in ``ksweep.failure`` when training raised.
@@ -98,9 +99,8 @@ class TrialRun:
         tags: Mapping[str, Any] | None = None, parent_run_id: str | None = None,
     ) -> TrialRun:
         """A new run carrying the trial's params."""
-        logger = RunLogger.start(
-            tracking_uri, experiment_name, run_name, dict(tags or {}), parent_run_id=parent_run_id
-        )
+        logger = RunLogger.start(tracking_uri, experiment_name, run_name, dict(tags or {}),
+                                 parent_run_id=parent_run_id, buffered=True)
         logger.log_params(trial_params(trainer))
         return cls(trainer, logger)
 
@@ -112,7 +112,7 @@ class TrialRun:
         but before Tune recorded that epoch's checkpoint runs it again, and must not log it
         twice (one point per step).
         """
-        logger = RunLogger.attach(tracking_uri, run_id)
+        logger = RunLogger.attach(tracking_uri, run_id, buffered=True)
         return cls(trainer, logger, logged_epochs=max(trainer.epoch, logger.last_step()))
 
     def log_epoch(self, metrics: Mapping[str, float]) -> None:

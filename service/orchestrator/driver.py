@@ -4,6 +4,10 @@ Started by a launcher (a local process or a Ray Job). It reads the sweep's spec 
 store, runs (or resumes) the Ray Tune driver, and writes progress, per-trial records and
 the final state with the report back to the store. It never decides to start: a sweep
 that is not ``running`` in the store (cancelled meanwhile, or finished) is left alone.
+
+A database restart under a running driver loses nothing: progress reports that fail are
+dropped (the next one carries the same counters), and the driver's start, its final status
+and its failure are retried until the store answers again (``service/store/retry.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from service.settings import get_settings
 from service.store.queries import Store
+from service.store.retry import store_retrying
 from sweeps.progress import SweepStatus
 from sweeps.runner import run_sweep, sweep_dir
 from sweeps.spec import SweepSpec
@@ -35,10 +40,15 @@ class StoreSink:
                 report = json.loads((self.folder / "report.json").read_text())
             except (OSError, ValueError):
                 report = None
+        if report is not None or status.state in ("succeeded", "failed"):
+            store_retrying(lambda: self.store.publish_status(status, report=report),
+                           f"final status of sweep {status.sweep_id}")
+            return
         try:
             self.store.publish_status(status, report=report)
         except SQLAlchemyError as error:  # a store hiccup must not kill the sweep; next publish retries
-            print(f"ksweep driver: could not record progress: {error}", file=sys.stderr)
+            first = str(error).splitlines()[0][:300]
+            print(f"ksweep driver: could not record progress: {first}", file=sys.stderr, flush=True)
 
 
 def init_tracking_store(tracking_uri: str) -> None:
@@ -61,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     sweep_id = args[0]
     settings = get_settings()
-    store = Store(settings.store_url)
-    row = store.get_sweep(sweep_id)
+    store = store_retrying(lambda: Store(settings.store_url), "opening the store")
+    row = store_retrying(lambda: store.get_sweep(sweep_id), f"reading sweep {sweep_id}")
     if row is None:
         print(f"ksweep driver: no sweep {sweep_id!r} in the store", file=sys.stderr)
         return 2
@@ -87,8 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as error:
         # run_sweep has published the failed status; make sure the store says so even if
         # that publish was lost.
-        store.finish(sweep_id, "failed", error=f"{type(error).__name__}: {error}",
-                     from_states=("running",))
+        reason = f"{type(error).__name__}: {error}"
+        store_retrying(lambda: store.finish(sweep_id, "failed", error=reason,
+                                            from_states=("running",)), f"failing sweep {sweep_id}")
         raise
     print(f"ksweep driver: sweep {sweep_id} {outcome.status.state}", flush=True)
     return 0 if outcome.status.state == "succeeded" else 1

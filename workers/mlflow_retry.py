@@ -1,0 +1,176 @@
+"""Riding out an MLflow tracking server that is down: retries with backoff, and a metric
+writer that buffers a trial's epochs while the server is away.
+
+MLflow's REST client retries a failed request itself (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``,
+7, with ``MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR`` 2: about four minutes) and then raises an
+``MlflowException``. Every write of :class:`workers.tracking.RunLogger` is retried on top of
+that (:func:`retrying`, tenacity, exponential backoff with jitter, 1 s doubling up to 15 s)
+for up to ``KSWEEP_MLFLOW_OUTAGE_S`` seconds (900), so an outage longer than the client's own
+retries is survived too; errors that no retry can mend (a bad parameter, a missing run) are raised
+at once.
+
+A trial's per-epoch metrics go through a :class:`MetricWriter`: a background thread writes
+them in order. While writes succeed, :meth:`MetricWriter.submit` waits for its batch (at most
+``KSWEEP_MLFLOW_SYNC_WAIT_S``, 10 s), so MLflow holds every epoch before the trial reports
+(and checkpoints) it, as without a buffer; once a write fails, epochs are queued and training
+goes on, and the run is only ended after the queue is written. Values are plain floats by
+the time they are queued (no tensor is kept, no host sync is added).
+
+A batch that was written while its reply was lost must not be written again (the same step
+twice is two points): after a failed attempt, the writer first reads the metric's history
+and skips the batch when the step is there.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from mlflow.entities import Metric
+from mlflow.exceptions import MlflowException
+
+from workers.backoff import retry_call
+
+__all__ = ["MetricWriter", "OUTAGE_ENV", "SYNC_WAIT_ENV", "outage_budget_s", "retrying",
+           "transient"]
+
+log = logging.getLogger("ksweep.tracking")
+
+OUTAGE_ENV = "KSWEEP_MLFLOW_OUTAGE_S"
+SYNC_WAIT_ENV = "KSWEEP_MLFLOW_SYNC_WAIT_S"
+T = TypeVar("T")
+
+# Error codes of a server that is down, overloaded or failing: a retry may succeed. A request
+# it refused (INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST, ...) fails at once. The client
+# reports a refused connection, once its own retries are spent, as INTERNAL_ERROR.
+_TRANSIENT = {"INTERNAL_ERROR", "TEMPORARILY_UNAVAILABLE", "IO_ERROR", "SERVICE_UNDER_MAINTENANCE",
+              "WORKSPACE_TEMPORARILY_UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED",
+              "ABORTED", "REQUEST_LIMIT_EXCEEDED", "UNPARSEABLE_HTTP_ERROR",
+              "COULD_NOT_ACQUIRE_LOCK"}
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        raise ValueError(f"{name} must be a number of seconds, got {os.environ[name]!r}") from None
+
+
+def outage_budget_s() -> float:
+    """How long writes are retried before they fail (``KSWEEP_MLFLOW_OUTAGE_S``, 900 s)."""
+    return _env_float(OUTAGE_ENV, 900.0)
+
+
+def transient(error: BaseException) -> bool:
+    """Whether a retry may succeed: the server unreachable, timing out or failing (5xx), not
+    a request it refused."""
+    if isinstance(error, MlflowException):
+        return error.error_code in _TRANSIENT
+    return isinstance(error, OSError | ConnectionError | TimeoutError)
+
+
+def retrying(call: Callable[[], T], what: str, *, done: Callable[[], bool] | None = None,
+             budget_s: float | None = None) -> T | None:
+    """``call()``, retried with backoff while it fails transiently (:func:`transient`), for
+    ``budget_s`` seconds (default :func:`outage_budget_s`); then the last error is raised.
+
+    ``done``: for writes that must not happen twice (see :func:`workers.backoff.retry_call`).
+    """
+    return retry_call(call, f"MLflow {what}", budget_s=outage_budget_s() if budget_s is None
+                      else budget_s, retry_if=transient, log=log, done=done, max_wait_s=15.0)
+
+
+def step_logged(client, run_id: str, key: str, step: int) -> bool:
+    """Whether ``key`` already has a point at ``step`` in the run."""
+    return any(point.step == step for point in client.get_metric_history(run_id, key))
+
+
+class MetricWriter:
+    """Writes a run's metric batches in order from a background thread (see the module doc)."""
+
+    def __init__(self, client, run_id: str, sync_wait_s: float | None = None) -> None:
+        self._client, self._run_id = client, run_id
+        self._sync_wait_s = _env_float(SYNC_WAIT_ENV, 10.0) if sync_wait_s is None else sync_wait_s
+        self._pending: deque[tuple[list[Metric], float]] = deque()
+        self._cond = threading.Condition()
+        self._failing = False  # the last attempt failed: do not wait for the next batches
+        self._error: BaseException | None = None  # a batch that could not be written at all
+        self._thread: threading.Thread | None = None
+        self.buffered_batches = 0  # batches queued while the server was failing (a read-out)
+
+    def submit(self, batches: Sequence[list[Metric]]) -> None:
+        """Queue batches; wait for them while writes succeed (module doc)."""
+        with self._cond:
+            self._raise_if_failed()
+            now = time.monotonic()
+            self._pending.extend((list(batch), now) for batch in batches)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=f"mlflow-{self._run_id[:8]}",
+                                                daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+            # Waited for from when the oldest queued batch was queued: a write stuck in the
+            # client's own retries holds training up once, not at every epoch.
+            deadline = self._pending[0][1] + self._sync_wait_s
+            while self._pending and not self._failing and time.monotonic() < deadline:
+                self._cond.wait(timeout=deadline - time.monotonic())
+            self._raise_if_failed()
+            if self._pending:
+                self.buffered_batches += len(batches)
+
+    def flush(self, timeout_s: float | None = None) -> None:
+        """Wait until every queued batch is written (raises the writer's error if one could
+        not be written within the outage budget)."""
+        deadline = time.monotonic() + (outage_budget_s() + 60 if timeout_s is None else timeout_s)
+        with self._cond:
+            while self._pending and self._error is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"{len(self._pending)} metric batch(es) of run "
+                                       f"{self._run_id} still unwritten")
+                self._cond.wait(timeout=min(left, 5.0))
+            self._raise_if_failed()
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise RuntimeError(f"MLflow metrics of run {self._run_id} could not be written: "
+                               f"{self._error}") from self._error
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending:
+                    self._cond.wait()
+                batch = self._pending[0][0]
+            try:
+                self._write(batch)
+            except Exception as error:  # noqa: BLE001 (recorded, raised by the next submit or flush)
+                with self._cond:
+                    self._error = error
+                    self._pending.clear()
+                    self._cond.notify_all()
+                return
+            with self._cond:
+                self._pending.popleft()
+                self._failing = False
+                self._cond.notify_all()
+
+    def _write(self, batch: list[Metric]) -> None:
+        first = batch[0]
+
+        def call() -> None:
+            try:
+                self._client.log_batch(self._run_id, metrics=batch, synchronous=True)
+            except BaseException:
+                with self._cond:
+                    self._failing = True
+                    self._cond.notify_all()
+                raise
+
+        retrying(call, f"log_batch of step {first.step} to run {self._run_id}",
+                 done=lambda: step_logged(self._client, self._run_id, first.key, first.step))
