@@ -2,6 +2,7 @@
 
 from benchmarks import (
     bench_cohort,
+    bench_headline,
     bench_objectives,
     bench_service,
     bench_sweep,
@@ -15,8 +16,9 @@ def main() -> None:
     bench_training.main()
     bench_cohort.main()
     gpu_trial.main()
-    bench_sweep.main()
+    bench_sweep.main([])
     bench_service.main()
+    bench_headline.main([])
 
 
 if __name__ == "__main__":

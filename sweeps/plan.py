@@ -140,6 +140,14 @@ def _dedup(spec: SweepSpec, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return trials
 
 
+def _one_trial_per_row(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every row its own trial (sampled searches, and grids with ``search.dedup: false``)."""
+    for index, row in enumerate(rows):
+        row.update(trial=index, shared=False)
+    return [{k: v for k, v in row.items() if k not in ("trial", "shared")} | {"shared_by": []}
+            for row in rows]
+
+
 def _describe(value: Any) -> str:
     return value.describe() if isinstance(value, ValueRange) else str(value)
 
@@ -156,21 +164,17 @@ def _sampled_rows(spec: SweepSpec) -> list[dict[str, Any]]:
     # Random search runs each sample once per seed, so replicates share a configuration;
     # Optuna (one configuration per trial) runs the spec's single seed.
     seeds = spec.seed_list() if spec.search.kind == "random" else spec.seed_list()[:1]
-    rows = [{**sampled, "seed": seed} for _ in range(spec.search.num_samples) for seed in seeds]
-    for index, row in enumerate(rows):
-        row.update(trial=index, shared=False)
-    return rows
+    return [{**sampled, "seed": seed} for _ in range(spec.search.num_samples) for seed in seeds]
 
 
 def build_plan(spec: SweepSpec) -> SweepPlan:
     """Expand a validated spec into its plan (deterministic; samples nothing)."""
     if spec.search.kind == "grid":
         rows = _grid_rows(spec)
-        trials = _dedup(spec, rows)
+        trials = _dedup(spec, rows) if spec.search.dedup else _one_trial_per_row(rows)
     else:
         rows = _sampled_rows(spec)
-        trials = [{k: v for k, v in row.items() if k not in ("trial", "shared")}
-                  | {"shared_by": []} for row in rows]
+        trials = _one_trial_per_row(rows)
     count = len(trials)
     epochs = spec.epochs_per_trial()
     per_trial = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}

@@ -21,6 +21,7 @@ from workers.contract import (
     C_BASE_PARAM,
     RUN_KIND_TAG,
     RUN_KIND_TRIAL,
+    STOPPED_EARLY_TAG,
     SWEEP_ID_TAG,
     TRIAL_ID_TAG,
     param_tag,
@@ -59,6 +60,14 @@ def _open_run(
                           tags, parent_run_id=context["parent_run_id"])
 
 
+def _ended_run(context: dict[str, Any], run_id: str) -> str | None:
+    """'finished' or 'stopped' (early, by the scheduler) when the run ended FINISHED, else None."""
+    run = MlflowClient(tracking_uri=context["tracking_uri"]).get_run(run_id)
+    if run.info.status != "FINISHED":
+        return None
+    return "stopped" if run.data.tags.get(STOPPED_EARLY_TAG) == "true" else "finished"
+
+
 def train_trial(params: dict[str, Any], *, spec_json: str, context: dict[str, Any]) -> None:
     """Tune function trainable. ``params``: alpha, loss_stack, model, seed."""
     from sweeps.spec import SweepSpec
@@ -73,15 +82,29 @@ def train_trial(params: dict[str, Any], *, spec_json: str, context: dict[str, An
         with checkpoint.as_directory() as folder:
             trainer.load_checkpoint(Path(folder) / STATE_FILE)
             checkpoint_run_id = json.loads((Path(folder) / RUN_FILE).read_text())["run_id"]
-    run = _open_run(trainer, params, context, trial_id, checkpoint_run_id)
+    ended = None if checkpoint_run_id is None else _ended_run(context, checkpoint_run_id)
+    if ended == "stopped":  # stopped early by the scheduler before the kill: it stays stopped
+        return
+    run = None if ended else _open_run(trainer, params, context, trial_id, checkpoint_run_id)
+    run_id = checkpoint_run_id if run is None else run.logger.run_id
 
     def report(trainer: Trainer, epoch: int, metrics: dict[str, float]) -> None:
         with tempfile.TemporaryDirectory(prefix="ksweep-ckpt-") as folder:
             trainer.save_checkpoint(Path(folder) / STATE_FILE)
-            (Path(folder) / RUN_FILE).write_text(json.dumps({"run_id": run.logger.run_id}))
+            (Path(folder) / RUN_FILE).write_text(json.dumps({"run_id": run_id}))
             tune.report(
-                {**metrics, "mlflow_run_id": run.logger.run_id, C_BASE_PARAM: trainer.c_base},
+                {**metrics, "mlflow_run_id": run_id, C_BASE_PARAM: trainer.c_base},
                 checkpoint=tune.Checkpoint.from_directory(folder),
             )
 
+    if run is None:
+        # The trial completed under a driver killed before Tune recorded that (its
+        # experiment state is saved every few seconds). Its run is whole: touch nothing in
+        # MLflow; only hand Tune the epochs it has not seen (none when the checkpoint is the
+        # last epoch's), replayed from the checkpoint's exact state.
+        while not trainer.finished:
+            metrics = trainer.run_epoch()
+            report(trainer, trainer.epoch, {**metrics, **trainer.finalize()} if trainer.finished
+                   else metrics)
+        return
     run.train(after_epoch=report)

@@ -88,9 +88,10 @@ def make_tuner(spec: SweepSpec, trainable: Any, run_config: tune.RunConfig, tune
             search_alg=_search_alg(spec), scheduler=_scheduler(spec),
             num_samples=1 if spec.search.kind == "grid" else spec.search.num_samples,
             max_concurrent_trials=spec.budget.max_concurrent_trials,
-            # No reuse_actors: it would pay a trial process's ~4 s of imports once per
-            # slot, but a completed trial was then re-run after a kill -9 and resume
-            # (tests/sweeps/test_runner.py), and resuming without re-running comes first.
+            # A slot's next trial runs in the finished one's process: its ~4-10 s of imports
+            # and first-trial set-up are paid once per slot. Safe across a kill -9: a trial
+            # Tune restores after its run FINISHED touches nothing (sweeps/trainable.py).
+            reuse_actors=True,
             time_budget_s=spec.budget.time_budget_s,
         ),
         run_config=run_config,

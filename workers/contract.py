@@ -166,6 +166,10 @@ TUNE_ENV: dict[str, str] = {
     "RAY_CHDIR_TO_TRIAL_DIR": "0",
     # Per-epoch checkpoints of short trials force frequent state snapshots by design.
     "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
+    # Reused actors (reuse_actors=True): Tune waits this long for a stopped trial's thread
+    # to end (its run finished, PNGs logged) before handing the actor to the next trial;
+    # past it the next trial fails. Tune's default is 2 s, less than PNGs take under load.
+    "TUNE_FUNCTION_THREAD_TIMEOUT_S": "120",
 }
 
 # The environment of a process that starts its own local Ray, set before Ray is imported:

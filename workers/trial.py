@@ -145,7 +145,9 @@ class TrialRun:
                 if after_epoch is not None:
                     after_epoch(trainer, trainer.epoch, metrics)
             if not trainer.final_metrics:  # resumed from a checkpoint of a finished trial
-                self.logger.log_metrics(trainer.finalize(), step=trainer.epoch)
+                final = trainer.finalize()  # (also restores the selected weights for the plots)
+                if self.logged_epochs < trainer.epoch:  # else the last epoch logged them
+                    self.logger.log_metrics(final, step=trainer.epoch)
         except SystemExit:
             # ASHA also "stops" a trial at max_t, right after its last epoch: not early.
             if not trainer.finished:

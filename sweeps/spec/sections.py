@@ -98,6 +98,10 @@ class SearchSpec(BaseModel):
     num_samples: int = Field(
         8, ge=1, le=10_000, description="Sampled configurations (random and optuna; grid ignores it)."
     )
+    dedup: bool = Field(
+        True, description="Grid only: objective-identical rows (e.g. uniform at every alpha) share "
+        "one trial. false runs every row as its own trial (benchmarks, replication checks).",
+    )
 
 
 class SchedulerSpec(BaseModel):

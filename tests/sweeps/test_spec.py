@@ -113,6 +113,19 @@ def test_random_count_is_samples_times_seeds():
     assert [row["seed"] for row in plan.rows[:3]] == [0, 1, 2]
 
 
+def test_dedup_off_runs_every_row():
+    quick = load_sweep_spec(ROOT / "sweeps" / "examples" / "quickstart.yaml").model_dump(mode="json")
+    quick["search"]["dedup"] = False
+    plan = build_plan(SweepSpec.model_validate(quick))
+    assert (plan.trials_requested, plan.trial_count, plan.trials_saved_by_dedup) == (27, 27, 0)
+    assert [row["trial"] for row in plan.rows] == list(range(27))
+    assert not any(row["shared"] or trial["shared_by"]
+                   for row, trial in zip(plan.rows, plan.trials, strict=True))
+    assert plan.trials[0] == {"alpha": 0.0, "loss_stack": "uniform", "model": "discrete",
+                              "seed": 0, "shared_by": []}
+    assert "dedup" in rejected(search={"dedup": "sometimes"})
+
+
 def test_plan_resources_and_json():
     grid = spec(seeds=2, resources={"cpu": 2, "gpu": 0.25}, budget={"max_concurrent_trials": 3})
     plan = build_plan(grid)

@@ -1,0 +1,82 @@
+"""Actor reuse and kill -9: a trial whose run has just FINISHED is killed with its driver.
+
+Tune records a finished trial as TERMINATED in its experiment state some time after the
+trial's function returned (``TUNE_GLOBAL_CHECKPOINT_S``); a driver killed in between restores
+that trial as unfinished, from its last checkpoint (the final epoch). The resumed trial must
+then leave its FINISHED run alone: no second run, no point logged twice, the end time kept.
+Sweeps reuse trial actors (``reuse_actors=True``), so the next trial of a slot runs in the
+same process as the one just finished: that is the case killed here.
+"""
+
+import os
+import signal
+import sqlite3
+import time
+from collections import Counter
+
+import pytest
+
+from sweeps.progress import read_status
+from tests.sweeps.test_runner import _runs, _sweep, _write_spec
+
+pytestmark = pytest.mark.slow
+EPOCHS = 4
+
+
+def _finished_child_runs(db) -> int:
+    """Child runs (the parent carries no ``mlflow.parentRunId``) whose status is FINISHED."""
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as connection:
+            row = connection.execute(
+                "SELECT COUNT(*) FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
+                "WHERE t.key = 'mlflow.parentRunId' AND r.status = 'FINISHED'").fetchone()
+    except sqlite3.OperationalError:  # schema not there yet, or the writer holds a lock
+        return 0
+    return int(row[0])
+
+
+@pytest.mark.timeout(1200)
+def test_kill_right_after_a_trial_finished_does_not_rerun_it(tmp_path):
+    spec = _write_spec(tmp_path, "reuse", {"template.training.epochs": EPOCHS, "seeds": 1,
+                                           "loss_stacks": ["uniform", "raw_plus_ncc"],
+                                           "budget.max_concurrent_trials": 1})
+    process = _sweep(tmp_path, spec, "ru1")
+    db = tmp_path / "mlflow.db"
+    deadline = time.time() + 600
+    while _finished_child_runs(db) < 2:
+        if process.poll() is not None:
+            pytest.fail(f"the sweep ended before it could be killed: {process.stdout.read()}")
+        if time.time() > deadline:
+            os.killpg(process.pid, signal.SIGKILL)
+            pytest.fail("two trials did not finish in time")
+        time.sleep(0.02)
+    # The second trial ran in the first one's actor; kill as soon as its run is FINISHED,
+    # before Tune can record it as TERMINATED.
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    _, _, _, before = _runs(tmp_path, "quickstart", "ru1")
+    finished_before = {c.info.run_id: c.info.end_time for c in before
+                       if c.info.status == "FINISHED"}
+    assert len(finished_before) >= 2
+    restarted = _sweep(tmp_path, spec, "ru1")
+    output, _ = restarted.communicate(timeout=900)
+    assert restarted.returncode == 0, output
+    client, _, parents, children = _runs(tmp_path, "quickstart", "ru1")
+    assert len(parents) == 1
+    trial_ids = [c.data.tags["ksweep.trial_id"] for c in children]
+    assert len(children) == 4 and len(set(trial_ids)) == 4, trial_ids
+    for child in children:
+        assert child.info.status == "FINISHED"
+        if child.info.run_id in finished_before:  # not touched after the kill
+            assert child.info.end_time == finished_before[child.info.run_id], trial_ids
+        for key in child.data.metrics:
+            steps = Counter(m.step for m in client.get_metric_history(child.info.run_id, key))
+            assert all(n == 1 for n in steps.values()), (key, steps)
+        steps = [m.step for m in client.get_metric_history(child.info.run_id, "val/loss")]
+        assert steps == list(range(1, EPOCHS + 1))
+        assert [m.step for m in client.get_metric_history(child.info.run_id, "selected/epoch")
+                ] == [EPOCHS]
+    status = read_status(tmp_path / "root" / "ru1" / "status.json")
+    assert (status.state, status.done, status.failed) == ("succeeded", 4, 0)
