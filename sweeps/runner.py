@@ -97,6 +97,7 @@ def _parent_run(client: MlflowClient, tracking_uri: str, spec: SweepSpec, sweep_
     logger.log_params({
         "sweep.name": spec.name, "sweep.search": spec.search.kind,
         "sweep.scheduler": spec.scheduler.kind, "sweep.trials": spec.trial_count(),
+        "sweep.cohort_size": build_plan(spec).cohort_size,
         "sweep.objective": ",".join(spec.objective.metrics),
         "sweep.alpha": json.dumps(spec.alpha if isinstance(spec.alpha, list)
                                   else spec.alpha.model_dump()),

@@ -19,7 +19,7 @@ from ray import tune
 
 from sweeps.cohort_results import member_views
 from sweeps.progress import ProgressSink, SweepStatus, publish
-from sweeps.search_space import is_cohort
+from sweeps.search_space import MEMBERS, is_cohort
 from workers.contract import METRIC_NAMES, SEARCH_AXES, STOPPED_EARLY_TAG
 
 log = logging.getLogger("ksweep.runner")
@@ -115,9 +115,12 @@ class ProgressCallback(tune.Callback):
         status, sinks = live
         update_status_from_trials(status, trials, self.epochs, self.metric, self.mode)
         if self._durations:
+            # Durations are per Tune trial; a cohort Tune trial trains len(members) trials.
             mean = sum(self._durations.values()) / len(self._durations)
-            slots = max(1, status.running)
-            status.eta_seconds = mean * (status.pending + status.running) / slots
+            sizes = [len(t.config[MEMBERS]) if is_cohort(t.config) else 1 for t in trials]
+            per_tune_trial = sum(sizes) / len(sizes) if sizes else 1.0
+            slots = max(1, sum(t.status in ("RUNNING", "PAUSED") for t in trials))
+            status.eta_seconds = mean * (status.pending + status.running) / per_tune_trial / slots
         publish(sinks, status)
 
 
