@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,10 +20,17 @@ from rich.table import Table
 
 from sweeps.equivalence import objective_signature
 from sweeps.spec import SweepSpec, ValueRange
+from workers.cohorts import group_cohorts
 
-__all__ = ["TRIAL_AXES", "SweepPlan", "build_plan", "render_plan", "row_label", "trial_key"]
+__all__ = ["TRIAL_AXES", "SweepPlan", "build_plan", "cohort_size_for", "render_plan", "row_label",
+           "trial_key"]
 
 SHOWN_ROWS = 50
+SHOWN_COHORTS = 20
+AUTO_COHORT_MAX = 32
+AUTO_WORKERS = 4
+"""``cohort_size: auto`` = ceil(trials / workers) capped at AUTO_COHORT_MAX, where workers is
+budget.max_concurrent_trials, else AUTO_WORKERS (the plan must not depend on the machine)."""
 TRIAL_AXES = ("alpha", "loss_stack", "model", "seed", "beta", "free_bits")
 """The params that identify a trial (beta and free_bits only when swept)."""
 
@@ -57,10 +65,15 @@ class SweepPlan:
             ``choice(a|b)``) and nothing is shared.
         trials: the trials that run: their params and ``shared_by``, the row labels
             (``stack@alpha=a``) each stands for when it stands for more than one.
+        cohort_size: the resolved ``resources.cohort_size`` (``auto`` made a number).
+        cohorts: the trials (indices into ``trials``) each worker trains together, one Tune
+            trial per cohort (:func:`workers.cohorts.group_cohorts`: members share every
+            shape); ``[[0], [1], ...]`` at cohort size 1.
         epochs_per_trial: the most epochs one trial runs (ASHA may stop it sooner).
         total_epochs: epochs of the whole sweep if no trial stops early (the upper bound).
-        resources_per_trial: ``{"cpu": ..., "gpu": ...}`` reserved by one trial.
-        max_concurrent: trials running at once at most.
+        resources_per_trial: ``{"cpu": ..., "gpu": ...}`` reserved by one Tune trial (a
+            whole cohort when cohort_size > 1).
+        max_concurrent: Tune trials (cohorts) running at once at most.
         peak_resources: ``resources_per_trial`` times ``max_concurrent``.
         search, scheduler, objective: the spec's sections (scheduler.max_t resolved,
             objective.modes filled in).
@@ -82,6 +95,8 @@ class SweepPlan:
     trials_after_dedup: int = 0
     trials_saved_by_dedup: int = 0
     trials: list[dict[str, Any]] = field(default_factory=list)
+    cohort_size: int = 1
+    cohorts: list[list[int]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as JSON-serialisable dicts and lists."""
@@ -167,6 +182,23 @@ def _sampled_rows(spec: SweepSpec) -> list[dict[str, Any]]:
     return [{**sampled, "seed": seed} for _ in range(spec.search.num_samples) for seed in seeds]
 
 
+def cohort_size_for(spec: SweepSpec, trial_count: int) -> int:
+    """``resources.cohort_size`` as a number (see :data:`AUTO_WORKERS` for ``auto``)."""
+    size = spec.resources.cohort_size
+    if size != "auto":
+        return int(size)
+    if spec.search.kind != "grid" or spec.scheduler.kind == "asha":
+        return 1  # these schedulers and searchers decide per trial
+    workers = spec.budget.max_concurrent_trials or AUTO_WORKERS
+    return max(1, min(AUTO_COHORT_MAX, math.ceil(trial_count / workers)))
+
+
+def _cohorts(spec: SweepSpec, trials: list[dict[str, Any]], size: int) -> list[list[int]]:
+    if size == 1:
+        return [[index] for index in range(len(trials))]
+    return group_cohorts([spec.trial_config_for(trial) for trial in trials], size)
+
+
 def build_plan(spec: SweepSpec) -> SweepPlan:
     """Expand a validated spec into its plan (deterministic; samples nothing)."""
     if spec.search.kind == "grid":
@@ -176,9 +208,11 @@ def build_plan(spec: SweepSpec) -> SweepPlan:
         rows = _sampled_rows(spec)
         trials = _one_trial_per_row(rows)
     count = len(trials)
+    size = cohort_size_for(spec, count)
+    cohorts = _cohorts(spec, trials, size)
     epochs = spec.epochs_per_trial()
     per_trial = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
-    concurrent = min(spec.budget.max_concurrent_trials or count, count)
+    concurrent = min(spec.budget.max_concurrent_trials or len(cohorts), len(cohorts))
     scheduler = spec.scheduler.model_dump(mode="json")
     if spec.scheduler.max_t is None:
         scheduler["max_t"] = spec.template.training.epochs
@@ -198,6 +232,8 @@ def build_plan(spec: SweepSpec) -> SweepPlan:
         trials_after_dedup=count,
         trials_saved_by_dedup=len(rows) - count,
         trials=trials,
+        cohort_size=size,
+        cohorts=cohorts,
     )
 
 
@@ -211,15 +247,18 @@ def render_plan(plan: SweepPlan, console: Console | None = None) -> None:
     table = Table(title=f"sweep {plan.name}" if plan.name else "sweep plan")
     swept = [axis for axis in ("beta", "free_bits") if any(axis in row for row in plan.rows)]
     columns = ["alpha", "loss_stack", "model", *swept, "seed"]
-    for column in ("#", *columns, "trial"):
+    cohort_of = {trial: number for number, members in enumerate(plan.cohorts, 1) for trial in members}
+    extra = ["trial", "cohort"] if plan.cohort_size > 1 else ["trial"]
+    for column in ("#", *columns, *extra):
         table.add_column(column, justify="left" if column in ("loss_stack", "model") else "right")
     for index, row in enumerate(plan.rows[:SHOWN_ROWS]):
         values = [_number(row[c]) if isinstance(row[c], float) else str(row[c]) for c in columns]
         trial = f"{row['trial'] + 1}" + (" (shared)" if row["shared"] else "")
-        table.add_row(str(index + 1), *values, trial)
+        cohort = [str(cohort_of.get(row["trial"], ""))] if plan.cohort_size > 1 else []
+        table.add_row(str(index + 1), *values, trial, *cohort)
     hidden = len(plan.rows) - SHOWN_ROWS
     if hidden > 0:
-        table.add_row("", f"... {hidden} more", *[""] * len(columns))
+        table.add_row("", f"... {hidden} more", *[""] * (len(columns) + len(extra) - 1))
     console.print(table)
     search = plan.search["kind"]
     if search == "optuna":
@@ -242,7 +281,23 @@ def render_plan(plan: SweepPlan, console: Console | None = None) -> None:
         f"objective: {objective}\n"
         f"epoch budget: at most {plan.total_epochs} epochs "
         f"({plan.trial_count} x {plan.epochs_per_trial})\n"
-        f"resources: {_number(per['cpu'])} cpu, {_number(per['gpu'])} gpu per trial; "
+        f"resources: {_number(per['cpu'])} cpu, {_number(per['gpu'])} gpu per "
+        f"{'cohort' if plan.cohort_size > 1 else 'trial'}; "
         f"{plan.max_concurrent} at once: peak {_number(peak['cpu'])} cpu, "
         f"{_number(peak['gpu'])} gpu"
     )
+    console.print(cohort_summary(plan))
+
+
+def cohort_summary(plan: SweepPlan) -> str:
+    """The plan's cohorts in words: how many, their sizes, which trials (1-based) each trains."""
+    sizes = [len(members) for members in plan.cohorts]
+    if plan.cohort_size == 1:
+        return f"cohorts: off (cohort size 1): {len(sizes)} Tune trials of one trial each"
+    lines = [f"cohorts: {len(sizes)} (cohort size {plan.cohort_size}; sizes "
+             f"{', '.join(str(n) for n in sizes)}), one worker (Tune trial) each"]
+    for number, members in enumerate(plan.cohorts[:SHOWN_COHORTS], 1):
+        lines.append(f"  cohort {number}: trials {', '.join(str(t + 1) for t in members)}")
+    if len(plan.cohorts) > SHOWN_COHORTS:
+        lines.append(f"  ... {len(plan.cohorts) - SHOWN_COHORTS} more")
+    return "\n".join(lines)

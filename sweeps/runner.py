@@ -25,6 +25,9 @@ from typing import Any
 from mlflow.tracking import MlflowClient
 from ray import tune
 
+from sweeps.cohort_results import member_state, saved_members
+from sweeps.cohort_trainable import train_cohort
+from sweeps.plan import build_plan
 from sweeps.progress import MlflowTagSink, ProgressSink, StatusFileSink, SweepStatus, publish
 from sweeps.report import (
     TrialOutcome,
@@ -33,6 +36,7 @@ from sweeps.report import (
     summary_metrics,
     write_report_plots,
 )
+from sweeps.search_space import MEMBERS, is_cohort
 from sweeps.spec import SweepSpec
 from sweeps.summary_runs import publish_summary
 from sweeps.trainable import train_trial
@@ -48,6 +52,7 @@ from workers.contract import (
     SWEEP_ID_TAG,
     TUNE_ENV,
     failure_text,
+    member_trial_id,
     runs_with_tag_filter,
 )
 from workers.mlflow_retry import retrying
@@ -95,6 +100,7 @@ def _parent_run(client: MlflowClient, tracking_uri: str, spec: SweepSpec, sweep_
     logger.log_params({
         "sweep.name": spec.name, "sweep.search": spec.search.kind,
         "sweep.scheduler": spec.scheduler.kind, "sweep.trials": spec.trial_count(),
+        "sweep.cohort_size": build_plan(spec).cohort_size,
         "sweep.objective": ",".join(spec.objective.metrics),
         "sweep.alpha": json.dumps(spec.alpha if isinstance(spec.alpha, list)
                                   else spec.alpha.model_dump()),
@@ -107,6 +113,30 @@ def _parent_run(client: MlflowClient, tracking_uri: str, spec: SweepSpec, sweep_
     return logger
 
 
+def _member_outcomes(result, epochs: int) -> list[TrialOutcome]:
+    """A cohort's members as trial outcomes, from its last checkpoint's member records."""
+    records: list[dict[str, Any]] = []
+    if result.checkpoint is not None:
+        with result.checkpoint.as_directory() as path:
+            records = saved_members(path)
+    error = None if result.error is None else str(result.error).strip()[-2000:]
+    tune_state = "ERROR" if result.error is not None else "TERMINATED"
+    cohort_id = str((result.metrics or {}).get("trial_id") or Path(result.path).name)
+    outcomes = []
+    for k, params in enumerate((result.config or {})[MEMBERS]):
+        record = records[k] if k < len(records) else {}
+        reached = int(record.get("epochs", 0))
+        state = member_state(record.get("state"), tune_state, reached, epochs)
+        outcomes.append(TrialOutcome(
+            trial_id=record.get("trial_id") or member_trial_id(cohort_id, k),
+            params={key: params.get(key) for key in SEARCH_AXES}, state=state,
+            final=dict(record.get("final", {})), history=dict(record.get("history", {})),
+            epochs=reached, error=record.get("error") or (error if state == "failed" else None),
+            run_id=record.get("run_id"),
+        ))
+    return outcomes
+
+
 def _outcomes(results, epochs: int) -> list[TrialOutcome]:
     from sweeps.report import REPORT_METRICS
 
@@ -114,6 +144,9 @@ def _outcomes(results, epochs: int) -> list[TrialOutcome]:
     for result in results:
         metrics = result.metrics or {}
         config = result.config or {}
+        if is_cohort(config):
+            outcomes.extend(_member_outcomes(result, epochs))
+            continue
         trial_id = metrics.get("trial_id") or Path(result.path).name
         history: dict[str, list[float]] = {}
         frame = result.metrics_dataframe
@@ -144,8 +177,9 @@ def _prepare_folder(spec: SweepSpec, sweep_root: Path | str, sweep_id: str) -> P
 
 def _fit(spec: SweepSpec, folder: Path, context: dict[str, Any], callback: ProgressCallback) -> Any:
     """Run (or resume) the Tuner to the end; returns Tune's result grid."""
+    function = train_cohort if build_plan(spec).cohort_size > 1 else train_trial
     trainable = tune.with_resources(
-        tune.with_parameters(train_trial, spec_json=spec.canonical_json(), context=context),
+        tune.with_parameters(function, spec_json=spec.canonical_json(), context=context),
         {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu},
     )
     run_config = tune.RunConfig(

@@ -35,9 +35,9 @@ STATE_FILE = "state.pt"
 RUN_FILE = "run.json"
 
 
-def _open_run(
+def open_trial_run(
     trainer: Trainer, params: dict[str, Any], context: dict[str, Any], trial_id: str,
-    checkpoint_run_id: str | None,
+    checkpoint_run_id: str | None, extra_tags: dict[str, str] | None = None,
 ) -> TrialRun:
     """The trial's MLflow run.
 
@@ -55,7 +55,7 @@ def _open_run(
     for stale in stale_runs:
         client.delete_run(stale.info.run_id)
     tags = {SWEEP_ID_TAG: context["sweep_id"], TRIAL_ID_TAG: trial_id, RUN_KIND_TAG: RUN_KIND_TRIAL,
-            **{param_tag(k): v for k, v in params.items()}}
+            **{param_tag(k): v for k, v in params.items()}, **(extra_tags or {})}
     return TrialRun.start(trainer, uri, context["experiment_name"], trainer.config.name or trial_id,
                           tags, parent_run_id=context["parent_run_id"])
 
@@ -85,7 +85,7 @@ def train_trial(params: dict[str, Any], *, spec_json: str, context: dict[str, An
     ended = None if checkpoint_run_id is None else _ended_run(context, checkpoint_run_id)
     if ended == "stopped":  # stopped early by the scheduler before the kill: it stays stopped
         return
-    run = None if ended else _open_run(trainer, params, context, trial_id, checkpoint_run_id)
+    run = None if ended else open_trial_run(trainer, params, context, trial_id, checkpoint_run_id)
     run_id = checkpoint_run_id if run is None else run.logger.run_id
 
     def report(trainer: Trainer, epoch: int, metrics: dict[str, float]) -> None:

@@ -17,7 +17,9 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from ray import tune
 
+from sweeps.cohort_results import member_views
 from sweeps.progress import ProgressSink, SweepStatus, publish
+from sweeps.search_space import MEMBERS, is_cohort
 from workers.contract import METRIC_NAMES, SEARCH_AXES, STOPPED_EARLY_TAG
 
 log = logging.getLogger("ksweep.runner")
@@ -71,6 +73,13 @@ class ProgressCallback(tune.Callback):
         """Backstop for a trial process that ended before closing its MLflow run (a trial
         the scheduler stopped is ended with sys.exit, and its actor may be killed)."""
         result = trial.last_result or {}
+        if is_cohort(trial.config):  # each member's run (the cohort's own stop closes them first)
+            for view in member_views(trial.trial_id, trial.config, result, "RUNNING", self.epochs):
+                self._close_one(view["trial_id"], view["result"], status)
+        else:
+            self._close_one(trial.trial_id, result, status)
+
+    def _close_one(self, trial_id: str, result: dict[str, Any], status: str) -> None:
         run_id = result.get("mlflow_run_id")
         if not run_id:
             return
@@ -82,7 +91,7 @@ class ProgressCallback(tune.Callback):
                 client.set_tag(run_id, STOPPED_EARLY_TAG, "true")
             client.set_terminated(run_id, status)
         except (MlflowException, OSError):  # the run's state is cosmetic next to the sweep's progress
-            log.warning("could not close the MLflow run %s of trial %s", run_id, trial.trial_id,
+            log.warning("could not close the MLflow run %s of trial %s", run_id, trial_id,
                         exc_info=True)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
@@ -106,9 +115,12 @@ class ProgressCallback(tune.Callback):
         status, sinks = live
         update_status_from_trials(status, trials, self.epochs, self.metric, self.mode)
         if self._durations:
+            # Durations are per Tune trial; a cohort Tune trial trains len(members) trials.
             mean = sum(self._durations.values()) / len(self._durations)
-            slots = max(1, status.running)
-            status.eta_seconds = mean * (status.pending + status.running) / slots
+            sizes = [len(t.config[MEMBERS]) if is_cohort(t.config) else 1 for t in trials]
+            per_tune_trial = sum(sizes) / len(sizes) if sizes else 1.0
+            slots = max(1, sum(t.status in ("RUNNING", "PAUSED") for t in trials))
+            status.eta_seconds = mean * (status.pending + status.running) / per_tune_trial / slots
         publish(sinks, status)
 
 
@@ -142,22 +154,34 @@ def trial_record(trial_id: str, state: str, config: dict[str, Any], result: dict
     }
 
 
+def _views(trials, epochs: int):
+    """(trial_id, state, config, last result) per trial; a cohort's members one by one."""
+    for trial in trials:
+        if is_cohort(trial.config):
+            for view in member_views(trial.trial_id, trial.config, trial.last_result,
+                                     trial.status, epochs):
+                yield view["trial_id"], view["state"], view["config"], view["result"]
+        else:
+            yield trial.trial_id, _trial_state(trial, epochs), trial.config, trial.last_result or {}
+
+
 def update_status_from_trials(status: SweepStatus, trials, epochs: int, metric: str, mode: str) -> None:
-    """Counters, per-trial records and best-so-far from Tune's trials (the same after a restore)."""
+    """Counters, per-trial records and best-so-far from Tune's trials (the same after a restore).
+
+    A cohort Tune trial counts as its members: each is a trial with its own state and record."""
     counts = {"done": 0, "failed": 0, "stopped": 0, "running": 0, "pending": 0}
     best_value, best_trial, best_config = None, None, None
     records = []
-    for trial in trials:
-        state = _trial_state(trial, epochs)
+    for trial_id, state, config, result in _views(trials, epochs):
         counts[state] += 1
         # The error text is read once, from the results, when the sweep ends.
-        records.append(trial_record(trial.trial_id, state, trial.config, trial.last_result or {}))
-        value = (trial.last_result or {}).get(metric)
+        records.append(trial_record(trial_id, state, config, result))
+        value = result.get(metric)
         if value is not None and isinstance(value, int | float) and math.isfinite(value) and (
             best_value is None or (value > best_value if mode == "max" else value < best_value)
         ):
-            best_value, best_trial = float(value), trial.trial_id
-            best_config = {k: trial.config.get(k) for k in SEARCH_AXES}
+            best_value, best_trial = float(value), trial_id
+            best_config = {k: config.get(k) for k in SEARCH_AXES}
     started = counts["done"] + counts["failed"] + counts["stopped"] + counts["running"]
     status.done, status.failed, status.stopped = counts["done"], counts["failed"], counts["stopped"]
     status.running = counts["running"]

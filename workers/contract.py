@@ -305,3 +305,17 @@ def readout_names(family: str = "discrete", splits: tuple[str, ...] = READOUT_SP
 def selected_name(name: str) -> str:
     """``selected/{split}/...`` for a per-epoch name ``{split}/...``."""
     return SELECTED_PREFIX + name
+
+
+# ==== names added by cohort-wire (cohorts in sweeps, issue 12) ============================
+# Keep this block separate when merging with the other helpers' versions of this module.
+
+COHORT_TAG = "ksweep.cohort"
+"""On a trial run trained in a cohort: the Tune trial id of its cohort (absent for a lone trial)."""
+COHORT_MEMBERS_KEY = "cohort_members"
+"""Key of a cohort Tune trial's report: its members' progress records as one JSON string."""
+
+
+def member_trial_id(cohort_trial_id: str, position: int) -> str:
+    """The trial id of member ``position`` of the cohort that Tune runs as ``cohort_trial_id``."""
+    return f"{cohort_trial_id}-m{position}"

@@ -3,7 +3,7 @@ resources, and the analysis the report runs (which contrasts, which family is pr
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -28,6 +28,7 @@ __all__ = [
 # Every metric a trial reports per epoch (DESIGN.md), i.e. every valid objective metric, and
 # which of them are better when higher: workers/contract.py.
 _MAXIMISED = MAXIMISED_METRICS
+MAX_COHORT_SIZE = 256
 
 
 class ValueRange(BaseModel):
@@ -199,6 +200,11 @@ class ResourcesSpec(BaseModel):
 
     cpu: float = Field(1.0, gt=0, allow_inf_nan=False, description="CPUs per trial.")
     gpu: float = Field(0.0, ge=0, allow_inf_nan=False, description="GPUs per trial (e.g. 0.25).")
+    cohort_size: Literal["auto"] | Annotated[int, Field(ge=1, le=MAX_COHORT_SIZE)] = Field(
+        1, description="Trials trained together as one vectorized cohort by one worker (grid "
+        "search with the fifo scheduler). 1: one trial per worker. 'auto': ceil(trials / "
+        "concurrent workers) capped at 32 (workers: budget.max_concurrent_trials, else 4); 1 "
+        "for random, Optuna and ASHA. The cpu/gpu above are then reserved per cohort.")
 
 
 READOUT_METRICS: tuple[str, ...] = (

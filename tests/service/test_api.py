@@ -153,6 +153,20 @@ def test_trial_cap_and_validate_dry_run(paused_service):
         assert sum(bool(t["shared_by"]) for t in plan["trials"]) == 3
 
 
+def test_validate_shows_cohorts_and_refuses_them_with_asha(paused_service):
+    with paused_service.client() as client:
+        plan = client.post("/sweeps:validate", json=spec_dict(**{"resources.cohort_size": 4}))
+        assert plan.status_code == 200, plan.text
+        plan = plan.json()
+        # quickstart's 15 trials in cohorts of 4: 4 + 4 + 4 + 3, each trial in one cohort.
+        assert plan["cohort_size"] == 4 and [len(c) for c in plan["cohorts"]] == [4, 4, 4, 3]
+        assert sorted(t for c in plan["cohorts"] for t in c) == list(range(15))
+        body = _problem(client.post("/sweeps:validate", json=spec_dict(**{
+            "resources.cohort_size": 4, "scheduler.kind": "asha"})), 422)
+        assert body["errors"][0]["field"] == "resources.cohort_size"
+        assert "set resources.cohort_size: 1" in body["errors"][0]["message"]
+
+
 def test_active_sweeps_per_owner_cap_is_429_with_retry_after(make_service):
     service = make_service(KSWEEP_MAX_CONCURRENT_SWEEPS="0", KSWEEP_MAX_ACTIVE_SWEEPS_PER_OWNER="2")
     with service.client() as client:

@@ -462,3 +462,67 @@ def test_json_schema_has_descriptions():
                  "BudgetSpec", "ResourcesSpec", "AnalysisSpec"):
         properties = schema["$defs"][name]["properties"]
         assert all("description" in field for field in properties.values()), name
+
+
+# ---- cohorts (resources.cohort_size) ----------------------------------------------------------
+
+
+def test_cohort_size_defaults_to_one_trial_per_worker():
+    plan = build_plan(spec(seeds=2))
+    assert spec().resources.cohort_size == 1
+    assert plan.cohort_size == 1 and plan.cohorts == [[i] for i in range(plan.trial_count)]
+
+
+def test_cohorts_group_the_trials_and_validate_shows_them():
+    # 12 rows, 8 trials; cohorts of 3: 3 + 3 + 2, every trial in exactly one.
+    plan = build_plan(spec(seeds=2, resources={"cohort_size": 3}, budget={"max_concurrent_trials": 2}))
+    assert plan.trial_count == 8 and plan.cohort_size == 3
+    assert [len(c) for c in plan.cohorts] == [3, 3, 2]
+    assert sorted(t for c in plan.cohorts for t in c) == list(range(8))
+    assert plan.max_concurrent == 2  # Tune trials: cohorts
+    data = json.loads(json.dumps(plan.to_dict()))
+    assert data["cohorts"] == [[0, 1, 2], [3, 4, 5], [6, 7]] and data["cohort_size"] == 3
+    out = io.StringIO()
+    render_plan(plan, Console(file=out, width=160))
+    text = out.getvalue()
+    assert "cohorts: 3 (cohort size 3; sizes 3, 3, 2)" in text
+    assert "cohort 3: trials 7, 8" in text and "per cohort" in text
+    assert "cohort" in text.splitlines()[2]  # the table's column
+
+
+def test_cohort_size_auto_rule():
+    # ceil(trials / workers): 8 trials on 2 workers -> 4; workers default to 4 -> 2.
+    assert build_plan(spec(seeds=2, resources={"cohort_size": "auto"},
+                           budget={"max_concurrent_trials": 2})).cohort_size == 4
+    assert build_plan(spec(seeds=2, resources={"cohort_size": "auto"})).cohort_size == 2
+    # capped at 32
+    big = spec(seeds=100, resources={"cohort_size": "auto"}, budget={"max_concurrent_trials": 1,
+                                                                     "max_trials": 1000})
+    assert build_plan(big).cohort_size == 32
+    # 1 for random, Optuna and ASHA
+    assert build_plan(spec(alpha=RANGE, search={"kind": "random", "num_samples": 4},
+                           resources={"cohort_size": "auto"})).cohort_size == 1
+    assert build_plan(spec(scheduler={"kind": "asha"},
+                           resources={"cohort_size": "auto"})).cohort_size == 1
+
+
+def test_cohorts_keep_dropout_trials_alone():
+    plan = build_plan(spec(seeds=2, resources={"cohort_size": 4},
+                           template={"model": {"dropout": 0.1}}))
+    assert plan.cohorts == [[i] for i in range(plan.trial_count)]
+
+
+@pytest.mark.parametrize("fields", [
+    {"scheduler": {"kind": "asha"}},
+    {"alpha": RANGE, "search": {"kind": "optuna", "num_samples": 4}, "seeds": 1},
+    {"alpha": RANGE, "search": {"kind": "random", "num_samples": 4}},
+])
+def test_cohorts_refused_where_trials_are_decided_one_by_one(fields):
+    text = rejected(resources={"cohort_size": 4}, **fields)
+    assert "resources.cohort_size: " in text
+    assert "set resources.cohort_size: 1" in text
+
+
+@pytest.mark.parametrize("value", [0, -1, "big", 1.5, 10_000])
+def test_cohort_size_values_checked(value):
+    assert "resources.cohort_size" in rejected(resources={"cohort_size": value})
