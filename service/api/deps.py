@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,26 +24,34 @@ class PageCache:
     """GET /sweeps pages, reused for ``ttl_s`` seconds while the store has not been written by
     this process: dashboards and ``ksweep status`` poll the same page over and over, and a
     page is no staler than the drivers' own ~1 s progress reports. ``ttl_s <= 0`` turns it off.
-    Used from the event loop only (`async` endpoints): cachetools caches are not thread-safe.
+    Pages are kept as their JSON bytes. The list endpoint runs in FastAPI's thread pool and
+    cachetools caches are not thread-safe, so every access holds a lock.
     """
 
     MAX_ENTRIES = 256
 
     def __init__(self, store: Store, ttl_s: float) -> None:
         self.store, self.ttl_s = store, ttl_s
+        self._lock = threading.Lock()
         self._entries: TTLCache[tuple[Any, ...], tuple[int, Any]] | None = (
             TTLCache(maxsize=self.MAX_ENTRIES, ttl=ttl_s) if ttl_s > 0 else None)
 
     def get(self, key: tuple[Any, ...]) -> Any | None:
         """The page stored under ``key``, unless it expired or the store changed since."""
-        entry = self._entries.get(key) if self._entries is not None else None
+        if self._entries is None:
+            return None
+        with self._lock:
+            entry = self._entries.get(key)
         if entry is None or entry[0] != self.store.generation:
             return None
         return entry[1]
 
-    def put(self, key: tuple[Any, ...], value: Any) -> None:
+    def put(self, key: tuple[Any, ...], value: Any, generation: int) -> None:
+        """Keep ``value``, read from the store at ``generation`` (taken before the read: a write
+        that lands meanwhile makes the page stale at once)."""
         if self._entries is not None:
-            self._entries[key] = (self.store.generation, value)
+            with self._lock:
+                self._entries[key] = (generation, value)
 
 
 @dataclass

@@ -21,6 +21,16 @@ def _as_utc(value: datetime) -> datetime:
 Timestamp = Annotated[datetime, AfterValidator(_as_utc)]
 
 
+def utc_time(value: datetime | str | None) -> datetime | str | None:
+    """A stored time, marked UTC before validation: SQLite's text (``2026-12-03 16:31:20.17``,
+    naive UTC) gets a ``Z``, a naive datetime its tzinfo. :class:`Sweep`'s times are filled
+    this way rather than through :data:`Timestamp`'s validator, a Python call per field that
+    cost a fifth of a page of sweeps."""
+    if isinstance(value, str):
+        return value if value.endswith(("Z", "+00:00")) else value + "Z"
+    return _as_utc(value) if value is not None else None
+
+
 class FieldProblem(BaseModel):
     """One invalid field."""
 
@@ -88,10 +98,11 @@ class Sweep(BaseModel):
     progress: float = Field(..., ge=0, le=1, description="Finished trials / total.")
     best: BestSoFar
     eta_seconds: float | None = Field(None, description="Estimated seconds to the end.")
-    created_at: Timestamp
-    started_at: Timestamp | None = None
-    finished_at: Timestamp | None = None
-    updated_at: Timestamp
+    # Times in UTC: the API fills them through `utc_time`.
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    updated_at: datetime
     error: str | None = None
     mlflow: MlflowLinks
     driver: DriverInfo

@@ -80,6 +80,8 @@ class SweepRow(Base):
     __table_args__ = (
         UniqueConstraint("owner", "idempotency_key", name="uq_sweeps_owner_idempotency_key"),
         Index("ix_sweeps_state_created", "state", "created_at"),
+        # The per-owner cap of POST /sweeps: an owner's active sweeps, counted from the index.
+        Index("ix_sweeps_owner_state", "owner", "state"),
         # GET /sweeps: newest first, without sorting the whole table.
         Index("ix_sweeps_created_id", created_at.desc(), "id"),
     )
