@@ -4,6 +4,7 @@ from benchmarks import (
     bench_cohort,
     bench_headline,
     bench_objectives,
+    bench_plots,
     bench_service,
     bench_sweep,
     bench_training,
@@ -14,6 +15,7 @@ from benchmarks import (
 def main() -> None:
     bench_objectives.main()
     bench_training.main()
+    bench_plots.main()
     bench_cohort.main()
     gpu_trial.main()
     bench_sweep.main([])

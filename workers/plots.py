@@ -1,9 +1,15 @@
 """Figures for trial and sweep runs, rendered headless to PNG files.
 
-Each function writes one PNG to ``path``, closes its figure (trial processes draw many),
-and returns the path so the caller can hand it straight to ``RunLogger.log_png``. Empty
-or degenerate inputs give a figure that says so instead of raising: a plot is a
-read-out, and a missing one should never fail a trial.
+Each function writes one PNG to ``path`` and returns the path so the caller can hand it
+straight to ``RunLogger.log_png``. Empty or degenerate inputs give a figure that says so
+instead of raising: a plot is a read-out, and a missing one should never fail a trial.
+
+Trials render five of these at their end, so they are drawn cheaply (measured in
+``benchmarks/bench_plots.py``): plain :class:`~matplotlib.figure.Figure` objects on the Agg
+canvas (no pyplot figure manager, nothing to close, safe off the main thread), fixed
+margins instead of ``tight_layout`` (which lays every tick label out once more before the
+draw), one filled step polygon per histogram instead of a patch per bin, and a fast zlib
+level for the PNG (the images stay small).
 """
 
 from __future__ import annotations
@@ -14,15 +20,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-# Trials run in headless Ray workers; select Agg before pyplot picks a GUI backend.
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+import numpy as np
+import torch
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 __all__ = [
     "plot_kappa_histogram",
@@ -43,15 +46,26 @@ _RECONSTRUCTION_KEYS = (
 )
 _LOSS_KEYS = ("train/kl", "val/kl", "train/loss", "val/loss")
 _DPI = 110
+_PNG_OPTIONS = {"compress_level": 1}  # zlib level: ~3x faster than PIL's 6, files ~1.5x larger
+# Fixed margins (figure fractions) that fit these figures' titles, labels and tick labels.
+_MARGINS = {"left": 0.1, "right": 0.97, "bottom": 0.13, "top": 0.9, "wspace": 0.22}
+_SUPTITLE_TOP = 0.84
 
 
-def _save(figure: plt.Figure, path: str | os.PathLike[str]) -> Path:
+def _figure(width: float, height: float, columns: int = 1) -> tuple[Figure, Any]:
+    """A figure on the Agg canvas (headless, no pyplot state) and its ``columns`` axes."""
+    figure = Figure(figsize=(width, height))
+    FigureCanvasAgg(figure)
+    return figure, figure.subplots(1, columns)
+
+
+def _save(figure: Figure, path: str | os.PathLike[str], suptitle: str | None = None) -> Path:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        figure.savefig(target, dpi=_DPI, format="png")
-    finally:
-        plt.close(figure)
+    if suptitle:
+        figure.suptitle(suptitle)
+    figure.subplots_adjust(**{**_MARGINS, **({"top": _SUPTITLE_TOP} if suptitle else {})})
+    figure.savefig(target, dpi=_DPI, format="png", pil_kwargs=_PNG_OPTIONS)
     return target
 
 
@@ -86,7 +100,7 @@ def plot_kappa_histogram(
     values = np.asarray(kappa_values, dtype=np.float64).ravel()
     values = values[np.isfinite(values)]
 
-    figure, axes = plt.subplots(figsize=(6.4, 4.2))
+    figure, axes = _figure(6.4, 4.2)
     axes.set_title(title or f"per-example kappa (alpha = {alpha:g}, n = {values.size})")
     axes.set_xlabel("kappa_alpha")
     axes.set_ylabel("examples")
@@ -94,7 +108,7 @@ def plot_kappa_histogram(
         _say_no_data(axes)
     else:
         bins = int(min(50, max(10, math.isqrt(values.size))))
-        axes.hist(values, bins=bins, color="tab:blue", alpha=0.75)
+        axes.hist(values, bins=bins, color="tab:blue", alpha=0.75, histtype="stepfilled")
         for statistic, value, style in (
             ("mean", values.mean(), "-"),
             ("p50", np.percentile(values, 50), "--"),
@@ -102,7 +116,6 @@ def plot_kappa_histogram(
         ):
             axes.axvline(value, color="black", linestyle=style, label=f"{statistic} = {value:.3g}")
         axes.legend(loc="upper right")
-    figure.tight_layout()
     return _save(figure, path)
 
 
@@ -152,16 +165,13 @@ def plot_reconstruction_curves(
     Returns:
         ``path`` as a :class:`~pathlib.Path`; a panel with none of its keys says "no data".
     """
-    figure, (recon_axes, loss_axes) = plt.subplots(1, 2, figsize=(11, 4.2))
+    figure, (recon_axes, loss_axes) = _figure(11, 4.2, columns=2)
     _plot_series(recon_axes, history, _RECONSTRUCTION_KEYS)
     recon_axes.set_title("reconstruction")
     recon_axes.set_ylabel("nats per token")
     _plot_series(loss_axes, history, _LOSS_KEYS)
     loss_axes.set_title("loss and KL")
-    if title:
-        figure.suptitle(title)
-    figure.tight_layout()
-    return _save(figure, path)
+    return _save(figure, path, suptitle=title)
 
 
 _PROFILE_PANELS = (("l", "l_t (decoder NLL)"), ("b", "b_t (z-free surprisal)"), ("pi", "pi_t (weight)"))
@@ -183,7 +193,7 @@ def plot_position_profiles(
     Returns:
         ``path`` as a :class:`~pathlib.Path`; with no kinds every panel says "no data".
     """
-    figure, axes = plt.subplots(1, 3, figsize=(13, 4.0))
+    figure, axes = _figure(13, 4.0, columns=3)
     for panel, (key, label) in zip(axes, _PROFILE_PANELS, strict=True):
         drawn = False
         for index, (kind, series) in enumerate(sorted(profiles.items())):
@@ -198,10 +208,7 @@ def plot_position_profiles(
         panel.set_title(label)
         panel.set_xlabel("target position t")
         panel.xaxis.set_major_locator(MaxNLocator(integer=True))
-    if title:
-        figure.suptitle(title)
-    figure.tight_layout()
-    return _save(figure, path)
+    return _save(figure, path, suptitle=title)
 
 
 def _as_float(value: Any) -> float:
@@ -240,7 +247,7 @@ def plot_metric_against_alpha(
             )
         )
 
-    figure, axes = plt.subplots(figsize=(6.4, 4.2))
+    figure, axes = _figure(6.4, 4.2)
     axes.set_title(f"{metric} against alpha (mean, 95% CI)")
     axes.set_xlabel("alpha")
     axes.set_ylabel(metric)
@@ -254,5 +261,4 @@ def plot_metric_against_alpha(
         axes.errorbar(alphas, means, yerr=intervals, label=group, marker="o", capsize=3)
     if groups:
         axes.legend(title=group_key, fontsize="small")
-    figure.tight_layout()
     return _save(figure, path)

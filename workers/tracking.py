@@ -239,18 +239,21 @@ class RunLogger:
                        default=0)
         return self._retry(read, "last_step")
 
-    def log_params(self, params: Mapping[str, Any]) -> None:
+    def log_params(self, params: Mapping[str, Any], fresh: bool = False) -> None:
         """Log params, flattening nested mappings (see :func:`flatten_config`).
 
         Params already logged with the same value are skipped, so a resumed run can
-        re-log its whole config. Sent in batches of at most 100.
+        re-log its whole config. Sent in batches of at most 100 (one call for a trial's ~80).
+        ``fresh=True`` (a run this logger just created, which holds no params) skips reading
+        the run first.
 
         Raises:
             ValueError: If a param was already logged with a different value (MLflow
                 params are immutable); nothing is logged in that case.
         """
         flat = flatten_config(params)
-        existing = self._retry(lambda: self._client.get_run(self._run_id), "get_run").data.params
+        existing = {} if fresh else self._retry(
+            lambda: self._client.get_run(self._run_id), "get_run").data.params
         conflicts = [
             f"{key} (logged {existing[key]!r}, now {value!r})"
             for key, value in flat.items()

@@ -101,7 +101,7 @@ class TrialRun:
         """A new run carrying the trial's params."""
         logger = RunLogger.start(tracking_uri, experiment_name, run_name, dict(tags or {}),
                                  parent_run_id=parent_run_id, buffered=True)
-        logger.log_params(trial_params(trainer))
+        logger.log_params(trial_params(trainer), fresh=True)  # one log_batch, no read
         return cls(trainer, logger)
 
     @classmethod
