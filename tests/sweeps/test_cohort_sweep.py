@@ -16,6 +16,7 @@ from test_runner import _runs, _sweep, _write_spec
 
 from sweeps.progress import read_status
 from workers.contract import COHORT_TAG, SWEEP_ID_TAG, TRIAL_ID_TAG
+from workers.tracking import CREATE_TOKEN_TAG
 
 pytestmark = pytest.mark.slow
 
@@ -67,9 +68,9 @@ def _check_same_trials(tmp_path):
     for key, lone_run in alone.items():
         member = members[key]
         assert member.info.status == lone_run.info.status == "FINISHED"
-        # The same tags a lone trial's run gets (ids aside), the same params.
-        same_tags = {k: v for k, v in lone_run.data.tags.items()
-                     if k.startswith("ksweep.") and k not in (TRIAL_ID_TAG, SWEEP_ID_TAG)}
+        # The same tags a lone trial's run gets (ids and each run's create token aside).
+        same_tags = {k: v for k, v in lone_run.data.tags.items() if k.startswith("ksweep.")
+                     and k not in (TRIAL_ID_TAG, SWEEP_ID_TAG, CREATE_TOKEN_TAG)}
         assert {k: member.data.tags.get(k) for k in same_tags} == same_tags
         for name in ("c_base", "alpha", "loss_stack", "seed", "training.learning_rate"):
             assert member.data.params[name] == lone_run.data.params[name]
