@@ -178,10 +178,10 @@ def run_phase(user: type[FastHttpUser], users: int, duration_s: float, max_reque
 
 def _verdict(value: float, goal: float | None) -> str:
     if goal is None:
-        return "-"
+        return "(no goal)"
     if value <= goal:
-        return f"<= {goal:g}: met"
-    return f"<= {goal:g}: missed by {value - goal:.2f} ({value / goal:.1f}x)"
+        return f"{value:g} ms <= {goal:g} ms: met"
+    return f"{value:g} ms > {goal:g} ms: missed by {value - goal:.2f} ms ({value / goal:.1f}x)"
 
 
 def report(results: dict[str, tuple[Window, Window]], duration_s: float) -> None:
@@ -199,8 +199,8 @@ def report(results: dict[str, tuple[Window, Window]], duration_s: float) -> None
               f"{opened.load_average[0]:5.2f}")
         achieved = "ok" if abs(opened.rate - rate) <= RATE_TOLERANCE * rate else "OFF TARGET"
         print(f"      open loop: achieved rate {achieved}; p99 "
-              f"{_verdict(round(opened.percentile(99), 1), p99_goal * 1e3)} ms; server CPU "
-              f"{_verdict(round(server_ms, 2), cpu_goal)} ms"
+              f"{_verdict(round(opened.percentile(99), 1), p99_goal * 1e3)}; server CPU "
+              f"{_verdict(round(server_ms, 2), cpu_goal)}"
               + (f"; failures {opened.failures}" if opened.failures else ""))
         print(f"      closed loop, {CLOSED_CLIENTS} clients (queueing, not a goal): "
               f"{closed.rate:.0f} req/s, p50 {closed.percentile(50):.1f} ms, p99 "
