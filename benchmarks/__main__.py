@@ -1,5 +1,8 @@
 """Run every benchmark: ``python -m benchmarks`` (``make bench``)."""
 
+import subprocess
+import sys
+
 from benchmarks import (
     bench_cohort,
     bench_headline,
@@ -20,6 +23,8 @@ def main() -> None:
     gpu_trial.main()
     bench_sweep.main([])
     bench_service.main()
+    # locust monkey-patches the standard library with gevent: its benchmark runs in a child.
+    subprocess.run([sys.executable, "-m", "benchmarks.bench_load", "--duration", "8"], check=True)
     bench_headline.main([])
 
 
