@@ -26,7 +26,8 @@ from typing import Any
 from mlflow.tracking import MlflowClient
 from ray import tune
 
-from sweeps.search_space import MEMBERS
+from sweeps.search_space import MEMBERS, is_cohort, lone_params
+from sweeps.trainable import train_trial
 from workers.contract import (
     C_BASE_PARAM,
     COHORT_MEMBERS_KEY,
@@ -206,3 +207,12 @@ def train_cohort(params: dict[str, Any], *, spec_json: str, context: dict[str, A
     except Exception as error:
         trial.stop_running(cohort, error)
         raise
+
+
+def train_sweep_trial(params: dict[str, Any], *, spec_json: str, context: dict[str, Any]) -> None:
+    """The sweep's Tune function trainable: a cohort of K > 1 by :func:`train_cohort`, a lone
+    trial (cohort size 1, or a cohort of one) by :func:`sweeps.trainable.train_trial`."""
+    if is_cohort(params):
+        train_cohort(params, spec_json=spec_json, context=context)
+    else:
+        train_trial(lone_params(params), spec_json=spec_json, context=context)
