@@ -61,8 +61,11 @@ def test_sweep_survives_api_kill9_then_queued_sweep_runs_and_cancel_keeps_finish
     tracking_uri = service.env["MLFLOW_TRACKING_URI"]
     client = service.client()
     first = client.post("/sweeps", json=tiny_spec("first"), headers=auth("alice")).json()
+    # The second sweep tests the lone path's cancel (trials that end one by one), so it pins
+    # cohort_size 1 (auto would train its 3 trials as one cohort: test_cohort_cancel.py).
     second = client.post("/sweeps", json=tiny_spec("second", **{
-        "budget.max_concurrent_trials": 1, "template.training.epochs": 4}), headers=auth("bob")).json()
+        "budget.max_concurrent_trials": 1, "template.training.epochs": 4,
+        "resources.cohort_size": 1}), headers=auth("bob")).json()
 
     # One sweep at a time: the second waits in the queue while the first runs.
     running = _wait(client, first["id"], lambda s: s["state"] == "running" and s["counters"]["done"] >= 1,
