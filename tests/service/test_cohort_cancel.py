@@ -3,14 +3,12 @@ test_lifecycle.py): local driver, local Ray, a sqlite MLflow store."""
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 
 import pytest
 from conftest import auth, tiny_spec
-from test_lifecycle import _alive, _driver_pid, _sweep_runs, _wait
+from test_lifecycle import _driver_pid, _sweep_runs, _wait, cancel_and_check_stopped
 
-from service.orchestrator.launchers import _group_exists
 from workers.contract import COHORT_TAG, FAILURE_TAG, STATE_TAG, STOPPED_EARLY_TAG
 
 pytestmark = pytest.mark.slow
@@ -36,13 +34,7 @@ def test_cancel_of_a_cohort_sweep_ends_every_member_run(make_service):
 
     # Cancel once the first cohort has ended and the second has reported an epoch.
     mid = _wait(client, sweep["id"], second_cohort_trains, what="the second cohort training")
-    driver = _driver_pid(mid)
-    cancelled = client.post(f"/sweeps/{sweep['id']}/cancel", headers=auth("bob"))
-    assert cancelled.status_code == 200 and cancelled.json()["state"] == "cancelled"
-    assert not _alive(driver) and not _group_exists(driver)
-    time.sleep(2)  # the supervisor must not restart a cancelled sweep
-    after = client.get(f"/sweeps/{sweep['id']}").json()
-    assert after["state"] == "cancelled" and after["driver"]["attempts"] == 1
+    after = cancel_and_check_stopped(client, sweep["id"], _driver_pid(mid), "bob")
     counters = after["counters"]
     # A cohort's members end together (same epochs, no early stopping): 3 done, 3 not.
     assert counters["total"] == 6 and counters["done"] == 3, counters

@@ -107,7 +107,7 @@ def _epochs_of(status) -> int:
 
 
 def _trial_dir(tmp_path: Path, sweep_id: str) -> Path:
-    (folder,) = (tmp_path / "root" / sweep_id / "tune").glob("train_trial_*")
+    (folder,) = (tmp_path / "root" / sweep_id / "tune").glob("train_sweep_trial_*")
     return folder
 
 
@@ -272,7 +272,7 @@ def test_kill9_of_the_whole_local_ray_ends_the_driver_and_a_rerun_resumes(tmp_pa
     assert restarted.returncode == 0, output
     client, _, parents, children = _runs(tmp_path, "quickstart", "rk1")
     (trial_id,) = in_flight
-    (folder,) = (tmp_path / "root" / "rk1" / "tune").glob(f"train_trial_{trial_id}_*")
+    (folder,) = (tmp_path / "root" / "rk1" / "tune").glob(f"train_sweep_trial_{trial_id}_*")
     print(f"the trial in flight, per (re)start: {_steps_per_worker(folder)}")
     assert len(parents) == 1, "the resumed driver must reuse the parent run"
     trial_ids = [c.data.tags["ksweep.trial_id"] for c in children]
