@@ -18,6 +18,7 @@ from sweeps.plan import build_plan
 from sweeps.progress import read_status
 from sweeps.spec import load_sweep_spec
 from workers.contract import COHORT_TAG, SWEEP_ID_TAG, TRIAL_ID_TAG
+from workers.tracking import CREATE_TOKEN_TAG
 
 pytestmark = pytest.mark.slow
 
@@ -71,8 +72,10 @@ def _check_same_trials(tmp_path):
         member = members[key]
         assert member.info.status == lone_run.info.status == "FINISHED"
         # The same tags a lone trial's run gets (ids aside), the same params.
+        # (ksweep.create_token: the MLflow retry layer's unique id of each run.)
         same_tags = {k: v for k, v in lone_run.data.tags.items()
-                     if k.startswith("ksweep.") and k not in (TRIAL_ID_TAG, SWEEP_ID_TAG)}
+                     if k.startswith("ksweep.") and k not in (TRIAL_ID_TAG, SWEEP_ID_TAG,
+                                                               CREATE_TOKEN_TAG)}
         assert {k: member.data.tags.get(k) for k in same_tags} == same_tags
         for name in ("c_base", "alpha", "loss_stack", "seed", "training.learning_rate"):
             assert member.data.params[name] == lone_run.data.params[name]
