@@ -26,7 +26,8 @@ from typing import Any
 from mlflow.tracking import MlflowClient
 from ray import tune
 
-from sweeps.search_space import MEMBERS
+from sweeps.search_space import MEMBERS, is_cohort, lone_params
+from sweeps.trainable import train_trial
 from workers.contract import (
     C_BASE_PARAM,
     COHORT_MEMBERS_KEY,
@@ -61,8 +62,11 @@ def progress_record(record: dict[str, Any]) -> dict[str, Any]:
                         and math.isfinite(final[k])}}
 
 
-def _close(member: Member, run: TrialRun) -> None:
-    """End a member's run the way a lone trial's run ends (TrialRun.train)."""
+def _close(member: Member, run: TrialRun | None) -> None:
+    """End a member's run the way a lone trial's run ends (TrialRun.train); None: a member
+    replayed after its run had ended (nothing to write)."""
+    if run is None:
+        return
     if member.status == "failed":
         run.logger.set_tags({FAILURE_TAG: member.error or "failed"})
     log_trial_plots(run.logger, member.trainer)
@@ -90,7 +94,7 @@ class _CohortTrial:
              "epochs": 0, "run_id": None, "error": None, "final": {}, "history": {}}
             for k, member in enumerate(self.members)]
         self.running: list[int] = []
-        self.runs: list[TrialRun] = []
+        self.runs: list[TrialRun | None] = []  # None: replayed, its run already ended
         self.unclosed: list[int] = []  # positions that ended but whose runs are not ended yet
 
     def open(self, folder: Path | None) -> Cohort | None:
@@ -112,8 +116,17 @@ class _CohortTrial:
         from sweeps.trainable import open_trial_run
 
         self.runs = []
+        client = MlflowClient(tracking_uri=self.context["tracking_uri"])
         for member, k in zip(cohort.members, self.running, strict=True):
             record = self.records[k]
+            if record["run_id"] and client.get_run(record["run_id"]).info.status != "RUNNING":
+                # Its run ended under a driver killed before Tune saw the checkpoint that
+                # says so (as sweeps/trainable.py's lone trial): the run is whole, so the
+                # member only replays its last epochs from the checkpoint's exact state for
+                # its record, and touches nothing in MLflow.
+                record["final"][C_BASE_PARAM] = member.trainer.c_base
+                self.runs.append(None)
+                continue
             run = open_trial_run(member.trainer, self.members[k], self.context, record["trial_id"],
                                  record["run_id"], extra_tags={COHORT_TAG: self.cohort_id})
             record["run_id"] = run.logger.run_id
@@ -140,7 +153,8 @@ class _CohortTrial:
                 with own_rng(member):
                     metrics = {**metrics, **member.trainer.finalize()}
                 ended.append(position)
-            self.runs[position].log_epoch(metrics)
+            if self.runs[position] is not None:
+                self.runs[position].log_epoch(metrics)
             history = member.trainer.history
             record.update(state=member.status, epochs=member.trainer.epoch, final={
                 **_numbers(metrics), C_BASE_PARAM: member.trainer.c_base,
@@ -173,6 +187,8 @@ class _CohortTrial:
             if member.status != "running" or self.records[self.running[position]]["state"] in ENDED:
                 continue
             run = self.runs[position]
+            if run is None:
+                continue
             if error is None:
                 run.logger.set_tags({STOPPED_EARLY_TAG: "true"})
                 run.logger.finish("FINISHED")
@@ -206,3 +222,12 @@ def train_cohort(params: dict[str, Any], *, spec_json: str, context: dict[str, A
     except Exception as error:
         trial.stop_running(cohort, error)
         raise
+
+
+def train_sweep_trial(params: dict[str, Any], *, spec_json: str, context: dict[str, Any]) -> None:
+    """The sweep's Tune function trainable: a cohort of K > 1 by :func:`train_cohort`, a lone
+    trial (cohort size 1, or a cohort of one) by :func:`sweeps.trainable.train_trial`."""
+    if is_cohort(params):
+        train_cohort(params, spec_json=spec_json, context=context)
+    else:
+        train_trial(lone_params(params), spec_json=spec_json, context=context)

@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -60,9 +61,10 @@ class SweepPlan:
         trials_saved_by_dedup: trials_requested - trials_after_dedup.
         rows: one dict per requested row (alpha, loss_stack, model, seed, plus beta and
             free_bits when swept) with ``trial``, the index of the trial that runs it, and
-            ``shared`` (whether that trial stands in other rows too). For random and Optuna
-            search the sampled axes are shown as distributions (``U[0, 4]``, ``logU[0.1, 4]``,
-            ``choice(a|b)``) and nothing is shared.
+            ``shared`` (whether that trial stands in other rows too). Random search's rows
+            are the drawn points (one row per sample and seed); for Optuna the sampled axes
+            are shown as distributions (``U[0, 4]``, ``logU[0.1, 4]``, ``choice(a|b)``).
+            Nothing is shared in either.
         trials: the trials that run: their params and ``shared_by``, the row labels
             (``stack@alpha=a``) each stands for when it stands for more than one.
         cohort_size: the resolved ``resources.cohort_size`` (``auto`` made a number).
@@ -167,7 +169,8 @@ def _describe(value: Any) -> str:
     return value.describe() if isinstance(value, ValueRange) else str(value)
 
 
-def _sampled_rows(spec: SweepSpec) -> list[dict[str, Any]]:
+def _distribution_rows(spec: SweepSpec) -> list[dict[str, Any]]:
+    """Optuna: the axes as distributions (its sampler proposes the points while it runs)."""
     sampled: dict[str, Any] = {
         "alpha": _describe(spec.alpha),
         "loss_stack": _choice(spec.stack_labels()),
@@ -176,10 +179,32 @@ def _sampled_rows(spec: SweepSpec) -> list[dict[str, Any]]:
     for axis in ("beta", "free_bits"):
         if getattr(spec, axis) is not None:
             sampled[axis] = _describe(getattr(spec, axis))
-    # Random search runs each sample once per seed, so replicates share a configuration;
-    # Optuna (one configuration per trial) runs the spec's single seed.
-    seeds = spec.seed_list() if spec.search.kind == "random" else spec.seed_list()[:1]
-    return [{**sampled, "seed": seed} for _ in range(spec.search.num_samples) for seed in seeds]
+    # One configuration per trial: the spec's single seed.
+    return [{**sampled, "seed": spec.seed_list()[0]} for _ in range(spec.search.num_samples)]
+
+
+def _draw(rng: np.random.Generator, value: ValueRange) -> float:
+    """One draw from a range: uniform, or log-uniform with ``log``."""
+    if value.log:
+        return float(math.exp(rng.uniform(math.log(value.low), math.log(value.high))))
+    return float(rng.uniform(value.low, value.high))
+
+
+def _random_rows(spec: SweepSpec) -> list[dict[str, Any]]:
+    """Random search: ``num_samples`` points drawn here, seeded by ``search.seed`` (the same
+    spec always gives the same rows), each run once per seed."""
+    rng = np.random.default_rng(spec.search.seed)
+    stacks, models = spec.stack_labels(), list(spec.models)
+    rows = []
+    for _ in range(spec.search.num_samples):
+        point: dict[str, Any] = {"alpha": _draw(rng, spec.alpha),
+                                 "loss_stack": stacks[int(rng.integers(len(stacks)))],
+                                 "model": models[int(rng.integers(len(models)))]}
+        for axis in ("beta", "free_bits"):
+            if getattr(spec, axis) is not None:
+                point[axis] = _draw(rng, getattr(spec, axis))
+        rows += [{**point, "seed": seed} for seed in spec.seed_list()]
+    return rows
 
 
 def cohort_size_for(spec: SweepSpec, trial_count: int) -> int:
@@ -187,8 +212,8 @@ def cohort_size_for(spec: SweepSpec, trial_count: int) -> int:
     size = spec.resources.cohort_size
     if size != "auto":
         return int(size)
-    if spec.search.kind != "grid" or spec.scheduler.kind == "asha":
-        return 1  # these schedulers and searchers decide per trial
+    if spec.search.kind == "optuna" or spec.scheduler.kind == "asha":
+        return 1  # these decide trial by trial (README: "Throughput: cohorts")
     workers = spec.budget.max_concurrent_trials or AUTO_WORKERS
     return max(1, min(AUTO_COHORT_MAX, math.ceil(trial_count / workers)))
 
@@ -200,12 +225,16 @@ def _cohorts(spec: SweepSpec, trials: list[dict[str, Any]], size: int) -> list[l
 
 
 def build_plan(spec: SweepSpec) -> SweepPlan:
-    """Expand a validated spec into its plan (deterministic; samples nothing)."""
+    """Expand a validated spec into its plan (deterministic: random search's points are
+    drawn from ``search.seed``; Optuna's are left to its sampler)."""
     if spec.search.kind == "grid":
         rows = _grid_rows(spec)
         trials = _dedup(spec, rows) if spec.search.dedup else _one_trial_per_row(rows)
+    elif spec.search.kind == "random":
+        rows = _random_rows(spec)
+        trials = _one_trial_per_row(rows)
     else:
-        rows = _sampled_rows(spec)
+        rows = _distribution_rows(spec)
         trials = _one_trial_per_row(rows)
     count = len(trials)
     size = cohort_size_for(spec, count)

@@ -26,7 +26,7 @@ from mlflow.tracking import MlflowClient
 from ray import tune
 
 from sweeps.cohort_results import member_state, saved_members
-from sweeps.cohort_trainable import train_cohort
+from sweeps.cohort_trainable import train_sweep_trial
 from sweeps.plan import build_plan
 from sweeps.progress import MlflowTagSink, ProgressSink, StatusFileSink, SweepStatus, publish
 from sweeps.report import (
@@ -39,7 +39,6 @@ from sweeps.report import (
 from sweeps.search_space import MEMBERS, is_cohort
 from sweeps.spec import SweepSpec
 from sweeps.summary_runs import publish_summary
-from sweeps.trainable import train_trial
 from sweeps.tune_progress import LIVE, ProgressCallback, finished_state, trial_record
 from sweeps.tune_setup import TUNE_FOLDER, ensure_ray, make_tuner, param_space
 from workers.contract import (
@@ -177,9 +176,8 @@ def _prepare_folder(spec: SweepSpec, sweep_root: Path | str, sweep_id: str) -> P
 
 def _fit(spec: SweepSpec, folder: Path, context: dict[str, Any], callback: ProgressCallback) -> Any:
     """Run (or resume) the Tuner to the end; returns Tune's result grid."""
-    function = train_cohort if build_plan(spec).cohort_size > 1 else train_trial
     trainable = tune.with_resources(
-        tune.with_parameters(function, spec_json=spec.canonical_json(), context=context),
+        tune.with_parameters(train_sweep_trial, spec_json=spec.canonical_json(), context=context),
         {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu},
     )
     run_config = tune.RunConfig(
@@ -210,7 +208,7 @@ def _final_status(status: SweepStatus, spec: SweepSpec, outcomes: list[TrialOutc
     status.failed = sum(o.state == "failed" for o in outcomes)
     status.stopped = sum(o.state == "stopped" for o in outcomes)
     status.running = 0
-    status.total = max(status.total, len(outcomes)) if spec.search.kind == "grid" else len(outcomes)
+    status.total = max(status.total, len(outcomes)) if spec.search.kind != "optuna" else len(outcomes)
     status.pending = 0
     status.eta_seconds = 0.0
     status.trials = [

@@ -1,9 +1,10 @@
 """The Ray Tune search space of a plan (the runner's ``param_space``).
 
-Grid search runs the plan's deduplicated trials: one grid axis over trial indices, and
-every param read from the plan's trial at that index, so a trial that stands in several
-rows runs once. Random and Optuna search sample alpha (and beta, free bits when given as
-ranges) from their distributions; nothing can be deduplicated before sampling.
+Grid and random search run the plan's trials (deduplicated for grid; random's points drawn
+by the planner from ``search.seed``): one grid axis over trial (or cohort) indices, and every
+param read from the plan's trial at that index, so a trial that stands in several rows runs
+once. Optuna samples alpha (and beta, free bits when given as ranges) from their
+distributions as it runs.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from ray import tune
 from sweeps.plan import TRIAL_AXES, build_plan
 from sweeps.spec import SweepSpec, ValueRange
 
-__all__ = ["COHORT_INDEX", "MEMBERS", "TRIAL_INDEX", "is_cohort", "param_space"]
+__all__ = ["COHORT_INDEX", "MEMBERS", "TRIAL_INDEX", "is_cohort", "lone_params", "param_space"]
 
 TRIAL_INDEX = "trial_index"
 SHARED_BY = "shared_by"
@@ -38,28 +39,45 @@ def _distribution(value: Any):
     return tune.grid_search([float(v) for v in value])
 
 
+def _cohort_space(cohorts: list[list[dict[str, Any]]], keys: list[str]) -> dict[str, Any]:
+    """One Tune trial per cohort. A cohort of K > 1 has ``members`` (each member's params
+    exactly as a lone trial's config); a cohort of one is a lone trial: its params at the top
+    level and ``members`` None, so the lone trainable runs it (:func:`is_cohort`)."""
+    def lone(key: str):
+        return tune.sample_from(lambda config: None if len(cohorts[config[COHORT_INDEX]]) > 1
+                                else cohorts[config[COHORT_INDEX]][0].get(key))
+
+    return {COHORT_INDEX: tune.grid_search(list(range(len(cohorts)))),
+            MEMBERS: tune.sample_from(lambda config: cohorts[config[COHORT_INDEX]]
+                                      if len(cohorts[config[COHORT_INDEX]]) > 1 else None),
+            **{key: lone(key) for key in (TRIAL_INDEX, *keys)}}
+
+
+def lone_params(config: dict[str, Any]) -> dict[str, Any]:
+    """A lone trial's params from its Tune config (without the cohort keys)."""
+    return {k: v for k, v in config.items() if k not in (COHORT_INDEX, MEMBERS)}
+
+
 def param_space(spec: SweepSpec) -> dict[str, Any]:
     """The Tune param space: ``alpha, loss_stack, model, seed`` (+ ``beta, free_bits`` when
-    swept) and, for grid search, ``trial_index`` and ``shared_by`` (the rows a shared trial
-    stands for, comma-separated; empty when it stands for one). With cohorts (grid search,
-    ``plan.cohort_size > 1``): ``cohort_index`` and ``members``, one such dict per member."""
-    stacks, models, seeds = spec.stack_labels(), list(spec.models), spec.seed_list()
-    if spec.search.kind == "grid":
+    swept) and, for grid and random search (whose points the plan holds), ``trial_index`` and
+    ``shared_by`` (the rows a shared trial stands for, comma-separated; empty when it stands
+    for one). With cohorts (``plan.cohort_size > 1``): ``cohort_index`` and ``members``
+    (:func:`_cohort_space`). Optuna samples its points from the distributions as it runs."""
+    if spec.search.kind != "optuna":
         plan = build_plan(spec)
         trials = [
             {**{k: trial[k] for k in TRIAL_AXES if k in trial},
              SHARED_BY: ",".join(trial["shared_by"])}
             for trial in plan.trials
         ]
-        if plan.cohort_size > 1:
-            # One Tune trial per cohort; ``members`` holds each member's params exactly as a
-            # lone trial's config would (trial_index included).
-            cohorts = [[{TRIAL_INDEX: i, **trials[i]} for i in members] for members in plan.cohorts]
-            return {COHORT_INDEX: tune.grid_search(list(range(len(cohorts)))),
-                    MEMBERS: tune.sample_from(lambda config: cohorts[config[COHORT_INDEX]])}
         keys = [k for k in (*TRIAL_AXES, SHARED_BY) if k in trials[0]]
+        if plan.cohort_size > 1:
+            return _cohort_space(
+                [[{TRIAL_INDEX: i, **trials[i]} for i in members] for members in plan.cohorts], keys)
         return {TRIAL_INDEX: tune.grid_search(list(range(len(trials)))),
                 **{key: _from_trial(trials, key) for key in keys}}
+    stacks, models = spec.stack_labels(), list(spec.models)
     space: dict[str, Any] = {
         "alpha": _distribution(spec.alpha),
         "loss_stack": tune.choice(stacks) if len(stacks) > 1 else stacks[0],
@@ -68,8 +86,5 @@ def param_space(spec: SweepSpec) -> dict[str, Any]:
     for axis in ("beta", "free_bits"):
         if getattr(spec, axis) is not None:
             space[axis] = _distribution(getattr(spec, axis))
-    # Random search replicates every sampled configuration over the seeds; Optuna (one
-    # configuration per trial) runs the spec's single seed.
-    space["seed"] = tune.grid_search(seeds) if spec.search.kind == "random" else seeds[0]
+    space["seed"] = spec.seed_list()[0]  # one configuration per trial
     return space
-

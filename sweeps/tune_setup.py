@@ -86,7 +86,7 @@ def make_tuner(spec: SweepSpec, trainable: Any, run_config: tune.RunConfig, tune
             metric=spec.primary_metric if single_metric else None,
             mode=spec.primary_mode if single_metric else None,
             search_alg=_search_alg(spec), scheduler=_scheduler(spec),
-            num_samples=1 if spec.search.kind == "grid" else spec.search.num_samples,
+            num_samples=spec.search.num_samples if spec.search.kind == "optuna" else 1,
             max_concurrent_trials=spec.budget.max_concurrent_trials,
             # A slot's next trial runs in the finished one's process: its ~4-10 s of imports
             # and first-trial set-up are paid once per slot. Safe across a kill -9: a trial

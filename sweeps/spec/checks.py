@@ -130,12 +130,13 @@ def _search_problems(spec: SweepSpec) -> list[Problem]:
             "optuna samples one configuration per trial; use a single seed, or grid "
             "search for replicates"))
     size = spec.resources.cohort_size
-    if size != "auto" and size > 1 and (kind != "grid" or spec.scheduler.kind == "asha"):
+    if size != "auto" and size > 1 and (kind == "optuna" or spec.scheduler.kind == "asha"):
         why = ("scheduler.kind=asha stops trials one by one" if spec.scheduler.kind == "asha"
-               else f"search.kind={kind} samples one configuration per trial")
+               else "search.kind=optuna proposes each trial after the results before it")
         problems.append((("resources", "cohort_size"),
-            f"resources.cohort_size={size} needs search.kind=grid with scheduler.kind=fifo "
-            f"({why}, so these run with cohort size 1); set resources.cohort_size: 1 (or auto)"))
+            f"resources.cohort_size={size} needs search.kind grid or random with scheduler.kind="
+            f"fifo ({why}, so these run with cohort size 1); set resources.cohort_size: 1 "
+            f"(or auto)"))
     epochs = spec.template.training.epochs
     max_t = spec.scheduler.max_t
     if max_t is not None and max_t > epochs:

@@ -201,10 +201,11 @@ class ResourcesSpec(BaseModel):
     cpu: float = Field(1.0, gt=0, allow_inf_nan=False, description="CPUs per trial.")
     gpu: float = Field(0.0, ge=0, allow_inf_nan=False, description="GPUs per trial (e.g. 0.25).")
     cohort_size: Literal["auto"] | Annotated[int, Field(ge=1, le=MAX_COHORT_SIZE)] = Field(
-        1, description="Trials trained together as one vectorized cohort by one worker (grid "
-        "search with the fifo scheduler). 1: one trial per worker. 'auto': ceil(trials / "
-        "concurrent workers) capped at 32 (workers: budget.max_concurrent_trials, else 4); 1 "
-        "for random, Optuna and ASHA. The cpu/gpu above are then reserved per cohort.")
+        "auto", description="Trials trained together as one vectorized cohort by one worker "
+        "(grid and random search with the fifo scheduler). 'auto' (the default): ceil(trials / "
+        "concurrent workers) capped at 32 (workers: budget.max_concurrent_trials, else 4); 1 for "
+        "Optuna and ASHA, which decide trial by trial. 1: one trial per worker. A cohort of one "
+        "trial runs as a lone trial. The cpu/gpu above are then reserved per cohort.")
 
 
 READOUT_METRICS: tuple[str, ...] = (

@@ -56,13 +56,28 @@ def _sweep_runs(tracking_uri: str, sweep: dict):
     return client, parents, children
 
 
+def cancel_and_check_stopped(client, sweep_id: str, driver: int, owner: str) -> dict:
+    """Cancel as ``owner``: the driver and its whole process group (local Ray, trial workers)
+    are gone and the sweep stays cancelled. Returns the sweep as it is afterwards."""
+    cancelled = client.post(f"/sweeps/{sweep_id}/cancel", headers=auth(owner))
+    assert cancelled.status_code == 200 and cancelled.json()["state"] == "cancelled"
+    assert not _alive(driver) and not _group_exists(driver)
+    time.sleep(2)  # the supervisor must not restart a cancelled sweep
+    after = client.get(f"/sweeps/{sweep_id}").json()
+    assert after["state"] == "cancelled" and after["driver"]["attempts"] == 1
+    return after
+
+
 def test_sweep_survives_api_kill9_then_queued_sweep_runs_and_cancel_keeps_finished(make_service, tmp_path):
     service = make_service(KSWEEP_MAX_CONCURRENT_SWEEPS="1")
     tracking_uri = service.env["MLFLOW_TRACKING_URI"]
     client = service.client()
     first = client.post("/sweeps", json=tiny_spec("first"), headers=auth("alice")).json()
+    # The second sweep tests the lone path's cancel (trials that end one by one), so it pins
+    # cohort_size 1 (auto would train its 3 trials as one cohort: test_cohort_cancel.py).
     second = client.post("/sweeps", json=tiny_spec("second", **{
-        "budget.max_concurrent_trials": 1, "template.training.epochs": 4}), headers=auth("bob")).json()
+        "budget.max_concurrent_trials": 1, "template.training.epochs": 4,
+        "resources.cohort_size": 1}), headers=auth("bob")).json()
 
     # One sweep at a time: the second waits in the queue while the first runs.
     running = _wait(client, first["id"], lambda s: s["state"] == "running" and s["counters"]["done"] >= 1,
@@ -132,13 +147,7 @@ def test_sweep_survives_api_kill9_then_queued_sweep_runs_and_cancel_keeps_finish
     second_driver = _driver_pid(mid)
     forbidden = client.post(f"/sweeps/{second['id']}/cancel", headers=auth("alice"))
     assert forbidden.status_code == 403
-    cancelled = client.post(f"/sweeps/{second['id']}/cancel", headers=auth("bob"))
-    assert cancelled.status_code == 200 and cancelled.json()["state"] == "cancelled"
-    # The driver and its whole process group (local Ray, trial workers) are gone.
-    assert not _alive(second_driver) and not _group_exists(second_driver)
-    time.sleep(2)  # the supervisor must not restart a cancelled sweep
-    after = client.get(f"/sweeps/{second['id']}").json()
-    assert after["state"] == "cancelled" and after["driver"]["attempts"] == 1
+    after = cancel_and_check_stopped(client, second["id"], second_driver, "bob")
     assert 1 <= after["counters"]["done"] < after["counters"]["total"]
     _, parents, children = _sweep_runs(tracking_uri, after)
     finished = [r for r in children if r.info.status == "FINISHED"]

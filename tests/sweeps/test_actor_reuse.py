@@ -38,10 +38,15 @@ def _finished_child_runs(db) -> int:
 
 
 @pytest.mark.timeout(1200)
-def test_kill_right_after_a_trial_finished_does_not_rerun_it(tmp_path):
+@pytest.mark.parametrize("cohort_size", [1, "auto"])
+def test_kill_right_after_a_trial_finished_does_not_rerun_it(tmp_path, cohort_size):
+    # cohort_size 1: actor reuse, one lone trial after another in one actor. auto (the
+    # default): the 4 trials are one cohort, killed as soon as two members' runs FINISHED at
+    # its last epoch; a restored cohort must replay them without touching their runs.
     spec = _write_spec(tmp_path, "reuse", {"template.training.epochs": EPOCHS, "seeds": 1,
                                            "loss_stacks": ["uniform", "raw_plus_ncc"],
-                                           "budget.max_concurrent_trials": 1})
+                                           "budget.max_concurrent_trials": 1,
+                                           "resources.cohort_size": cohort_size})
     process = _sweep(tmp_path, spec, "ru1")
     db = tmp_path / "mlflow.db"
     deadline = time.time() + 600

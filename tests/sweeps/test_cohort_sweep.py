@@ -14,7 +14,9 @@ import pytest
 import yaml
 from test_runner import _runs, _sweep, _write_spec
 
+from sweeps.plan import build_plan
 from sweeps.progress import read_status
+from sweeps.spec import load_sweep_spec
 from workers.contract import COHORT_TAG, SWEEP_ID_TAG, TRIAL_ID_TAG
 from workers.tracking import CREATE_TOKEN_TAG
 
@@ -43,7 +45,8 @@ def _report(tmp_path, sweep_id):
 
 @pytest.mark.timeout(1800)
 def test_cohort_members_match_lone_trials_early_stopping_included(tmp_path):
-    lone = _write_spec(tmp_path, "lone", EARLY_STOPPING)
+    # The lone reference pins cohort_size 1 (the default, auto, would pack these 6 trials).
+    lone = _write_spec(tmp_path, "lone", {**EARLY_STOPPING, "resources.cohort_size": 1})
     packed = _write_spec(tmp_path, "packed", {**EARLY_STOPPING, "resources.cohort_size": 6})
     for spec, sweep_id in ((packed, "k6"), (lone, "k1")):
         started = time.monotonic()
@@ -170,3 +173,39 @@ def test_killed_cohort_sweep_resumes_without_rerunning_or_duplicating_members(tm
     assert (status.state, status.total, status.done, status.failed, status.pending) == (
         "succeeded", 6, 4, 2, 0)
     assert yaml.safe_load(spec.read_text())["resources"]["cohort_size"] == 3
+
+
+@pytest.mark.timeout(1200)
+def test_random_sweep_runs_the_planned_points_in_cohorts_and_a_cohort_of_one_alone(tmp_path):
+    # 3 random points (seed 7) in cohorts of 2: [trial 1, trial 2] as a cohort, [trial 3]
+    # alone, by the lone trainable.
+    spec = _write_spec(tmp_path, "random", {
+        "alpha": {"low": 0.0, "high": 2.0}, "seeds": 1,
+        "search": {"kind": "random", "num_samples": 3, "seed": 7},
+        "loss_stacks": ["uniform", "raw_token_weighted", "raw_plus_ncc"],
+        "template.training.epochs": 2, "template.data.train_size": 256,
+        "template.data.val_size": 128, "budget.max_concurrent_trials": 1,
+        "resources.cohort_size": 2})
+    plan = build_plan(load_sweep_spec(spec))
+    assert plan.cohorts == [[0, 1], [2]]
+    process = _sweep(tmp_path, spec, "rnd")
+    output, _ = process.communicate(timeout=1100)
+    assert process.returncode == 0, output
+    client, _, _, children = _runs(tmp_path, "quickstart", "rnd")
+    assert len(children) == 3 and all(c.info.status == "FINISHED" for c in children)
+    # Each run is the plan's drawn point, exactly (MLflow keeps the float's repr).
+    runs = {(float(c.data.params["alpha"]), c.data.params["loss_stack"]): c for c in children}
+    assert set(runs) == {(t["alpha"], t["loss_stack"]) for t in plan.trials}
+    members = [runs[(t["alpha"], t["loss_stack"])] for t in plan.trials]
+    assert members[0].data.tags[COHORT_TAG] == members[1].data.tags[COHORT_TAG]
+    assert members[0].data.tags[TRIAL_ID_TAG].endswith("-m0")
+    assert COHORT_TAG not in members[2].data.tags  # the cohort of one ran as a lone trial
+    assert not members[2].data.tags[TRIAL_ID_TAG].endswith("-m0")
+    for child in children:
+        steps = [m.step for m in client.get_metric_history(child.info.run_id, "val/loss")]
+        assert steps == [1, 2] and "selected/test/latent_nmi" in child.data.metrics
+    report = _report(tmp_path, "rnd")
+    assert report["counts"] == {"done": 3}
+    assert sorted(t["alpha"] for t in report["trials"]) == sorted(t["alpha"] for t in plan.trials)
+    status = read_status(tmp_path / "root" / "rnd" / "status.json")
+    assert (status.state, status.total, status.done, len(status.trials)) == ("succeeded", 3, 3, 3)

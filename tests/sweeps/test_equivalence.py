@@ -119,14 +119,18 @@ def test_analysis_names_swept_stacks():
     assert "analysis.caveat_treated" in _rejected(analysis={"primary": "caveat"})
 
 
-def test_grid_param_space_runs_the_deduplicated_trials():
+@pytest.mark.parametrize("cohort_size", [1, "auto"])
+def test_grid_param_space_runs_the_deduplicated_trials(cohort_size):
     from ray.tune.search.variant_generator import generate_variants
 
     from sweeps.search_space import param_space
 
-    sweep = spec(alpha=[0, 1, 2], beta=[0.5, 1.0], seeds=2)
+    sweep = spec(alpha=[0, 1, 2], beta=[0.5, 1.0], seeds=2, resources={"cohort_size": cohort_size})
     plan = build_plan(sweep)
-    variants = [config for _, config in generate_variants(param_space(sweep))]
+    tune_trials = [config for _, config in generate_variants(param_space(sweep))]
+    assert len(tune_trials) == len(plan.cohorts) == (16 if cohort_size == 1 else 4)
+    # Each Tune trial is a lone trial's params or a cohort's members: the plan's trials.
+    variants = [m for t in tune_trials for m in (t.get("members") or [t])]
     assert len(variants) == plan.trial_count == 2 * 2 * (1 + 3)
     keys = ("alpha", "loss_stack", "model", "seed", "beta")
     assert [{k: v[k] for k in keys} for v in variants] == [
@@ -134,3 +138,21 @@ def test_grid_param_space_runs_the_deduplicated_trials():
     shared = [v for v in variants if v["shared_by"]]
     assert len(shared) == 4 and shared[0]["shared_by"] == (
         "uniform@alpha=0,uniform@alpha=1,uniform@alpha=2")
+
+
+def test_a_cohort_of_one_is_a_lone_tune_trial():
+    from ray.tune.search.variant_generator import generate_variants
+
+    from sweeps.search_space import is_cohort, lone_params, param_space
+
+    sweep = spec(alpha=[0, 1, 2], beta=[0.5, 1.0], seeds=2, resources={"cohort_size": 5})
+    plan = build_plan(sweep)
+    assert [len(c) for c in plan.cohorts] == [5, 5, 5, 1]
+    tune_trials = [config for _, config in generate_variants(param_space(sweep))]
+    assert [is_cohort(t) for t in tune_trials] == [True, True, True, False]
+    assert all(t["alpha"] is None and t["trial_index"] is None for t in tune_trials[:3])
+    (index,) = plan.cohorts[3]
+    lone = lone_params(tune_trials[3])
+    trial = plan.trials[index]
+    assert lone == {"trial_index": index, "shared_by": ",".join(trial["shared_by"]),
+                    **{k: trial[k] for k in ("alpha", "loss_stack", "model", "seed", "beta")}}

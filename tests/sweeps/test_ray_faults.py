@@ -107,7 +107,7 @@ def _epochs_of(status) -> int:
 
 
 def _trial_dir(tmp_path: Path, sweep_id: str) -> Path:
-    (folder,) = (tmp_path / "root" / sweep_id / "tune").glob("train_trial_*")
+    (folder,) = (tmp_path / "root" / sweep_id / "tune").glob("train_sweep_trial_*")
     return folder
 
 
@@ -225,11 +225,13 @@ def test_kill9_between_the_mlflow_log_and_the_checkpoint_logs_no_epoch_twice(tmp
 @pytest.mark.timeout(1500)
 def test_kill9_of_the_whole_local_ray_ends_the_driver_and_a_rerun_resumes(tmp_path):
     # 6 rows, 4 trials (uniform once for its three alphas), one at a time; killed amid the
-    # third trial.
+    # third trial. The lone path (trials that end one by one) pins cohort_size 1: auto would
+    # train the 4 trials as one cohort (its kill -9: test_cohort_sweep.py).
     epochs = 16
     spec = _write_spec(tmp_path, "ray", {"template.training.epochs": epochs, "seeds": 1,
                                          "loss_stacks": ["uniform", "raw_plus_ncc"],
-                                         "budget.max_concurrent_trials": 1})
+                                         "budget.max_concurrent_trials": 1,
+                                         "resources.cohort_size": 1})
     process = _sweep(tmp_path, spec, "rk1")
     status_path = tmp_path / "root" / "rk1" / "status.json"
     _wait_for(process, status_path, lambda s: s.done >= 2 and any(
@@ -270,7 +272,7 @@ def test_kill9_of_the_whole_local_ray_ends_the_driver_and_a_rerun_resumes(tmp_pa
     assert restarted.returncode == 0, output
     client, _, parents, children = _runs(tmp_path, "quickstart", "rk1")
     (trial_id,) = in_flight
-    (folder,) = (tmp_path / "root" / "rk1" / "tune").glob(f"train_trial_{trial_id}_*")
+    (folder,) = (tmp_path / "root" / "rk1" / "tune").glob(f"train_sweep_trial_{trial_id}_*")
     print(f"the trial in flight, per (re)start: {_steps_per_worker(folder)}")
     assert len(parents) == 1, "the resumed driver must reuse the parent run"
     trial_ids = [c.data.tags["ksweep.trial_id"] for c in children]

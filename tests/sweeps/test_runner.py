@@ -120,10 +120,12 @@ def test_quickstart_sweep_end_to_end(tmp_path):
 
 
 def test_killed_driver_resumes_without_rerunning_or_duplicating(tmp_path):
-    # 6 rows, 4 trials (uniform once for its three alphas).
+    # 6 rows, 4 trials (uniform once for its three alphas), killed between lone trials: so
+    # cohort_size 1 (auto would train the 4 as one cohort; its kill -9: test_cohort_sweep.py).
     spec = _write_spec(tmp_path, "resume", {"template.training.epochs": 6, "seeds": 1,
                                             "loss_stacks": ["uniform", "raw_plus_ncc"],
-                                            "budget.max_concurrent_trials": 1})
+                                            "budget.max_concurrent_trials": 1,
+                                            "resources.cohort_size": 1})
     process = _sweep(tmp_path, spec, "rs1")
     status_path = tmp_path / "root" / "rs1" / "status.json"
     deadline = time.time() + 300

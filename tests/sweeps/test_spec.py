@@ -108,9 +108,43 @@ def test_random_count_is_samples_times_seeds():
                   seeds=3, models=["discrete", "continuous"])
     plan = build_plan(random)
     assert random.trial_count() == plan.trial_count == len(plan.rows) == 15
-    assert plan.rows[0]["alpha"] == "logU[0.1, 4]"
-    assert plan.rows[0]["model"] == "choice(discrete|continuous)"
     assert [row["seed"] for row in plan.rows[:3]] == [0, 1, 2]
+    # The planner draws the points (seeded by search.seed): each sample once per seed.
+    points = [tuple(row[k] for k in ("alpha", "loss_stack", "model")) for row in plan.rows]
+    assert all(points[i] == points[i - i % 3] for i in range(15))
+    assert len({p[0] for p in points}) == 5
+    assert all(0.1 <= p[0] <= 4 and p[2] in ("discrete", "continuous") for p in points)
+    assert [t["alpha"] for t in plan.trials] == [row["alpha"] for row in plan.rows]
+    assert build_plan(random).rows == plan.rows  # deterministic
+    other = random.model_dump(mode="json")
+    other["search"]["seed"] = 1
+    assert [r["alpha"] for r in build_plan(SweepSpec.model_validate(other)).rows] != \
+        [r["alpha"] for r in plan.rows]
+
+
+def test_random_draws_follow_the_ranges():
+    # 200 log-uniform draws on [0.1, 10]: about half below 1 (the log midpoint); beta uniform.
+    plan = build_plan(spec(alpha={"low": 0.1, "high": 10, "log": True}, beta={"low": 1, "high": 3},
+                           search={"kind": "random", "num_samples": 200}, seeds=1,
+                           budget={"max_trials": 1000}))
+    alphas = [row["alpha"] for row in plan.rows]
+    assert 70 < sum(a < 1 for a in alphas) < 130
+    assert all(1 <= row["beta"] <= 3 for row in plan.rows)
+    assert plan.trials[0]["beta"] == plan.rows[0]["beta"]
+
+
+def test_random_sweep_runs_in_cohorts():
+    random = spec(alpha=RANGE, search={"kind": "random", "num_samples": 3}, seeds=2,
+                  resources={"cohort_size": 4})
+    plan = build_plan(random)
+    assert plan.trial_count == 6 and plan.cohorts == [[0, 1, 2, 3], [4, 5]]
+    out = io.StringIO()
+    render_plan(plan, Console(file=out, width=160))
+    text = out.getvalue()
+    assert "cohorts: 2 (cohort size 4; sizes 4, 2)" in text
+    assert f"{plan.rows[0]['alpha']:g}" in text  # the drawn values are shown
+    assert build_plan(spec(alpha=RANGE, search={"kind": "random", "num_samples": 3},
+                           seeds=2)).cohort_size == 2  # auto: ceil(6 / 4 workers)
 
 
 def test_dedup_off_runs_every_row():
@@ -467,10 +501,12 @@ def test_json_schema_has_descriptions():
 # ---- cohorts (resources.cohort_size) ----------------------------------------------------------
 
 
-def test_cohort_size_defaults_to_one_trial_per_worker():
-    plan = build_plan(spec(seeds=2))
-    assert spec().resources.cohort_size == 1
-    assert plan.cohort_size == 1 and plan.cohorts == [[i] for i in range(plan.trial_count)]
+def test_cohort_size_defaults_to_auto_and_one_keeps_one_trial_per_worker():
+    plan = build_plan(spec(seeds=2))  # 8 trials, 4 workers by default: cohorts of 2
+    assert spec().resources.cohort_size == "auto"
+    assert plan.cohort_size == 2 and plan.cohorts == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    lone = build_plan(spec(seeds=2, resources={"cohort_size": 1}))
+    assert lone.cohort_size == 1 and lone.cohorts == [[i] for i in range(lone.trial_count)]
 
 
 def test_cohorts_group_the_trials_and_validate_shows_them():
@@ -499,8 +535,11 @@ def test_cohort_size_auto_rule():
     big = spec(seeds=100, resources={"cohort_size": "auto"}, budget={"max_concurrent_trials": 1,
                                                                      "max_trials": 1000})
     assert build_plan(big).cohort_size == 32
-    # 1 for random, Optuna and ASHA
-    assert build_plan(spec(alpha=RANGE, search={"kind": "random", "num_samples": 4},
+    # auto is the default; random search as grid; 1 for Optuna and ASHA
+    assert spec().resources.cohort_size == "auto"
+    assert build_plan(spec(alpha=RANGE, search={"kind": "random", "num_samples": 4}, seeds=2,
+                           resources={"cohort_size": "auto"})).cohort_size == 2
+    assert build_plan(spec(alpha=RANGE, search={"kind": "optuna", "num_samples": 8}, seeds=1,
                            resources={"cohort_size": "auto"})).cohort_size == 1
     assert build_plan(spec(scheduler={"kind": "asha"},
                            resources={"cohort_size": "auto"})).cohort_size == 1
@@ -515,7 +554,6 @@ def test_cohorts_keep_dropout_trials_alone():
 @pytest.mark.parametrize("fields", [
     {"scheduler": {"kind": "asha"}},
     {"alpha": RANGE, "search": {"kind": "optuna", "num_samples": 4}, "seeds": 1},
-    {"alpha": RANGE, "search": {"kind": "random", "num_samples": 4}},
 ])
 def test_cohorts_refused_where_trials_are_decided_one_by_one(fields):
     text = rejected(resources={"cohort_size": 4}, **fields)
