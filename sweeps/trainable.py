@@ -27,6 +27,7 @@ from workers.contract import (
     param_tag,
     runs_with_tag_filter,
 )
+from workers.mlflow_retry import retrying
 from workers.tracking import ensure_experiment
 from workers.train import Trainer
 from workers.trial import TrialRun
@@ -50,10 +51,12 @@ def open_trial_run(
         return TrialRun.attach(trainer, uri, checkpoint_run_id)
     client = MlflowClient(tracking_uri=uri)
     experiment_id = ensure_experiment(client, context["experiment_name"])
-    stale_runs = client.search_runs([experiment_id], filter_string=runs_with_tag_filter(
-        **{SWEEP_ID_TAG: context["sweep_id"], TRIAL_ID_TAG: trial_id}))
-    for stale in stale_runs:
-        client.delete_run(stale.info.run_id)
+    stale_filter = runs_with_tag_filter(**{SWEEP_ID_TAG: context["sweep_id"], TRIAL_ID_TAG: trial_id})
+    stale_runs = retrying(lambda: client.search_runs([experiment_id], filter_string=stale_filter),
+                          f"search for leftover runs of trial {trial_id}")
+    for run_id in [stale.info.run_id for stale in stale_runs]:
+        retrying(lambda run_id=run_id: client.delete_run(run_id), f"delete leftover run {run_id}",
+                 done=lambda run_id=run_id: client.get_run(run_id).info.lifecycle_stage == "deleted")
     tags = {SWEEP_ID_TAG: context["sweep_id"], TRIAL_ID_TAG: trial_id, RUN_KIND_TAG: RUN_KIND_TRIAL,
             **{param_tag(k): v for k, v in params.items()}, **(extra_tags or {})}
     return TrialRun.start(trainer, uri, context["experiment_name"], trainer.config.name or trial_id,
@@ -62,7 +65,8 @@ def open_trial_run(
 
 def _ended_run(context: dict[str, Any], run_id: str) -> str | None:
     """'finished' or 'stopped' (early, by the scheduler) when the run ended FINISHED, else None."""
-    run = MlflowClient(tracking_uri=context["tracking_uri"]).get_run(run_id)
+    client = MlflowClient(tracking_uri=context["tracking_uri"])
+    run = retrying(lambda: client.get_run(run_id), f"get run {run_id}")
     if run.info.status != "FINISHED":
         return None
     return "stopped" if run.data.tags.get(STOPPED_EARLY_TAG) == "true" else "finished"

@@ -3,7 +3,8 @@ trainable share.
 
 A :class:`TrialRun` owns the run of one :class:`~workers.train.Trainer`: the params when the
 run starts, one metric point per epoch (an epoch the run already holds, after a resume, is
-not logged twice; epochs are buffered while the MLflow server is down, and the run ends once
+not logged twice, and one the checkpoint holds but the run lacks is logged from the restored
+history; epochs are buffered while the MLflow server is down, and the run ends once
 they are written: :mod:`workers.mlflow_retry`), the PNG artifacts at the end, and how the run ends: ``FINISHED``;
 ``FINISHED`` with ``ksweep.stopped_early`` when a scheduler stopped it before its budget
 (Tune ends such a trial with ``SystemExit`` inside ``tune.report``); ``FAILED`` with the
@@ -92,6 +93,7 @@ class TrialRun:
         self.trainer = trainer
         self.logger = logger
         self.logged_epochs = logged_epochs
+        self.final_pending = False  # the last epoch was logged without finalize()'s values
 
     @classmethod
     def start(
@@ -113,7 +115,20 @@ class TrialRun:
         twice (one point per step).
         """
         logger = RunLogger.attach(tracking_uri, run_id, buffered=True)
-        return cls(trainer, logger, logged_epochs=max(trainer.epoch, logger.last_step()))
+        last_step = logger.last_step()
+        run = cls(trainer, logger, logged_epochs=max(trainer.epoch, last_step))
+        run.backfill(last_step)
+        return run
+
+    def backfill(self, last_step: int) -> None:
+        """Log the epochs the checkpoint holds and the run lacks (epochs buffered during an
+        MLflow outage die with a worker killed by -9) from the restored per-epoch history."""
+        trainer = self.trainer
+        for epoch in range(last_step + 1, trainer.epoch + 1):
+            metrics = {key: values[epoch - 1] for key, values in trainer.history.items()
+                       if len(values) == trainer.epoch}
+            self.logger.log_metrics(finite_metrics(metrics), step=epoch)
+            self.final_pending = True
 
     def log_epoch(self, metrics: Mapping[str, float]) -> None:
         """Log one epoch's metrics at step = epoch, unless the run already holds it."""
@@ -146,7 +161,7 @@ class TrialRun:
                     after_epoch(trainer, trainer.epoch, metrics)
             if not trainer.final_metrics:  # resumed from a checkpoint of a finished trial
                 final = trainer.finalize()  # (also restores the selected weights for the plots)
-                if self.logged_epochs < trainer.epoch:  # else the last epoch logged them
+                if self.logged_epochs < trainer.epoch or self.final_pending:  # else logged
                     self.logger.log_metrics(final, step=trainer.epoch)
         except SystemExit:
             # ASHA also "stops" a trial at max_t, right after its last epoch: not early.

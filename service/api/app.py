@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from service.api import health, objectives, sweeps
 from service.api.deps import PageCache, Services
 from service.api.errors import BodySizeLimit, install_error_handlers
+from service.api.links import add_links
 from service.orchestrator.launchers import make_launcher
 from service.orchestrator.supervisor import Supervisor
 from service.settings import Settings, get_settings, hash_token
@@ -75,4 +76,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     for router in (sweeps.router, objectives.router, health.router):
         app.include_router(router, prefix=API_PREFIX)
+    generate = app.openapi
+    app.openapi = lambda: add_links(generate(), API_PREFIX)  # type: ignore[method-assign]
     return app

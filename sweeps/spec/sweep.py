@@ -24,6 +24,7 @@ from pydantic import (
     StringConstraints,
     Tag,
     ValidationError,
+    WithJsonSchema,
     field_serializer,
     field_validator,
     model_validator,
@@ -50,6 +51,8 @@ from workers.train.config import TrialConfig
 __all__ = ["SweepSpec"]
 
 TAG_KEY_PATTERN = r"^[A-Za-z0-9_.-]{1,100}$"
+# A tag value is text; a number is read as its text (YAML's `version: 2`), a boolean is refused.
+TAG_VALUE_SCHEMA = {"anyOf": [{"type": "string", "maxLength": 500}, {"type": "number"}]}
 
 ModelFamily = Literal["discrete", "continuous"]
 StackLabel = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
@@ -104,8 +107,9 @@ class SweepSpec(BaseModel):
     description: str = Field("", max_length=2000, description="Free text shown in reports.")
     tags: dict[
         Annotated[str, StringConstraints(pattern=TAG_KEY_PATTERN)],
-        Annotated[str, StringConstraints(max_length=500)],
-    ] = Field(default_factory=dict, max_length=50, description="MLflow tags on every run.")
+        Annotated[str, StringConstraints(max_length=500), WithJsonSchema(TAG_VALUE_SCHEMA)],
+    ] = Field(default_factory=dict, max_length=50,
+              description="MLflow tags on every run (numbers are kept as their text).")
     template: TrialConfig = Field(
         default_factory=TrialConfig,
         description="Data, base model, model sizes and training budget shared by every trial. Its "
@@ -177,7 +181,8 @@ class SweepSpec(BaseModel):
     def _scalar_tags_as_text(cls, value: Any) -> Any:
         # YAML reads `version: 2` as an int; MLflow tags are text either way.
         if isinstance(value, dict):
-            return {k: str(v) if isinstance(v, int | float) else v for k, v in value.items()}
+            return {k: str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
+                    for k, v in value.items()}
         return value
 
     @field_validator("alpha", "beta", "free_bits")

@@ -3,7 +3,6 @@ loopback (the API, the driver, and the local Ray the driver starts)."""
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 import time
@@ -15,15 +14,10 @@ import pytest
 from conftest import TOKENS, auth, tiny_spec
 from test_lifecycle import _driver_pid, _wait
 
+from tests.support.sockets import listening, loopback
+
 pytestmark = pytest.mark.slow
 
-
-
-def _loopback(ip: str) -> bool:
-    address = ipaddress.ip_address(ip)
-    if address.version == 6 and address.ipv4_mapped:  # ::ffff:127.0.0.1
-        address = address.ipv4_mapped
-    return address.is_loopback
 
 
 def _group(pgid: int) -> list[psutil.Process]:
@@ -35,20 +29,6 @@ def _group(pgid: int) -> list[psutil.Process]:
         except (ProcessLookupError, psutil.Error):
             continue
     return members
-
-
-def _listening(procs: list[psutil.Process]) -> dict[tuple[str, int], str]:
-    """(ip, port) -> process name of every listening TCP socket and bound UDP socket."""
-    found = {}
-    for proc in procs:
-        try:
-            for conn in proc.net_connections(kind="inet"):
-                if conn.laddr and (conn.status == psutil.CONN_LISTEN or not conn.raddr and
-                                   conn.type == 2):  # SOCK_DGRAM
-                    found[(conn.laddr.ip, conn.laddr.port)] = proc.name()
-        except psutil.Error:
-            continue
-    return found
 
 
 def _session_dirs(procs: list[psutil.Process]) -> set[Path]:
@@ -64,7 +44,7 @@ def _session_dirs(procs: list[psutil.Process]) -> set[Path]:
     return dirs
 
 
-def test_tokens_stay_out_of_logs_and_everything_binds_loopback(make_service, tmp_path: Path):
+def test_tokens_stay_out_of_logs_and_everything_bindsloopback(make_service, tmp_path: Path):
     token = f"secret-{uuid.uuid4().hex}"
     service = make_service(KSWEEP_API_TOKENS=f"carol:{token},alice:{TOKENS['alice']}")
     headers = {"Authorization": f"Bearer {token}"}
@@ -90,15 +70,15 @@ def test_tokens_stay_out_of_logs_and_everything_binds_loopback(make_service, tmp
     for polls in range(60):  # Ray's daemons come up one by one; gather what listens a while
         members = _group(driver)
         group |= {p.pid: p for p in members}
-        sockets |= _listening(members)
+        sockets |= listening(members)
         names |= set(sockets.values())
         if polls >= 8 and any("raylet" in n for n in names) and any("gcs" in n for n in names):
             break
         time.sleep(0.5)
     assert any("raylet" in n for n in names) and any("gcs" in n for n in names), names
-    api = _listening([psutil.Process(service.process.pid)])
-    assert api and all(_loopback(ip) for ip, _ in api), api
-    wide = {addr: name for addr, name in sockets.items() if not _loopback(addr[0])}
+    api = listening([psutil.Process(service.process.pid)])
+    assert api and all(loopback(ip) for ip, _ in api), api
+    wide = {addr: name for addr, name in sockets.items() if not loopback(addr[0])}
     assert not wide, f"listening beyond loopback: {wide}"
     # The driver and its workers never got the API's tokens.
     for proc in group.values():

@@ -1,0 +1,41 @@
+"""A trial worker killed with -9 while its epochs were buffered (an MLflow outage) loses them
+from memory, but not from its checkpoint: the resumed run logs them from the restored history,
+so the run still holds one point per epoch, and the end values once."""
+
+from __future__ import annotations
+
+from mlflow.tracking import MlflowClient
+from test_protocol import _config
+
+from workers.train import Trainer
+from workers.trial import TrialRun
+
+
+def _steps(client: MlflowClient, run_id: str, key: str) -> list[int]:
+    return sorted(point.step for point in client.get_metric_history(run_id, key))
+
+
+def test_epochs_lost_with_a_killed_worker_are_logged_from_the_checkpoint(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    config = _config(epochs=3, min_epochs=3)
+    first = Trainer.create(config, cache_root=tmp_path / "cache")
+    run = TrialRun.start(first, uri, "backfill", "t1")
+    run.log_epoch(first.run_epoch())
+    run.logger.flush()  # epoch 1 reached MLflow; epochs 2 and 3 die in the buffer
+    first.run_epoch()
+    first.run_epoch()
+    checkpoint = first.state_dict()
+    assert first.finished
+
+    resumed = Trainer.create(config, cache_root=tmp_path / "cache")
+    resumed.load_state_dict(checkpoint)
+    TrialRun.attach(resumed, uri, run.logger.run_id).train()
+
+    client = MlflowClient(tracking_uri=uri)
+    run_id = run.logger.run_id
+    for key in ("val/loss", "train/loss", "val/latent_nmi"):
+        assert _steps(client, run_id, key) == [1, 2, 3], key
+    history = client.get_metric_history(run_id, "val/loss")
+    assert [p.value for p in sorted(history, key=lambda p: p.step)] == checkpoint["history"]["val/loss"]
+    assert _steps(client, run_id, "selected/epoch") == [3]
+    assert client.get_run(run_id).info.status == "FINISHED"
