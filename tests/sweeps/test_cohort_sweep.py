@@ -113,8 +113,11 @@ def test_killed_cohort_sweep_resumes_without_rerunning_or_duplicating_members(tm
     # 6 trials (uniform, raw_plus_ncc, exploding x 2 seeds) in cohorts of 3, one at a time:
     # cohort 1 = both uniform and raw_plus_ncc seed 0; cohort 2 = raw_plus_ncc seed 1 and the
     # two exploding members, which diverge at step 0 (failed with the reason, cohort goes on).
+    # 30 epochs: the surviving member of cohort 2 must still be training 2.5 s after its
+    # cohort-mates diverged (at 8 epochs, ~0.3 s each, it sometimes finished first).
+    epochs = 30
     spec = _write_spec(tmp_path, "resume", {
-        "template.training.epochs": 8, "alpha": [1.0], "seeds": 2,
+        "template.training.epochs": epochs, "alpha": [1.0], "seeds": 2,
         "loss_stacks": ["uniform", "raw_plus_ncc",
                         {"name": "exploding", "terms": {"token_weighted": 1e38, "uniform": 1e38}}],
         "budget.max_concurrent_trials": 1, "resources.cohort_size": 3})
@@ -153,7 +156,6 @@ def test_killed_cohort_sweep_resumes_without_rerunning_or_duplicating_members(tm
     for run_id, old in ended_before.items():
         new = next(c for c in children if c.info.run_id == run_id)
         assert (new.info.status, new.info.end_time) == (old.info.status, old.info.end_time)
-    epochs = 8
     for child in children:
         steps = [m.step for m in client.get_metric_history(child.info.run_id, "val/loss")]
         if child.data.params["loss_stack"] == "exploding":
