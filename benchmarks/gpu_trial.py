@@ -59,7 +59,8 @@ def measure(size: int, workers: int, settings: dict) -> dict:
                "--batch-size", str(settings["batch_size"]), "--device", settings["device"]]
     launched = time.time()
     processes = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                                  text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                      filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
                  for _ in range(workers)]
     lines = []
     for process in processes:
