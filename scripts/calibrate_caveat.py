@@ -11,6 +11,14 @@ for the table, never read to choose.
     python scripts/calibrate_caveat.py run sweeps/examples/note_caveat.yaml \
         --label lr1e-3 --stack uniform --set template.training.learning_rate=0.001
     python scripts/calibrate_caveat.py table      # the markdown table of every recorded run
+    python scripts/calibrate_caveat.py cohort sweeps/examples/note_caveat.yaml --label b03 \
+        --epochs 6 --set template.training.patience=null \
+        --member raw_token_weighted:1:0.3:0 --member concentration_corrected:1:0.3:0
+    python scripts/calibrate_caveat.py cohort-table   # one line per recorded cohort member
+
+``cohort`` trains many (stack, alpha, beta, seed[, free bits[, family]]) points of one task as
+one cohort (workers/train/cohort.py: each member exactly its lone trial), which is how the
+second round of calibration scanned stacks, betas and seeds at a few CPU-seconds per trial.
 """
 
 from __future__ import annotations
@@ -33,7 +41,19 @@ from workers.train.loop import Trainer  # noqa: E402
 from workers.train.selection import Selection  # noqa: E402
 
 RECORD = Path(__file__).resolve().parents[1] / "docs" / "science" / "caveat_calibration.jsonl"
+COHORT_RECORD = RECORD.with_name("caveat_calibration_cohorts.jsonl")
 GROUPS = ("all", *EXAMPLE_KINDS)
+
+
+def _spec_with(path: str, overrides: list[str]):
+    """The sweep spec at ``path`` with ``dotted.key=yaml_value`` overrides applied to its YAML."""
+    from sweeps.spec import SweepSpec
+
+    raw = yaml.safe_load(Path(path).read_text())
+    for item in overrides:
+        key, _, value = item.partition("=")
+        _set(raw, key, yaml.safe_load(value))
+    return SweepSpec.model_validate(raw)
 
 
 def _set(tree: dict, dotted: str, value) -> None:
@@ -47,13 +67,7 @@ def trial_config(args: argparse.Namespace) -> tuple[TrialConfig, dict]:
     """The trial the sweep would run for (alpha, stack, discrete, seed) of the spec with the
     overrides applied to the spec's YAML (``template.model.dropout=0.3``,
     ``common_terms.kl.weight=0.05``); early stopping is switched off and returned apart."""
-    from sweeps.spec import SweepSpec
-
-    raw = yaml.safe_load(Path(args.spec).read_text())
-    for item in args.set:
-        key, _, value = item.partition("=")
-        _set(raw, key, yaml.safe_load(value))
-    spec = SweepSpec.model_validate(raw)
+    spec = _spec_with(args.spec, args.set)
     config = spec.trial_config(args.alpha, args.stack, "discrete", args.seed)
     training = config.training
     rule = {"patience": training.patience, "min_epochs": training.min_epochs}
@@ -100,6 +114,66 @@ def run(args: argparse.Namespace) -> None:
     with RECORD.open("a") as handle:
         handle.write(json.dumps(record) + "\n")
     print(json.dumps({k: v for k, v in record.items() if k != "curves"}))
+
+
+COHORT_CURVES = ("val/loss", *(f"{split}/{group}latent_nmi" for split in ("val", "test")
+                               for group in ("", *(f"{kind}/" for kind in EXAMPLE_KINDS))),
+                 *(f"val/{kind}/kl" for kind in EXAMPLE_KINDS))
+
+
+def cohort(args: argparse.Namespace) -> None:
+    """Train ``--member stack:alpha:beta:seed[:free_bits[:family]]`` points as one cohort for
+    ``--epochs`` (the spec's own early stopping applies unless overridden), record each."""
+    from workers.train.cohort import run_cohort
+
+    spec = _spec_with(args.spec, [*args.set, f"template.training.epochs={args.epochs}"])
+    configs = []
+    for member in args.member:
+        stack, alpha, beta, seed, *rest = member.split(":")
+        free_bits = float(rest[0]) if rest and rest[0] != "" else None
+        family = rest[1] if len(rest) > 1 else "discrete"
+        configs.append(spec.trial_config(float(alpha), stack, family, int(seed),
+                                         beta=float(beta), free_bits=free_bits))
+    start, cpu0 = time.time(), resource.getrusage(resource.RUSAGE_SELF).ru_utime
+    members = run_cohort(configs, ".ksweep", patience=None)
+    wall = time.time() - start
+    cpu = resource.getrusage(resource.RUSAGE_SELF).ru_utime - cpu0
+    with COHORT_RECORD.open("a") as handle:
+        for member, point in zip(members, args.member, strict=True):
+            history = member.trainer.history
+            handle.write(json.dumps({
+                "label": args.label, "spec": args.spec, "overrides": args.set, "member": point,
+                "status": member.status, "epochs": len(history["val/loss"]),
+                "cohort_wall_s": round(wall, 1), "cohort_cpu_s": round(cpu, 1),
+                "curves": {k: [round(v, 4) for v in history.get(k, [])] for k in COHORT_CURVES},
+            }) + "\n")
+            print(_cohort_line(json.loads(json.dumps({"member": point, "curves": {
+                k: history.get(k, []) for k in COHORT_CURVES}}))), flush=True)
+    print(f"{len(members)} members: {wall:.0f} s wall, {cpu:.0f} CPU s")
+
+
+def _cohort_line(record: dict) -> str:
+    c = record["curves"]
+    last = lambda key: f"{c[key][-1]:.2f}" if c.get(key) else "-"  # noqa: E731
+    nmi = " / ".join(last(f"val/{kind}/latent_nmi") for kind in EXAMPLE_KINDS)
+    kl = " / ".join(last(f"val/{kind}/kl") for kind in EXAMPLE_KINDS)
+    return (f"{record['member']}: {len(c['val/loss'])} epochs; last epoch val NMI prefix / diffuse"
+            f" / private {nmi}; val KL {kl}")
+
+
+def cohort_table(_: argparse.Namespace) -> None:
+    """One markdown row per recorded cohort member (values at its last epoch)."""
+    print("| run | member (stack:alpha:beta:seed[:free bits[:family]]) | settings | epochs | "
+          "val NMI prefix / diffuse / private | val KL prefix / diffuse / private |")
+    print("| --- " * 6 + "|")
+    for line in COHORT_RECORD.read_text().splitlines():
+        r = json.loads(line)
+        c = r["curves"]
+        last = lambda key, c=c: f"{c[key][-1]:.2f}" if c.get(key) else "-"  # noqa: E731
+        nmi = " / ".join(last(f"val/{kind}/latent_nmi") for kind in EXAMPLE_KINDS)
+        kl = " / ".join(last(f"val/{kind}/kl") for kind in EXAMPLE_KINDS)
+        print(f"| {r['label']} | {r['member']} | {', '.join(r['overrides']) or 'as the spec'} | "
+              f"{r['epochs']} | {nmi} | {kl} |")
 
 
 def table(_: argparse.Namespace) -> None:
@@ -162,6 +236,15 @@ def main() -> None:
     one.add_argument("--set", action="append", default=[], help="dotted.key=yaml_value")
     one.set_defaults(func=run)
     sub.add_parser("table").set_defaults(func=table)
+    many = sub.add_parser("cohort")
+    many.add_argument("spec")
+    many.add_argument("--label", required=True)
+    many.add_argument("--epochs", type=int, default=6)
+    many.add_argument("--member", action="append", required=True,
+                      help="stack:alpha:beta:seed[:free_bits[:family]] (a loss_stacks label)")
+    many.add_argument("--set", action="append", default=[], help="dotted.key=yaml_value")
+    many.set_defaults(func=cohort)
+    sub.add_parser("cohort-table").set_defaults(func=cohort_table)
     even = sub.add_parser("breakeven")
     even.add_argument("spec")
     even.add_argument("--alphas", type=float, nargs="+", default=[1.0, 2.0])

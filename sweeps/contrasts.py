@@ -11,7 +11,9 @@ extrapolation) and that seed is counted in ``n_unmatched``.
 
 Families. The spec's ``analysis.primary`` names the primary family: the stack contrasts on
 ``analysis.metric`` over all examples (default), or the caveat family (R~ - R_tok on the
-``prefix`` and ``private`` kinds and their interaction, every alpha > 0). Holm adjusts
+``prefix`` and ``private`` kinds and their interaction, every alpha > 0, on
+``analysis.metric``; the same contrasts on the rate ``kl`` and on ``mi_zs`` are computed
+beside them, always exploratory). Holm adjusts
 within it; every other contrast is exploratory (its ``p_value`` is unadjusted and it makes
 no claim).
 """
@@ -36,6 +38,9 @@ __all__ = ["SIGNIFICANCE", "build_contrasts", "claim_words", "default_pairs"]
 
 SIGNIFICANCE = 0.05
 EXTRA_CONTRAST_METRICS = ("nmi_auc", "latent_ari")
+# The caveat's other side: where z spends its capacity. R~ - R_tok per kind (and the
+# interaction) on the rate E[KL] and on the estimate of I(z; s), always exploratory.
+CAVEAT_EXTRA_METRICS = ("kl", "mi_zs")
 
 
 def default_pairs(spec: SweepSpec) -> list[tuple[str, str]]:
@@ -125,12 +130,12 @@ def _caveat_contrasts(spec, points, split) -> list[dict[str, Any]]:
     labels = spec.stack_labels()
     if treated not in labels or control not in labels:
         return []
-    metric = spec.analysis.metric
+    metrics = (spec.analysis.metric, *CAVEAT_EXTRA_METRICS)
     out = []
     by_config: dict[tuple, dict[str, dict[int, float | None]]] = defaultdict(dict)
     for key, base in points.items():
-        stack, alpha, model, free_bits, beta, kind, key_metric = key
-        if stack != control or key_metric != metric or alpha == 0:
+        stack, alpha, model, free_bits, beta, kind, metric = key
+        if stack != control or metric not in metrics or alpha == 0:
             continue
         other = points.get((treated, alpha, model, free_bits, beta, kind, metric), {})
         t_values = {seed: v for seed, (_, v, _) in other.items()}
@@ -143,12 +148,12 @@ def _caveat_contrasts(spec, points, split) -> list[dict[str, Any]]:
                           metric))
         diffs = {seed: None if t_values.get(seed) is None or c_values.get(seed) is None
                  else t_values[seed] - c_values[seed] for seed in set(t_values) & set(c_values)}
-        by_config[(alpha, model, free_bits, beta)][kind] = diffs
-        by_config[(alpha, model, free_bits, beta)]["_common"] = common
-    for kinds in by_config.values():
+        by_config[(alpha, model, free_bits, beta, metric)][kind] = diffs
+        by_config[(alpha, model, free_bits, beta, metric)]["_common"] = common
+    for config, kinds in by_config.items():
         if "prefix" in kinds and "private" in kinds:
             out.append(_entry({"contrast": "interaction", "kind": "prefix-private",
-                               **kinds["_common"]}, kinds["prefix"], kinds["private"], metric))
+                               **kinds["_common"]}, kinds["prefix"], kinds["private"], config[-1]))
     return out
 
 
@@ -156,8 +161,8 @@ def _assign_families(spec: SweepSpec, contrasts: list[dict[str, Any]]) -> None:
     metric = spec.analysis.metric
     for entry in contrasts:
         if spec.analysis.primary == "caveat":
-            primary = entry["contrast"] == "interaction" or (
-                entry["contrast"] == "caveat" and entry["kind"] in ("prefix", "private"))
+            primary = entry["metric"] == metric and (entry["contrast"] == "interaction" or (
+                entry["contrast"] == "caveat" and entry["kind"] in ("prefix", "private")))
         else:
             primary = (entry["contrast"] == "stack" and entry["kind"] == ALL_KINDS
                        and entry["metric"] == metric and not entry["identical_objective"])

@@ -114,6 +114,31 @@ def test_caveat_contrasts_and_interaction():
     assert all(c["family"] == "exploratory" for c in report["contrasts"] if c["contrast"] == "stack")
 
 
+def test_caveat_contrasts_on_the_rate_are_exploratory():
+    """R_tok spends 0.7 nats of KL on prefix and 0.6 + 0.1 s on private; R~ none on either: the
+    rate contrasts are -0.7 and -(0.6 + 0.1 s), the interaction 0.1 s - 0.1 (mean 0); every one
+    exploratory, and the primary family (NMI) is what it was."""
+    spec = caveat_spec(analysis={"primary": "caveat"})
+    outcomes = known_outcomes(spec)
+    for outcome in outcomes:
+        stack, seed = outcome.params["loss_stack"], outcome.params["seed"]
+        rtok = stack == "raw_token_weighted" and outcome.params["alpha"] == 1.0
+        for kind, rate in (("prefix", 0.7), ("private", 0.6 + 0.1 * seed)):
+            outcome.final[f"selected/test/{kind}/kl"] = rate if rtok else 0.0
+    report = build_report(spec, "s1", outcomes)
+    prefix = _find(report["contrasts"], contrast="caveat", kind="prefix", metric="kl")
+    private = _find(report["contrasts"], contrast="caveat", kind="private", metric="kl")
+    interaction = _find(report["contrasts"], contrast="interaction", metric="kl")
+    assert prefix["mean_diff"] == pytest.approx(-0.7) and private["mean_diff"] == pytest.approx(-0.7)
+    assert interaction["diffs"] == pytest.approx([-0.1, 0.0, 0.1])
+    assert {prefix["family"], private["family"], interaction["family"]} == {"exploratory"}
+    assert prefix["claim"].startswith("exploratory")
+    primary = [c for c in report["contrasts"] if c["family"] == "primary"]
+    assert {(c["contrast"], c["kind"], c["metric"]) for c in primary} == {
+        ("caveat", "prefix", "latent_nmi"), ("caveat", "private", "latent_nmi"),
+        ("interaction", "prefix-private", "latent_nmi")}
+
+
 def test_fewer_than_three_seeds_make_no_claim():
     spec = caveat_spec(seeds=[0, 1])
     report = build_report(spec, "s1", known_outcomes(spec))

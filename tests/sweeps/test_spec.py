@@ -60,12 +60,10 @@ def test_every_example_validates_and_plans(path):
         # 3 alphas x 3 stacks x 3 seeds; per seed uniform once, R_tok and R~ at alpha 1 and 2.
         ("quickstart", 27, 3 * (1 + 2 + 2)),
         # per (beta, model, seed): uniform 1, normalized_uniform 1, R_tok 4, R~ 4, ncc 4, rpn 5.
-        ("alpha_grid", 5 * 6 * 5 * 2 * 3, 19 * 5 * 2 * 3),
+        ("alpha_grid", 5 * 6 * 5 * 2 * 5, 19 * 5 * 2 * 5),
         # per (beta, model, seed): uniform 1, R_tok 4, R~ 4, ncc 5 (its alpha-0 twin
         # normalized_uniform is not swept), raw_plus_ncc 5.
-        ("note_caveat_full", 5 * 5 * 2 * 2 * 5, 19 * 2 * 2 * 5),
-        # alpha {1, 2} x 3 stacks x 3 seeds; per seed uniform once, R_tok and R~ at both alphas.
-        ("note_caveat", 2 * 3 * 3, 3 * (1 + 2 + 2)),
+        ("note_caveat", 5 * 5 * 2 * 2 * 5, 19 * 2 * 2 * 5),
         ("optuna_asha", 12, 12),
     ],
 )

@@ -43,3 +43,28 @@ def test_break_even_of_a_hand_computed_row(alpha):
     pi0 = math.log(4) ** alpha / (math.log(4) ** alpha + 0.5 ** alpha)
     gain = float((stats.weights * (b - h)).sum()) / math.log(4)
     assert gain == pytest.approx(pi0)
+
+
+def test_cohort_records_each_member_as_its_lone_trial(tmp_path, monkeypatch):
+    """Two points trained as one cohort: one record each, with the lone trial's val loss."""
+    import argparse
+    import json
+
+    from workers.train.loop import Trainer
+
+    record = tmp_path / "cohorts.jsonl"
+    monkeypatch.setattr(calibrate, "COHORT_RECORD", record)
+    monkeypatch.chdir(tmp_path)
+    spec_path = str(SCRIPT.parents[1] / "sweeps" / "examples" / "note_caveat.yaml")
+    tiny = ["template.data.train_size=64", "template.data.val_size=32",
+            "template.data.test_size=32", "template.readouts.gradient_batch=0"]
+    members = ["raw_token_weighted:1:0.3:0:0:continuous", "concentration_corrected:2:0.1:1::continuous"]
+    calibrate.cohort(argparse.Namespace(spec=spec_path, label="t", epochs=1, member=members,
+                                        set=tiny))
+    rows = [json.loads(line) for line in record.read_text().splitlines()]
+    assert [r["member"] for r in rows] == members and all(r["epochs"] == 1 for r in rows)
+    assert all(r["status"] == "finished" for r in rows)
+    spec = calibrate._spec_with(spec_path, [*tiny, "template.training.epochs=1"])
+    lone = Trainer.create(spec.trial_config(2.0, "concentration_corrected", "continuous", 1,
+                                            beta=0.1), cache_root=str(tmp_path))
+    assert rows[1]["curves"]["val/loss"][0] == pytest.approx(lone.run_epoch()["val/loss"], rel=1e-4)
