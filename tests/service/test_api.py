@@ -232,3 +232,23 @@ def test_openapi_documents_every_route_and_error(paused_service):
     assert "application/problem+json" in submit["responses"]["422"]["content"]
     assert document["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     assert not any(token in json.dumps(document) for token in TOKENS.values())
+
+
+def test_the_access_log_is_off_by_default_and_on_with_the_switch(make_service):
+    """KSWEEP_ACCESS_LOG: off, no line per request (uvicorn's are `"GET /path HTTP/1.1" 200`)."""
+    off = make_service(KSWEEP_MAX_CONCURRENT_SWEEPS="0")
+    with off.client() as client:
+        assert client.get("/sweeps").status_code == 200
+        assert client.get("/sweeps/nosuchsweep").status_code == 404
+        assert client.get("/healthz").status_code == 200
+    off.stop()
+    assert "Application startup complete" in off.log_tail(100_000)
+    assert "HTTP/1.1" not in off.log_tail(100_000)
+    on = make_service(KSWEEP_MAX_CONCURRENT_SWEEPS="0", KSWEEP_ACCESS_LOG="true")
+    with on.client() as client:
+        assert client.get("/sweeps").status_code == 200
+        assert client.get("/sweeps/nosuchsweep").status_code == 404
+    on.stop()
+    log = on.log_tail(100_000)
+    assert '"GET /api/v1/sweeps HTTP/1.1" 200' in log
+    assert '"GET /api/v1/sweeps/nosuchsweep HTTP/1.1" 404' in log
