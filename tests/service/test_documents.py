@@ -1,5 +1,5 @@
 """The hot reads' JSON (service.api.documents) against the pydantic-serialised documents, byte for
-byte, on a seeded SQLite store."""
+byte, on a seeded store: SQLite, and Postgres (slow: a throwaway server) where it is installed."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from service.api import documents
 from service.api.schemas import Sweep, SweepPage, utc_time
 from service.store.db import SweepRow
 from service.store.queries import Store
+from tests.support.outage_servers import Postgres, postgres_bin
 from workers.contract import mlflow_ui_url
 
 UI = "http://mlflow.example:5000/"
@@ -24,7 +25,9 @@ def reference(row: SweepRow) -> Sweep:
     """The documented view of a stored sweep, field by field from the ORM row (the spelling of
     the API before the hot reads built their JSON themselves)."""
     def utc(value: datetime | None) -> datetime | None:
-        return None if value is None else value.replace(tzinfo=UTC)
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
     finished = row.done + row.failed + row.stopped
     prefix = f"/api/v1/sweeps/{row.id}"
@@ -83,14 +86,26 @@ def _rows(rng: random.Random, count: int) -> list[dict]:
     return rows
 
 
-@pytest.fixture(scope="module")
-def seeded(tmp_path_factory):
-    store = Store(f"sqlite:///{tmp_path_factory.mktemp('documents') / 'service.db'}")
+@pytest.fixture(scope="module", params=[
+    "sqlite",
+    pytest.param("postgres", marks=[pytest.mark.slow, pytest.mark.skipif(
+        postgres_bin() is None, reason="Postgres binaries not installed")]),
+])
+def seeded(request, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("documents")
+    server = None
+    if request.param == "postgres":
+        server = Postgres(folder)
+        server.start()
+    url = server.url if server is not None else f"sqlite:///{folder / 'service.db'}"
+    store = Store(url)
     rows = _rows(random.Random(20261204), 60)
     with store.session.begin() as session:
         session.execute(insert(SweepRow), rows)
     yield store, [row["id"] for row in rows]
     store.close()
+    if server is not None:
+        server.remove()
 
 
 def _bytes(model) -> bytes:
