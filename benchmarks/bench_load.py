@@ -13,17 +13,20 @@ keep-alive connection per user), one request shape at a time:
 - ``POST /sweeps`` (the quickstart spec, one in four with a fresh Idempotency-Key) at 20/s, goal
   p99 <= 50 ms.
 
-Arrivals are open-loop on a fixed schedule: ``rate x 0.5 s`` users, user ``u``'s ``n``-th
-request due at ``phase_u + n x 0.5 s`` (phases uniform over 0.5 s; a custom ``wait_time``), so
-the arrival times do not depend on the responses. Locust's ``constant_throughput`` is not used:
-it counts a user's start-up sleep as task time, which lines every user's first wait up on the
-same instant, so 150 users fired in bursts of 150 (measured p50 75 ms at 300/s where the schedule
-gives 2-4 ms). A user can only be late when its previous response took over 0.5 s; the report
-counts those (``late``) and checks that the achieved rate is within 5 % of the target. Each phase warms up for 2 s, is then
-measured for ``--duration`` seconds (and at most ``rate x duration x 1.2`` requests), and the
-server's CPU time (user + system, all threads, psutil) over the measured window divided by the
-requests answered is its CPU per request. Then 32 users with no wait (closed loop) send the same
-shape for the same time: that figure measures queueing on a small machine, not the server.
+Arrivals are open-loop on a fixed schedule: ``rate x 0.5 s`` users, user ``u``'s ``n``-th request
+due at ``phase_u + n x 0.5 s`` (phases uniform over 0.5 s; a custom ``wait_time``), so the arrival
+times do not depend on the responses. Locust's ``constant_throughput`` is not used: it counts a
+user's start-up sleep as task time, which lines every user's first wait up on the same instant, so
+150 users fired in bursts of 150 (measured p50 75 ms at 300/s where the schedule gives 2-4 ms). A
+user can only be late when its previous response took over 0.5 s; the report counts those
+(``late``) and checks that the achieved rate is within 5 % of the target. Each phase warms up for 2
+s, is then measured for ``--duration`` seconds (and at most ``rate x duration x 1.2`` requests),
+and the server's CPU time (user + system, all threads, psutil; its child processes too, should it
+run uvicorn workers) over the measured window divided by the requests answered is its CPU per
+request. The server runs with the service's defaults but those named above (so without the access
+log, ``KSWEEP_ACCESS_LOG``); settings in this process's environment reach it. Then 32 users with no
+wait (closed loop) send the same shape for the same time: that figure measures queueing on a small
+machine, not the server.
 
 ``python -m benchmarks.bench_load [--duration S] [--shape NAME ...]``; ``make bench`` runs it
 with 8 s per phase in a child process (locust monkey-patches the standard library with gevent).
@@ -92,8 +95,16 @@ class Window:
 
 
 def _cpu_s(pid: int) -> float:
-    times = psutil.Process(pid).cpu_times()
-    return times.user + times.system
+    """User + system CPU seconds of the server and its child processes (uvicorn workers)."""
+    total = 0.0
+    process = psutil.Process(pid)
+    for each in (process, *process.children(recursive=True)):
+        try:
+            times = each.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
 
 
 def _shape_user(shape: str, host: str, sweep_ids: list[str], body: bytes,

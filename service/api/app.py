@@ -6,12 +6,15 @@ import logging
 import os
 import secrets
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
+from starlette.types import Receive, Scope, Send
 
 from service.api import health, objectives, sweeps
 from service.api.deps import PageCache, Services
 from service.api.errors import BodySizeLimit, install_error_handlers
+from service.api.hot_reads import HotReads
 from service.api.links import add_links
 from service.orchestrator.launchers import make_launcher
 from service.orchestrator.supervisor import Supervisor
@@ -50,11 +53,23 @@ def build_services(settings: Settings) -> Services:
                     pages=PageCache(store, settings.list_cache_s))
 
 
+class ServiceApp(FastAPI):
+    """FastAPI, with the hot reads (:mod:`service.api.hot_reads`) answered before its layers."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.hot_reads = HotReads(API_PREFIX)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not await self.hot_reads.answer(scope, getattr(self.state, "services", None), send):
+            await super().__call__(scope, receive, send)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):
+    async def lifespan(app: ServiceApp):
         services = build_services(settings)
         app.state.services = services
         services.supervisor.lead_and_tick()  # reconcile before the first request (if leading)
@@ -63,9 +78,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             services.supervisor.stop()
+            app.hot_reads.threads.close()
             services.store.close()
 
-    app = FastAPI(
+    app = ServiceApp(
         title="kappa-sweep",
         version="0.1.0",
         description="Sweeps over the concentration knob alpha and loss stacks for CVAEs: submit "

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Body, Depends, Header, Path, Query, Response
 from pydantic import BaseModel
 from sqlalchemy import Row
 
+from service.api import documents
 from service.api.deps import Services, get_services, may_act_on, read_access, require_owner
 from service.api.errors import ProblemError, invalid_spec
 from service.api.schemas import (
@@ -23,14 +24,12 @@ from service.api.schemas import (
     Trial,
     TrialPage,
     TrialState,
-    utc_time,
 )
 from service.api.strict_body import StrictRoute, strict_body
 from service.store.db import SweepRow
 from service.store.queries import IdempotencyConflict
 from sweeps.plan import SweepPlan, build_plan
 from sweeps.spec import SweepSpec, load_sweep_spec
-from workers.contract import mlflow_ui_url
 
 # Spec bodies are parsed strictly (service.api.strict_body); `_schema` only documents them.
 router = APIRouter(tags=["sweeps"], route_class=StrictRoute)
@@ -68,40 +67,8 @@ SPEC_EXAMPLES = {
 SpecBody = Annotated[SweepSpec, Body(openapi_examples=SPEC_EXAMPLES)]
 
 
-_FIELDS = tuple(c.name for c in SweepRow.__table__.c if c.name not in ("spec", "report"))
-_COUNTERS = ("total", "pending", "running", "done", "failed", "stopped")
-_TIMES = ("created_at", "started_at", "finished_at", "updated_at")
-
-
-def sweep_document(row: SweepRow | Row, services: Services) -> dict[str, Any]:
-    """The API's view of a stored sweep (a full row or a summary row: no spec or report needed),
-    as the plain data of a :class:`Sweep`: validated in one call, not one per nested model."""
-    r = row._mapping if isinstance(row, Row) else {name: getattr(row, name) for name in _FIELDS}
-    sweep_id, state, total = r["id"], r["state"], r["total"]
-    finished = r["done"] + r["failed"] + r["stopped"]
-    ui_url = None
-    if r["experiment_id"]:
-        ui_url = mlflow_ui_url(services.settings.mlflow_ui_url, r["experiment_id"], r["parent_run_id"])
-    prefix = f"/api/v1/sweeps/{sweep_id}"
-    return {
-        "id": sweep_id, "name": r["name"], "owner": r["owner"], "state": state,
-        "counters": {name: r[name] for name in _COUNTERS},
-        "progress": min(1.0, finished / total) if total else 0.0,
-        "best": {"metric": r["best_metric"], "value": r["best_value"], "trial_id": r["best_trial"],
-                 "config": r["best_config"]},
-        "eta_seconds": r["eta_seconds"] if state in ("queued", "running") else 0.0,
-        **{name: utc_time(r[name]) for name in _TIMES}, "error": r["error"],
-        "mlflow": {"experiment_id": r["experiment_id"], "parent_run_id": r["parent_run_id"],
-                   "ui_url": ui_url},
-        "driver": {"launcher": r["launcher"], "handle": r["driver_handle"],
-                   "attempts": r["attempts"]},
-        "links": {"self": prefix, "trials": f"{prefix}/trials", "report": f"{prefix}/report",
-                  "cancel": f"{prefix}/cancel"},
-    }
-
-
 def sweep_resource(row: SweepRow | Row, services: Services) -> Sweep:
-    return Sweep.model_validate(sweep_document(row, services))
+    return documents.sweep_resource(row, services.settings.mlflow_ui_url)
 
 
 # Every endpoint that touches the store is a sync `def`: FastAPI runs it in its thread pool, so
@@ -118,13 +85,37 @@ def _json(model: BaseModel, status_code: int = 200, headers: dict[str, str] | No
                     media_type="application/json")
 
 
+def sweep_body(services: Services, sweep_id: str) -> bytes | None:
+    """GET /sweeps/{id}'s JSON body, or None when there is no such sweep."""
+    row = services.store.summary(sweep_id)
+    return None if row is None else documents.sweep_json(row, services.settings.mlflow_ui_url)
+
+
+def list_page_body(services: Services, state: str | None, owner: str | None, limit: int,
+                   offset: int) -> bytes:
+    """GET /sweeps's JSON body (from the page cache while it holds the page)."""
+    key = (state, owner, limit, offset)
+    cached = services.pages.get(key)
+    if cached is None:
+        generation = services.store.generation
+        page = services.store.list_sweeps(state=state, owner=owner, limit=limit, offset=offset)
+        cached = documents.page_json(page.items, page.total, limit, offset,
+                                     services.settings.mlflow_ui_url)
+        services.pages.put(key, cached, generation)
+    return cached
+
+
 def _get_row(services: Services, sweep_id: str, *, with_documents: bool = False) -> SweepRow | Row:
     """The sweep or 404; its spec and report are loaded only ``with_documents``."""
     store = services.store
     row = store.get_sweep(sweep_id) if with_documents else store.get_sweep_summary(sweep_id)
     if row is None:
-        raise ProblemError(404, "Sweep not found", f"no sweep with id {sweep_id!r}", kind="not-found")
+        raise _not_found(sweep_id)
     return row
+
+
+def _not_found(sweep_id: str) -> ProblemError:
+    return ProblemError(404, "Sweep not found", f"no sweep with id {sweep_id!r}", kind="not-found")
 
 
 def _check_trial_cap(spec: SweepSpec, services: Services) -> int:
@@ -209,23 +200,18 @@ def list_sweeps(
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
     _reader: str | None = Depends(read_access), services: Services = Depends(get_services),
 ) -> Response:
-    key = (state, owner, limit, offset)
-    cached = services.pages.get(key)
-    if cached is None:
-        generation = services.store.generation
-        page = services.store.list_sweeps(state=state, owner=owner, limit=limit, offset=offset)
-        cached = _body(SweepPage.model_validate({
-            "items": [sweep_document(row, services) for row in page.items],
-            "total": page.total, "limit": limit, "offset": offset}))
-        services.pages.put(key, cached, generation)
-    return Response(cached, media_type="application/json")
+    return Response(list_page_body(services, state, owner, limit, offset),
+                    media_type="application/json")
 
 
 @router.get("/sweeps/{sweep_id}", response_model=Sweep, summary="A sweep: state, counters, ETA",
             responses={**UNAUTHORIZED, **NOT_FOUND, **INVALID})
 def get_sweep(sweep_id: SweepId, _reader: str | None = Depends(read_access),
               services: Services = Depends(get_services)) -> Response:
-    return _json(sweep_resource(_get_row(services, sweep_id), services))
+    body = sweep_body(services, sweep_id)
+    if body is None:
+        raise _not_found(sweep_id)
+    return Response(body, media_type="application/json")
 
 
 @router.get("/sweeps/{sweep_id}/trials", response_model=TrialPage,

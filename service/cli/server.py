@@ -19,4 +19,5 @@ def serve_command(
     settings = get_settings()
     app = create_app(settings)
     uvicorn.run(app, host=host or settings.host, port=port if port is not None else settings.port,
-                log_level="info", timeout_graceful_shutdown=5)
+                log_level="info", access_log=settings.access_log,
+                timeout_graceful_shutdown=5)

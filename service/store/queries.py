@@ -48,22 +48,22 @@ _COUNTERS = ("total", "pending", "running", "done", "failed", "stopped")
 def _summary_column(column: Any) -> Any:
     # Times as the driver hands them over: SQLAlchemy parses SQLite's text timestamps with a
     # regular expression in Python, four per sweep, which cost as much as the rest of a page
-    # of 50; the API's models parse them (pydantic, in Rust). Postgres drivers give datetimes.
+    # of 50; the API parses or rewrites them itself. Postgres drivers give datetimes.
     if isinstance(column.type, DateTime):
         return type_coerce(column, String).label(column.name)
     return column
 
 
-# The reads that show a sweep (GET /sweeps/{id}, GET /sweeps): plain Core rows of every column
-# but the spec and the report, through statements built once with bound parameters (building
-# and cache-keying a select of 28 columns costs more than running it).
+# A sweep without its two big JSON documents (spec, report), as a Core row: what the API checks
+# before it acts on a sweep (cancel, trials, report), through a statement built once with
+# bound parameters (building and cache-keying a select of 28 columns costs more than running it).
 _SUMMARY_COLUMNS = tuple(_summary_column(c) for c in SweepRow.__table__.c
                          if c.name not in ("spec", "report"))
 _SUMMARY_BY_ID = select(*_SUMMARY_COLUMNS).where(SweepRow.id == bindparam("sweep_id"))
 
 
-def _list_queries(by_state: bool, by_owner: bool) -> tuple[Select, Select]:
-    page = select(*_SUMMARY_COLUMNS)
+def _list_queries(by_state: bool, by_owner: bool, columns: tuple[Any, ...]) -> tuple[Select, Select]:
+    page = select(*columns)
     counted = select(func.count()).select_from(SweepRow)
     for wanted, column in ((by_state, SweepRow.state), (by_owner, SweepRow.owner)):
         if wanted:
@@ -74,13 +74,45 @@ def _list_queries(by_state: bool, by_owner: bool) -> tuple[Select, Select]:
     return page, counted
 
 
+# The hot reads (GET /sweeps/{id}, GET /sweeps): the columns a sweep's document shows, in this
+# order (each column fetched costs ~0.1 us per row in the sqlite3 module, most of a page's SQL
+# time), run through :class:`_DriverQuery`.
+DOCUMENT_COLUMNS = (
+    "id", "name", "owner", "state", "total", "pending", "running", "done", "failed", "stopped",
+    "best_metric", "best_value", "best_trial", "best_config", "eta_seconds", "created_at",
+    "started_at", "finished_at", "updated_at", "error", "experiment_id", "parent_run_id",
+    "launcher", "driver_handle", "attempts",
+)
+_BY_NAME = {column.name: column for column in _SUMMARY_COLUMNS}
+_DOCUMENT_BY_ID = select(*(_BY_NAME[name] for name in DOCUMENT_COLUMNS)).where(
+    SweepRow.id == bindparam("sweep_id"))
+_DOCUMENT_PAGES = {(s, o): _list_queries(s, o, tuple(_BY_NAME[name] for name in DOCUMENT_COLUMNS))
+                   for s in (False, True) for o in (False, True)}
+
 # POST /sweeps: the Idempotency-Key look-up and the owner's active sweeps (the per-owner cap).
 _BY_IDEMPOTENCY_KEY = select(SweepRow).where(SweepRow.owner == bindparam("owner"),
                                              SweepRow.idempotency_key == bindparam("key"))
 _ACTIVE_OF_OWNER = select(func.count()).select_from(SweepRow).where(
     SweepRow.owner == bindparam("owner"),
     or_(*(SweepRow.state == state for state in ACTIVE_STATES)))  # not IN: no per-call expansion
-_LIST_QUERIES = {(s, o): _list_queries(s, o) for s in (False, True) for o in (False, True)}
+
+
+class _DriverQuery:
+    """A select compiled once for one dialect and run on a pooled DBAPI connection.
+
+    The hot reads (GET /sweeps/{id}, GET /sweeps) run a fixed statement per request; through
+    SQLAlchemy's Core execution (cache look-up, execution context, result processing) that cost
+    three to five times what SQLite itself spends. Rows come back as the driver gives them:
+    SQLite's times and JSON as text, Postgres's as datetimes and decoded JSON.
+    """
+
+    def __init__(self, statement: Select, dialect: Any) -> None:
+        compiled = statement.compile(dialect=dialect)
+        self.sql = compiled.string
+        self.order = tuple(compiled.positiontup or ()) if compiled.positional else None
+
+    def parameters(self, values: dict[str, Any]) -> Any:
+        return values if self.order is None else tuple(values[name] for name in self.order)
 
 
 class IdempotencyConflict(Exception):
@@ -110,7 +142,10 @@ class Store:
         # wake at once, instead of in SQLite's busy-wait sleeps of up to 100 ms.
         self._write_lock = threading.Lock()
         self.generation = 0  # bumped by every write made through this Store
-
+        dialect = self.engine.dialect
+        self._summary_by_id = _DriverQuery(_DOCUMENT_BY_ID, dialect)
+        self._summary_pages = {key: (_DriverQuery(page, dialect), _DriverQuery(counted, dialect))
+                               for key, (page, counted) in _DOCUMENT_PAGES.items()}
 
     @contextmanager
     def writing(self, *, changes_sweeps: bool = True) -> Iterator[Session]:
@@ -175,14 +210,36 @@ class Store:
         with self.engine.connect() as connection:
             return connection.execute(_SUMMARY_BY_ID, {"sweep_id": sweep_id}).first()
 
+    def summary(self, sweep_id: str) -> tuple[Any, ...] | None:
+        """GET /sweeps/{id}'s row: the values of :data:`DOCUMENT_COLUMNS` as the DBAPI gives them
+        (on SQLite times and JSON as text; on Postgres datetimes and decoded JSON), or None."""
+        query = self._summary_by_id
+        connection = self.engine.raw_connection()
+        try:
+            cursor = connection.cursor()
+            cursor.execute(query.sql, query.parameters({"sweep_id": sweep_id}))
+            row = cursor.fetchone()
+            cursor.close()
+        finally:
+            connection.close()
+        return None if row is None else tuple(row)
+
     def list_sweeps(self, *, state: str | None = None, owner: str | None = None,
                     limit: int = 50, offset: int = 0) -> Page:
-        """Summaries (no spec, no report), newest first."""
-        page, counted = _LIST_QUERIES[state is not None, owner is not None]
+        """A page of sweeps, newest first, each as :meth:`summary` gives it, and the total."""
+        page, counted = self._summary_pages[state is not None, owner is not None]
         values = {"state": state, "owner": owner, "limit": limit, "offset": offset}
-        with self.engine.connect() as connection:
-            total = connection.execute(counted, values).scalar() or 0
-            return Page(list(connection.execute(page, values)), total)
+        connection = self.engine.raw_connection()
+        try:
+            cursor = connection.cursor()
+            cursor.execute(counted.sql, counted.parameters(values))
+            total = cursor.fetchone()[0] or 0
+            cursor.execute(page.sql, page.parameters(values))
+            rows = cursor.fetchall()
+            cursor.close()
+        finally:
+            connection.close()
+        return Page(rows, total)
 
     def count_active(self, owner: str) -> int:
         """The owner's queued and running sweeps (from the index on owner and state)."""

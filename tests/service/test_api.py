@@ -232,3 +232,53 @@ def test_openapi_documents_every_route_and_error(paused_service):
     assert "application/problem+json" in submit["responses"]["422"]["content"]
     assert document["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     assert not any(token in json.dumps(document) for token in TOKENS.values())
+
+
+def test_hot_reads_answer_what_the_fastapi_routes_answer(paused_service):
+    """GET /sweeps/{id} and GET /sweeps are answered ahead of FastAPI (service.api.hot_reads);
+    a query string the hot path leaves to FastAPI (any on a sweep's path, an unknown parameter on
+    the list) shows that FastAPI's routes give the same status, headers and bytes."""
+    with paused_service.client() as client:
+        ids = [_submit(client, owner="bob", name=f"hot-{i}").json()["id"] for i in range(3)]
+        for sweep_id in ids:
+            hot = client.get(f"/sweeps/{sweep_id}")
+            routed = client.get(f"/sweeps/{sweep_id}", params={"via": "fastapi"})
+            assert hot.status_code == routed.status_code == 200
+            assert hot.content == routed.content and hot.json()["id"] == sweep_id
+            for header in ("content-type", "content-length"):
+                assert hot.headers[header] == routed.headers[header]
+            assert hot.headers["content-type"] == "application/json"
+        for params in ({}, {"limit": 2}, {"owner": "bob", "limit": 3, "offset": 1},
+                       {"state": "queued", "owner": "bob"}):
+            hot = client.get("/sweeps", params=params)
+            routed = client.get("/sweeps", params={**params, "via": "fastapi"})
+            assert hot.status_code == routed.status_code == 200
+            assert hot.content == routed.content
+            assert hot.headers["content-length"] == routed.headers["content-length"]
+        # what the hot path leaves to FastAPI is FastAPI's problem document
+        missing = _problem(client.get("/sweeps/nosuchsweep"), 404)
+        assert missing["instance"] == "/api/v1/sweeps/nosuchsweep"
+        assert _problem(client.get("/sweeps/bad.id"), 422)["errors"][0]["field"] == "path.sweep_id"
+        assert _problem(client.get("/sweeps", params={"limit": "5.5"}), 422)["errors"]
+        assert client.head(f"/sweeps/{ids[0]}").status_code == 405
+        assert client.get(f"/sweeps/{ids[0]}/").status_code in (307, 404)
+
+
+def test_the_access_log_is_off_by_default_and_on_with_the_switch(make_service):
+    """KSWEEP_ACCESS_LOG: off, no line per request (uvicorn's are `"GET /path HTTP/1.1" 200`)."""
+    off = make_service(KSWEEP_MAX_CONCURRENT_SWEEPS="0")
+    with off.client() as client:
+        assert client.get("/sweeps").status_code == 200
+        assert client.get("/sweeps/nosuchsweep").status_code == 404
+        assert client.get("/healthz").status_code == 200
+    off.stop()
+    assert "Application startup complete" in off.log_tail(100_000)
+    assert "HTTP/1.1" not in off.log_tail(100_000)
+    on = make_service(KSWEEP_MAX_CONCURRENT_SWEEPS="0", KSWEEP_ACCESS_LOG="true")
+    with on.client() as client:
+        assert client.get("/sweeps").status_code == 200
+        assert client.get("/sweeps/nosuchsweep").status_code == 404
+    on.stop()
+    log = on.log_tail(100_000)
+    assert '"GET /api/v1/sweeps HTTP/1.1" 200' in log
+    assert '"GET /api/v1/sweeps/nosuchsweep HTTP/1.1" 404' in log
