@@ -147,18 +147,19 @@ def cohort(args: argparse.Namespace) -> None:
                 "cohort_wall_s": round(wall, 1), "cohort_cpu_s": round(cpu, 1),
                 "curves": {k: [round(v, 4) for v in history.get(k, [])] for k in COHORT_CURVES},
             }) + "\n")
-            print(_cohort_line(json.loads(json.dumps({"member": point, "curves": {
-                k: history.get(k, []) for k in COHORT_CURVES}}))), flush=True)
+            nmi, kl = _last_values(history)
+            print(f"{point}: {len(history['val/loss'])} epochs; last epoch val NMI prefix / "
+                  f"diffuse / private {nmi}; val KL {kl}", flush=True)
     print(f"{len(members)} members: {wall:.0f} s wall, {cpu:.0f} CPU s")
 
 
-def _cohort_line(record: dict) -> str:
-    c = record["curves"]
-    last = lambda key: f"{c[key][-1]:.2f}" if c.get(key) else "-"  # noqa: E731
-    nmi = " / ".join(last(f"val/{kind}/latent_nmi") for kind in EXAMPLE_KINDS)
-    kl = " / ".join(last(f"val/{kind}/kl") for kind in EXAMPLE_KINDS)
-    return (f"{record['member']}: {len(c['val/loss'])} epochs; last epoch val NMI prefix / diffuse"
-            f" / private {nmi}; val KL {kl}")
+def _last_values(curves: dict[str, list[float]]) -> tuple[str, str]:
+    """Last-epoch val NMI and val KL per kind (prefix / diffuse / private), as text."""
+    def last(key: str) -> str:
+        return f"{curves[key][-1]:.2f}" if curves.get(key) else "-"
+
+    return (" / ".join(last(f"val/{kind}/latent_nmi") for kind in EXAMPLE_KINDS),
+            " / ".join(last(f"val/{kind}/kl") for kind in EXAMPLE_KINDS))
 
 
 def cohort_table(_: argparse.Namespace) -> None:
@@ -168,10 +169,7 @@ def cohort_table(_: argparse.Namespace) -> None:
     print("| --- " * 6 + "|")
     for line in COHORT_RECORD.read_text().splitlines():
         r = json.loads(line)
-        c = r["curves"]
-        last = lambda key, c=c: f"{c[key][-1]:.2f}" if c.get(key) else "-"  # noqa: E731
-        nmi = " / ".join(last(f"val/{kind}/latent_nmi") for kind in EXAMPLE_KINDS)
-        kl = " / ".join(last(f"val/{kind}/kl") for kind in EXAMPLE_KINDS)
+        nmi, kl = _last_values(r["curves"])
         print(f"| {r['label']} | {r['member']} | {', '.join(r['overrides']) or 'as the spec'} | "
               f"{r['epochs']} | {nmi} | {kl} |")
 
