@@ -133,12 +133,13 @@ def trials_view_state(report: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def save_view(tracking_uri: str, experiment_id: str, key: str, state: Mapping[str, Any],
-              ui_base_url: str) -> str:
-    """Store a view as the experiment's shared view state ``key``; returns its runs-page link."""
+              ui_base_url: str, charts: bool = False) -> str:
+    """Store a view as the experiment's shared view state ``key``; returns its runs-page link
+    (opening on the charts with ``charts``: a view state does not carry the page's mode)."""
     client = MlflowClient(tracking_uri=tracking_uri)
     client.set_experiment_tag(experiment_id, f"{SHARED_VIEW_TAG_PREFIX}{key}",
                               json.dumps(state, separators=(",", ":")))
-    return runs_page_url(ui_base_url, experiment_id, key)
+    return runs_page_url(ui_base_url, experiment_id, key, charts=charts)
 
 
 def publish_summary(tracking_uri: str, experiment_name: str, parent_run_id: str,
@@ -150,7 +151,8 @@ def publish_summary(tracking_uri: str, experiment_name: str, parent_run_id: str,
     base = os.environ.get("KSWEEP_MLFLOW_UI_URL", "http://127.0.0.1:5000")
     key = f"ksweep-{report['sweep_id']}"
     return {
-        "summary": save_view(tracking_uri, experiment_id, key, view_state(report), base),
+        "summary": save_view(tracking_uri, experiment_id, key, view_state(report), base,
+                             charts=True),
         "trials": save_view(tracking_uri, experiment_id, f"{key}-trials",
                             trials_view_state(report), base),
     }

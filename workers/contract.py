@@ -144,10 +144,14 @@ def default_tracking_uri() -> str:
     return f"sqlite:///{Path('mlflow.db').resolve()}"
 
 
-def runs_page_url(base_url: str, experiment_id: str, share_key: str | None = None) -> str:
-    """The runs page of an experiment, opened on a shared view when a key is given."""
+def runs_page_url(base_url: str, experiment_id: str, share_key: str | None = None,
+                  charts: bool = False) -> str:
+    """The runs page of an experiment, opened on a shared view when a key is given, and in
+    its chart mode (``compareRunsMode=CHART``) with ``charts``."""
     url = mlflow_ui_url(base_url, experiment_id)
-    return url if share_key is None else f"{url}?{VIEW_STATE_QUERY}={share_key}"
+    query = [f"{VIEW_STATE_QUERY}={share_key}"] if share_key is not None else []
+    query += ["compareRunsMode=CHART"] if charts else []
+    return f"{url}?{'&'.join(query)}" if query else url
 
 
 def mlflow_ui_url(base_url: str, experiment_id: str, run_id: str | None = None) -> str:

@@ -80,7 +80,8 @@ def test_runs_page_shows_the_trials_and_their_axes(tmp_path):
     report = json.loads((tmp_path / "root" / "ui1" / "report.json").read_text())
     views = report["mlflow_views"]
     assert views["trials"].startswith(f"http://127.0.0.1:{port}/#/experiments/")
-    assert "?viewStateShareKey=ksweep-ui1-trials" in views["trials"]
+    assert views["trials"].endswith("?viewStateShareKey=ksweep-ui1-trials")
+    assert views["summary"].endswith("?viewStateShareKey=ksweep-ui1&compareRunsMode=CHART")
     server = subprocess.Popen(
         [str(Path(sys.executable).parent / "mlflow"), "server", "--backend-store-uri",
          f"sqlite:///{tmp_path}/mlflow.db", "--host", "127.0.0.1", "--port", str(port),
@@ -97,8 +98,7 @@ def test_runs_page_shows_the_trials_and_their_axes(tmp_path):
         assert "uniform@alpha=1" in dom  # the shared_by column
         assert "summary-discrete-uniform" not in dom  # the view lists trial runs only
         shot = tmp_path / "summary.png"
-        _chromium(tmp_path, views["summary"] + "&compareRunsMode=CHART",
-                  f"--screenshot={shot}")
+        _chromium(tmp_path, views["summary"], f"--screenshot={shot}")
         assert shot.exists() and shot.stat().st_size > 10_000
         shutil.copy(shot, SCREENSHOT_COPY)
     finally:
