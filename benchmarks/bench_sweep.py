@@ -77,6 +77,7 @@ class SweepTiming:
     started: float = 0.0  # epoch seconds, for the profile's timeline
     ended: float = 0.0
     driver_s: float = 0.0  # ksweep: run_sweep's time outside Tuner.fit
+    driver_cpu_s: float = 0.0  # this (driver) process's CPU seconds, all threads
     profile: list[dict[str, Any]] = field(default_factory=list)
 
     def efficiency(self, slots: int) -> float:
@@ -103,14 +104,15 @@ def run_bare(spec: SweepSpec, root: Path, profile: bool = False) -> SweepTiming:
                                     max_concurrent_trials=spec.budget.max_concurrent_trials),
         run_config=tune.RunConfig(name="bare", storage_path=str(root), verbose=0),
     )
-    started_at, started = time.time(), time.perf_counter()
+    started_at, started, cpu = time.time(), time.perf_counter(), time.process_time()
     results = tuner.fit()
     wall = time.perf_counter() - started
+    cpu = time.process_time() - cpu
     if results.errors or len(results) != spec.trial_count():
         raise RuntimeError(f"bare sweep: {len(results.errors)} of {len(results)} trials failed: "
                            f"{results.errors[:1]}")
     return SweepTiming(wall, [float(r.metrics["time_total_s"]) for r in results],
-                       started_at, started_at + wall)
+                       started_at, started_at + wall, driver_cpu_s=cpu)
 
 
 @contextmanager
@@ -161,15 +163,16 @@ def run_ksweep(spec: SweepSpec, root: Path, tracking_uri: str, sweep_id: str,
                profile: bool = False) -> SweepTiming:
     fit_s: list[float] = []
     with _driver_environ(), _timed_fit(fit_s), _profiled_trainable(profile):
-        started_at, started = time.time(), time.perf_counter()
+        started_at, started, cpu = time.time(), time.perf_counter(), time.process_time()
         outcome = run_sweep(spec, sweep_id=sweep_id, sweep_root=root, tracking_uri=tracking_uri,
                             num_cpus=NUM_CPUS)
         wall = time.perf_counter() - started
+        cpu = time.process_time() - cpu
     states = [o.state for o in outcome.outcomes]
     if outcome.status.state != "succeeded" or states.count("done") != spec.trial_count():
         raise RuntimeError(f"ksweep sweep {sweep_id}: {outcome.status.state}, trials {states}")
     return SweepTiming(wall, [o.final["time_total_s"] for o in outcome.outcomes], started_at,
-                       started_at + wall, driver_s=wall - sum(fit_s))
+                       started_at + wall, driver_s=wall - sum(fit_s), driver_cpu_s=cpu)
 
 
 def _print_results(samples: dict[str, list[SweepTiming]], trials: int, slots: int) -> None:
@@ -178,8 +181,9 @@ def _print_results(samples: dict[str, list[SweepTiming]], trials: int, slots: in
         each = ", ".join(f"{t.wall_s:.2f}" for t in timings)
         efficiency = statistics.median(t.efficiency(slots) for t in timings)
         mean_trial = statistics.median(statistics.fmean(t.trial_s) for t in timings)
+        driver_cpu = statistics.median(t.driver_cpu_s for t in timings)
         print(f"  {name:<7s} wall {walls[name]:7.2f} s (runs: {each})   mean trial "
-              f"{mean_trial:6.2f} s   efficiency {efficiency:6.1%}")
+              f"{mean_trial:6.2f} s   efficiency {efficiency:6.1%}   driver CPU {driver_cpu:5.2f} s")
     driver = statistics.median(t.driver_s for t in samples["ksweep"])
     print(f"  ksweep's driver outside Tune (parent run, status, report): {driver:.2f} s per run")
     ratio = walls["ksweep"] / walls["bare"]
