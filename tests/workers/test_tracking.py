@@ -363,3 +363,15 @@ class TestPlots:
         _assert_png(
             plot_metric_against_alpha([], "val/kl", tmp_path / "none.png", group_key="model")
         )
+
+
+def test_provenance_is_read_once_per_process(monkeypatch):
+    """A reused Ray actor's trials do not run git again; each caller gets its own copy."""
+    from workers import run_params
+
+    first = run_params.provenance_params()
+    monkeypatch.setattr(run_params, "_git", lambda *args: pytest.fail(f"git {args} run again"))
+    second = run_params.provenance_params()
+    assert second == first and set(first) >= {"provenance.git_commit", "provenance.git_dirty"}
+    second["provenance.git_commit"] = "changed by the caller"
+    assert run_params.provenance_params() == first
