@@ -47,6 +47,7 @@ _KSWEEP_PHASES = (
     ("workers.tracking", "RunLogger.finish", "mlflow: end the run"),
 )
 PHASES = tuple(phase for *_, phase in _TRAINER_PHASES + _KSWEEP_PHASES)
+COLD_PHASES = ("trainer create", "mlflow: start the run", "five PNGs")
 
 _state = threading.local()
 _patched: set[tuple[str, str]] = set()
@@ -166,6 +167,17 @@ def summarise(runs: dict[str, list[tuple[list[dict[str, Any]], dict[str, float]]
         row["  of which not timed above"] = row["trial wall (trainable start to end)"] - sum(
             row[p] for p in PHASES)
         row["trial thread CPU"] = sum(r["cpu_s"] for r in records) / n
+        # A slot's first trial pays the process's first-use costs (lazy imports, the MLflow
+        # store's set-up); the later ones run warm.
+        first = {min((r for r in rows if r["pid"] == pid), key=lambda r: r["start"])["start"]
+                 for rows, _ in samples for pid in {r["pid"] for r in rows}}
+        for phase in COLD_PHASES:
+            for label, chosen in (("a slot's first trial", [r for r in records
+                                                            if r["start"] in first]),
+                                  ("later trials", [r for r in records if r["start"] not in first])):
+                if chosen:
+                    row[f"  {phase}: {label}"] = statistics.fmean(
+                        r["phases"].get(phase, 0.0) for r in chosen)
         for key in ("to first trial (per slot)", "between a slot's trials",
                     "last trial's end to the end"):
             row[key] = statistics.fmean(t[key] for _, t in samples)
@@ -180,6 +192,6 @@ def summarise(runs: dict[str, list[tuple[list[dict[str, Any]], dict[str, float]]
         if max(abs(v) for v in values) < 0.0005:
             continue
         cells = "".join(f"{v:9.3f}" for v in values)
-        print(f"    {key:<40s}{cells}{values[-1] - values[0]:+9.3f}")
+        print(f"    {key:<50s}{cells}{values[-1] - values[0]:+9.3f}")
     print("    (the last three rows are per run, not per trial: each slot waits for its actor "
           "and imports once; the end includes ksweep's report)")
