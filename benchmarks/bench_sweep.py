@@ -253,10 +253,17 @@ def sweep_overhead(rounds: int = 2, cohort_size: Any = 1, profile: bool = False)
           f" on {os.cpu_count()} CPUs (other work on the machine skews these figures)")
     _print_results(samples, trials, slots)
     if profile:
-        sweep_profile.summarise({
-            name: [(t.profile, sweep_profile.timeline(t.profile, t.started, t.ended))
-                   for t in timings]
-            for name, timings in samples.items()})
+        timelines = {name: [(t.profile, sweep_profile.timeline(t.profile, t.started, t.ended))
+                            for t in timings] for name, timings in samples.items()}
+        sweep_profile.summarise(timelines)
+        # CPU seconds drift much less than wall seconds when other work shares the machine.
+        cpu = {name: statistics.median(
+            t.driver_cpu_s + line["worker processes' CPU (sum)"]
+            for t, (_, line) in zip(samples[name], timelines[name], strict=True))
+            for name in samples}
+        print(f"  CPU per run, the driver + the trial processes (median): bare {cpu['bare']:.2f} s,"
+              f" ksweep {cpu['ksweep']:.2f} s: {(cpu['ksweep'] - cpu['bare']) / trials:+.2f} "
+              f"CPU-s per trial")
 
 
 def main(argv: list[str] | None = None) -> None:

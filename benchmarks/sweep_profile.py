@@ -99,7 +99,9 @@ def _profiled(kind: str, run: Callable[[], None], ksweep: bool) -> None:
 
     _instrument(_TRAINER_PHASES + (_KSWEEP_PHASES if ksweep else ()))
     _state.phases = phases = {}
-    started, cpu = time.time(), time.thread_time()
+    # process_time: this process's CPU (all threads) since it started, so at a slot's first
+    # trial it holds what the actor's start cost (Ray's worker, the trainable's imports).
+    started, cpu, process_cpu = time.time(), time.thread_time(), time.process_time()
     try:
         run()
     finally:
@@ -108,7 +110,8 @@ def _profiled(kind: str, run: Callable[[], None], ksweep: bool) -> None:
         _state.phases = None
         record = {"kind": kind, "trial_id": tune.get_context().get_trial_id(), "pid": os.getpid(),
                   "start": started, "end": ended, "wall_s": ended - started,
-                  "cpu_s": time.thread_time() - cpu, "phases": phases}
+                  "cpu_s": time.thread_time() - cpu, "process_cpu_start": process_cpu,
+                  "process_cpu_end": time.process_time(), "phases": phases}
         folder = Path(os.environ[PROFILE_DIR_ENV])
         with (folder / RECORDS).open("a") as out:
             out.write(json.dumps(record) + "\n")
@@ -141,15 +144,20 @@ def timeline(records: list[dict[str, Any]], start: float, end: float) -> dict[st
     slots: dict[int, list[dict[str, Any]]] = {}
     for record in records:
         slots.setdefault(record["pid"], []).append(record)
-    first, gaps, last = [], [], []
+    first, gaps, last, startup_cpu, worker_cpu = [], [], [], [], 0.0
     for trials in slots.values():
         trials.sort(key=lambda r: r["start"])
         first.append(trials[0]["start"] - start)
+        startup_cpu.append(trials[0]["process_cpu_start"])
+        worker_cpu += trials[-1]["process_cpu_end"]
         gaps.extend(b["start"] - a["end"] for a, b in zip(trials, trials[1:], strict=False))
         last.append(trials[-1]["end"])
     return {"to first trial (per slot)": statistics.fmean(first) if first else float("nan"),
             "between a slot's trials": statistics.fmean(gaps) if gaps else 0.0,
             "last trial's end to the end": end - max(last) if last else float("nan"),
+            "process CPU before a slot's first trial": (statistics.fmean(startup_cpu)
+                                                         if startup_cpu else float("nan")),
+            "worker processes' CPU (sum)": worker_cpu,
             "slots": float(len(slots))}
 
 
@@ -167,6 +175,8 @@ def summarise(runs: dict[str, list[tuple[list[dict[str, Any]], dict[str, float]]
         row["  of which not timed above"] = row["trial wall (trainable start to end)"] - sum(
             row[p] for p in PHASES)
         row["trial thread CPU"] = sum(r["cpu_s"] for r in records) / n
+        row["trial process CPU (all threads)"] = sum(
+            r["process_cpu_end"] - r["process_cpu_start"] for r in records) / n
         # A slot's first trial pays the process's first-use costs (lazy imports, the MLflow
         # store's set-up); the later ones run warm.
         first = {min((r for r in rows if r["pid"] == pid), key=lambda r: r["start"])["start"]
@@ -179,7 +189,8 @@ def summarise(runs: dict[str, list[tuple[list[dict[str, Any]], dict[str, float]]
                     row[f"  {phase}: {label}"] = statistics.fmean(
                         r["phases"].get(phase, 0.0) for r in chosen)
         for key in ("to first trial (per slot)", "between a slot's trials",
-                    "last trial's end to the end"):
+                    "last trial's end to the end", "process CPU before a slot's first trial",
+                    "worker processes' CPU (sum)"):
             row[key] = statistics.fmean(t[key] for _, t in samples)
         per_trial[name] = row
     if len(per_trial) < len(names):
@@ -193,5 +204,6 @@ def summarise(runs: dict[str, list[tuple[list[dict[str, Any]], dict[str, float]]
             continue
         cells = "".join(f"{v:9.3f}" for v in values)
         print(f"    {key:<50s}{cells}{values[-1] - values[0]:+9.3f}")
-    print("    (the last three rows are per run, not per trial: each slot waits for its actor "
-          "and imports once; the end includes ksweep's report)")
+    print("    (the last five rows are per run or per slot, not per trial: each slot waits for its "
+          "actor and imports once; the end includes ksweep's report; the worker processes' CPU "
+          "is their whole life's, to their last trial's end)")
