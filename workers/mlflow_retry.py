@@ -10,15 +10,11 @@ retries is survived too; errors that no retry can mend (a bad parameter, a missi
 at once.
 
 A trial's per-epoch metrics go through a :class:`MetricWriter`: a background thread writes
-them in order, each epoch's while the next one trains (a sqlite commit waits on the disk: about
-half of a write's ~50 ms is not CPU, measured in benchmarks/bench_sweep.py). While writes
-succeed, :meth:`MetricWriter.submit` first waits for the epochs queued before (at most
-``KSWEEP_MLFLOW_SYNC_WAIT_S``, 10 s), so MLflow lags a trial by at most the epoch it just
-finished: it holds epoch k before epoch k + 1 is reported (and checkpointed) to Tune. An epoch
-that a worker killed with -9 had reported but not written is logged from the checkpoint's
-history when the trial resumes (``workers.trial.TrialRun.attach``). Once a write fails, epochs
-are queued and training goes on, and the run is only ended after the queue is written. Values
-are plain floats by the time they are queued (no tensor is kept, no host sync is added).
+them in order. While writes succeed, :meth:`MetricWriter.submit` waits for its batch (at most
+``KSWEEP_MLFLOW_SYNC_WAIT_S``, 10 s), so MLflow holds every epoch before the trial reports
+(and checkpoints) it, as without a buffer; once a write fails, epochs are queued and training
+goes on, and the run is only ended after the queue is written. Values are plain floats by
+the time they are queued (no tensor is kept, no host sync is added).
 
 A batch that was written while its reply was lost must not be written again (the same step
 twice is two points): after a failed attempt, the writer first reads the metric's history
@@ -33,7 +29,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from mlflow.entities import Metric
 from mlflow.exceptions import MlflowException
@@ -100,37 +96,32 @@ class MetricWriter:
     def __init__(self, client, run_id: str, sync_wait_s: float | None = None) -> None:
         self._client, self._run_id = client, run_id
         self._sync_wait_s = _env_float(SYNC_WAIT_ENV, 10.0) if sync_wait_s is None else sync_wait_s
-        # [batch, when it was queued, counted in buffered_batches]
-        self._pending: deque[list[Any]] = deque()
+        self._pending: deque[tuple[list[Metric], float]] = deque()
         self._cond = threading.Condition()
         self._failing = False  # the last attempt failed: do not wait for the next batches
         self._error: BaseException | None = None  # a batch that could not be written at all
         self._thread: threading.Thread | None = None
-        self.buffered_batches = 0  # batches unwritten when the next came (a read-out)
+        self.buffered_batches = 0  # batches queued while the server was failing (a read-out)
 
     def submit(self, batches: Sequence[list[Metric]]) -> None:
-        """Queue an epoch's batches and return: they are written while the next epoch trains.
-        First wait, while writes succeed, for the batches queued before (module doc)."""
+        """Queue batches; wait for them while writes succeed (module doc)."""
         with self._cond:
             self._raise_if_failed()
-            if self._pending:
-                # Waited for from when the oldest queued batch was queued: a write stuck in the
-                # client's own retries holds training up once, not at every epoch.
-                deadline = self._pending[0][1] + self._sync_wait_s
-                while self._pending and not self._failing and time.monotonic() < deadline:
-                    self._cond.wait(timeout=deadline - time.monotonic())
-                self._raise_if_failed()
-                for entry in self._pending:  # still unwritten as the next epoch's come: buffered
-                    if not entry[2]:
-                        entry[2] = True
-                        self.buffered_batches += 1
             now = time.monotonic()
-            self._pending.extend([list(batch), now, False] for batch in batches)
+            self._pending.extend((list(batch), now) for batch in batches)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=f"mlflow-{self._run_id[:8]}",
                                                 daemon=True)
                 self._thread.start()
             self._cond.notify_all()
+            # Waited for from when the oldest queued batch was queued: a write stuck in the
+            # client's own retries holds training up once, not at every epoch.
+            deadline = self._pending[0][1] + self._sync_wait_s
+            while self._pending and not self._failing and time.monotonic() < deadline:
+                self._cond.wait(timeout=deadline - time.monotonic())
+            self._raise_if_failed()
+            if self._pending:
+                self.buffered_batches += len(batches)
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Wait until every queued batch is written (raises the writer's error if one could

@@ -224,8 +224,7 @@ class RunLogger:
 
     @property
     def buffered_batches(self) -> int:
-        """Metric batches still unwritten when the next epoch's came (the server failing or slow;
-        0 unbuffered)."""
+        """Metric batches that were queued, not written, when their epoch went on (0 unbuffered)."""
         return 0 if self._writer is None else self._writer.buffered_batches
 
     def _retry(self, call: Any, what: str) -> Any:
