@@ -171,8 +171,10 @@ def run_ksweep(spec: SweepSpec, root: Path, tracking_uri: str, sweep_id: str,
     states = [o.state for o in outcome.outcomes]
     if outcome.status.state != "succeeded" or states.count("done") != spec.trial_count():
         raise RuntimeError(f"ksweep sweep {sweep_id}: {outcome.status.state}, trials {states}")
-    return SweepTiming(wall, [o.final["time_total_s"] for o in outcome.outcomes], started_at,
-                       started_at + wall, driver_s=wall - sum(fit_s), driver_cpu_s=cpu)
+    # A cohort's members carry no Tune time of their own (NaN: --cohort-size auto or > 1).
+    return SweepTiming(wall, [o.final.get("time_total_s", float("nan")) for o in outcome.outcomes],
+                       started_at, started_at + wall, driver_s=wall - sum(fit_s),
+                       driver_cpu_s=cpu)
 
 
 def _print_results(samples: dict[str, list[SweepTiming]], trials: int, slots: int) -> None:
@@ -256,7 +258,7 @@ def sweep_overhead(rounds: int = 2, cohort_size: Any = 1, profile: bool = False)
         timelines = {name: [(t.profile, sweep_profile.timeline(t.profile, t.started, t.ended))
                             for t in timings] for name, timings in samples.items()}
         sweep_profile.summarise(timelines)
-        # CPU seconds drift much less than wall seconds when other work shares the machine.
+        # CPU seconds drift less than wall seconds when other work shares the machine.
         cpu = {name: statistics.median(
             t.driver_cpu_s + line["worker processes' CPU (sum)"]
             for t, (_, line) in zip(samples[name], timelines[name], strict=True))
