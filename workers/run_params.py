@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 from collections.abc import Mapping
@@ -66,7 +67,16 @@ def provenance_params() -> dict[str, str]:
     ``provenance.git_commit`` is the commit of the checkout the code runs from ("unknown"
     outside a git checkout, e.g. an installed wheel); ``provenance.git_dirty`` is "true" when
     tracked files differ from it (untracked files do not count), "unknown" without git.
+
+    Read once per process (two ``git`` processes and four package look-ups, 7-40 ms, were
+    paid again by every trial of a reused Ray actor): the code a process runs is the code it
+    imported, whatever the checkout becomes later. A copy is returned.
     """
+    return dict(_provenance())
+
+
+@functools.cache
+def _provenance() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     commit = _git("rev-parse", "HEAD")

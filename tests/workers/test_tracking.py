@@ -363,3 +363,35 @@ class TestPlots:
         _assert_png(
             plot_metric_against_alpha([], "val/kl", tmp_path / "none.png", group_key="model")
         )
+
+
+def test_provenance_is_read_once_per_process(monkeypatch):
+    """A reused Ray actor's trials do not run git again; each caller gets its own copy."""
+    from workers import run_params
+
+    first = run_params.provenance_params()
+    monkeypatch.setattr(run_params, "_git", lambda *args: pytest.fail(f"git {args} run again"))
+    second = run_params.provenance_params()
+    assert second == first and set(first) >= {"provenance.git_commit", "provenance.git_dirty"}
+    second["provenance.git_commit"] = "changed by the caller"
+    assert run_params.provenance_params() == first
+
+
+def test_a_kappa_histogram_this_process_drew_is_written_again_not_drawn(tmp_path, monkeypatch):
+    from workers import plots
+
+    values = np.random.default_rng(20261204).gamma(2.0, 1.0, 300)  # values no other test draws
+    drawn = []
+    save = plots._save
+    monkeypatch.setattr(plots, "_save", lambda *args, **kwargs: drawn.append(1) or save(*args, **kwargs))
+    first = plot_kappa_histogram(values, 1.5, tmp_path / "a.png", title="kappa on val")
+    again = plot_kappa_histogram(values.copy(), 1.5, tmp_path / "sub" / "b.png", title="kappa on val")
+    assert len(drawn) == 1 and again.read_bytes() == first.read_bytes()
+    plot_kappa_histogram(values, 2.0, tmp_path / "c.png", title="kappa on val")  # another alpha
+    plot_kappa_histogram(values[:-1], 1.5, tmp_path / "d.png", title="kappa on val")  # other data
+    plot_kappa_histogram(values, 1.5, tmp_path / "e.png", title="kappa on test")  # another title
+    assert len(drawn) == 4
+    plots._HISTOGRAMS.clear()  # drawn afresh: the same bytes as the copy
+    assert plot_kappa_histogram(values, 1.5, tmp_path / "f.png", title="kappa on val").read_bytes() \
+        == again.read_bytes()
+    assert len(drawn) == 5
