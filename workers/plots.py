@@ -19,12 +19,14 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from cachetools import LRUCache
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -53,9 +55,10 @@ _PNG_OPTIONS = {"compress_level": 1}  # zlib level: ~3x faster than PIL's 6, fil
 # Fixed margins (figure fractions) that fit these figures' titles, labels and tick labels.
 _MARGINS = {"left": 0.1, "right": 0.97, "bottom": 0.13, "top": 0.9, "wspace": 0.22}
 _SUPTITLE_TOP = 0.84
-# Rendered kappa histograms of this process: (values' sha256, alpha, title) -> PNG bytes.
-_HISTOGRAMS: dict[tuple[str, float, str], bytes] = {}
-_HISTOGRAM_MEMO_SIZE = 48  # three splits of 16 (data, alpha) pairs; ~30 KB each
+# Rendered kappa histograms of this process: (values' sha256, alpha, title) -> PNG bytes;
+# 48 = three splits of 16 (data, alpha) pairs, ~30 KB each. cachetools is not thread-safe.
+_HISTOGRAMS: LRUCache[tuple[str, float, str], bytes] = LRUCache(maxsize=48)
+_HISTOGRAMS_LOCK = threading.Lock()
 # An explicit title height: matplotlib otherwise lays out the axes' ticks at every draw to place it.
 _TITLE_Y = 1.0
 
@@ -112,10 +115,12 @@ def plot_kappa_histogram(
     # differ in their loss stack (or beta, lr...) draw the same histograms: a process (a reused
     # Ray actor) renders each once and writes the same bytes again.
     key = (hashlib.sha256(values.tobytes()).hexdigest(), float(alpha), title)
-    if key in _HISTOGRAMS:
+    with _HISTOGRAMS_LOCK:
+        drawn = _HISTOGRAMS.get(key)
+    if drawn is not None:
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(_HISTOGRAMS[key])
+        target.write_bytes(drawn)
         return target
 
     figure, axes = _figure(6.4, 4.2)
@@ -135,9 +140,8 @@ def plot_kappa_histogram(
             axes.axvline(value, color="black", linestyle=style, label=f"{statistic} = {value:.3g}")
         axes.legend(loc="upper right")
     target = _save(figure, path)
-    if len(_HISTOGRAMS) >= _HISTOGRAM_MEMO_SIZE:
-        _HISTOGRAMS.pop(next(iter(_HISTOGRAMS)))
-    _HISTOGRAMS[key] = target.read_bytes()
+    with _HISTOGRAMS_LOCK:
+        _HISTOGRAMS[key] = target.read_bytes()
     return target
 
 
