@@ -48,12 +48,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import gevent
-import psutil
 from locust import FastHttpUser, task
 from locust.env import Environment
 
 from benchmarks._service_store import QUICKSTART, SEED, TOKENS, seed_store
-from benchmarks.bench_service import make_server
+from benchmarks.bench_service import make_server, process_cpu_s
 from sweeps.spec import load_sweep_spec
 
 PACING_S = 0.5          # each open-loop user sends one request every PACING_S seconds
@@ -92,19 +91,6 @@ class Window:
 
     def per_request_ms(self, seconds: float) -> float:
         return seconds / len(self.latencies_ms) * 1e3 if self.latencies_ms else math.nan
-
-
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of the server and its child processes (uvicorn workers)."""
-    total = 0.0
-    process = psutil.Process(pid)
-    for each in (process, *process.children(recursive=True)):
-        try:
-            times = each.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += times.user + times.system
-    return total
 
 
 def _shape_user(shape: str, host: str, sweep_ids: list[str], body: bytes,
@@ -172,7 +158,7 @@ def run_phase(user: type[FastHttpUser], users: int, duration_s: float, max_reque
     runner = env.create_local_runner()
     runner.start(users, spawn_rate=max(users * 4, 1))
     gevent.sleep(WARMUP_S)
-    server_cpu, client_cpu = _cpu_s(server_pid), time.process_time()
+    server_cpu, client_cpu = process_cpu_s(server_pid), time.process_time()
     started = time.perf_counter()
     window.recording = True
     deadline = started + duration_s
@@ -180,7 +166,7 @@ def run_phase(user: type[FastHttpUser], users: int, duration_s: float, max_reque
         gevent.sleep(0.05)
     window.recording = False
     window.wall_s = time.perf_counter() - started
-    window.server_cpu_s = _cpu_s(server_pid) - server_cpu
+    window.server_cpu_s = process_cpu_s(server_pid) - server_cpu
     window.client_cpu_s = time.process_time() - client_cpu
     window.load_average = os.getloadavg()
     runner.quit()

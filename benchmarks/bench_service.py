@@ -215,12 +215,20 @@ def endpoints(sweep_ids: list[str], body: dict[str, Any]) -> dict[str, tuple[Mak
 
 
 def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far (all its threads; NaN once it is gone)."""
+    """User + system CPU seconds of process ``pid`` so far, all its threads and its child
+    processes (uvicorn workers, should it run some); NaN once it is gone."""
     try:
-        times = psutil.Process(pid).cpu_times()
+        process = psutil.Process(pid)
+        total = sum(process.cpu_times()[:2])
+        children = process.children(recursive=True)
     except psutil.NoSuchProcess:
         return math.nan
-    return times.user + times.system
+    for child in children:
+        try:
+            total += sum(child.cpu_times()[:2])
+        except psutil.NoSuchProcess:  # ended between the listing and the read
+            continue
+    return total
 
 
 async def run_phase(connections: list[Connection], make: MakeRequest, ok: set[int],
