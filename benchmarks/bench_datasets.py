@@ -42,10 +42,14 @@ def _lists(rng: np.random.Generator, rows: int, low: int, high: int, vocab: int)
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(rng.integers(0, vocab, offsets[-1])))
 
 
-def make_table(rows: int, base_nll: bool, seed: int = 0) -> pa.Table:
-    """The benchmark's dataset (deterministic for a seed)."""
+def make_table(rows: int, base_nll: bool, seed: int = 0, poison: bool = False) -> pa.Table:
+    """The benchmark's dataset (deterministic for a seed); ``poison``: the last id is -1."""
     rng = np.random.default_rng(seed)
     y = _lists(rng, rows, 1, 32, 5000)
+    if poison:
+        values = y.values.to_numpy().copy()
+        values[-1] = -1
+        y = pa.ListArray.from_arrays(y.offsets, pa.array(values))
     columns = {"x": _lists(rng, rows, 0, 16, 5000), "y": y,
                "label": pa.array(rng.integers(0, 8, rows)),
                "group": pa.array(np.array(["a", "b", "c", "d"])[rng.integers(0, 4, rows)])}
@@ -79,30 +83,67 @@ def register_in_process(path: Path, root: Path, name: str) -> dict[str, float]:
     return times
 
 
-def register_over_rest(path: Path, workdir: Path) -> tuple[float, dict]:
-    """Wall seconds of ``POST /datasets`` with the file streamed, on a fresh real server."""
+def _server_cpu_s(pid: int) -> float:
+    """CPU seconds of the server and of its children it has reaped (the validation processes)."""
+    import psutil
+
+    return sum(psutil.Process(pid).cpu_times()[:4])
+
+
+def register_over_rest(path: Path, workdir: Path, hostile: list[tuple[str, Path]]) -> None:
+    """``POST /datasets`` with the file streamed on a fresh real server, then the hostile uploads;
+    prints wall and server CPU seconds (validation subprocess included) of each."""
     from tests.support.serve_process import ServeProcess
 
+    limit = int(path.stat().st_size * 1.5)
     env = {**os.environ, "KSWEEP_SWEEP_ROOT": str(workdir / "root"),
            "KSWEEP_API_TOKENS": "bench:bench-token", "KSWEEP_MAX_CONCURRENT_SWEEPS": "0",
+           "KSWEEP_MAX_DATASET_BYTES": str(limit),
            "MLFLOW_TRACKING_URI": f"sqlite:///{workdir}/mlflow.db", "PYTHONPATH": str(ROOT)}
     server = ServeProcess(env, workdir / "serve.log", cwd=workdir)
     server.start()
-    try:
+    assert server.process is not None
+    pid = server.process.pid
+
+    def post(name: str, body: Path | None, declared: int | None = None) -> tuple[int, float, float]:
         def chunks():
-            with path.open("rb") as handle:
+            if body is None:  # declared bytes of junk, or an endless stream cut at limit + 1
+                left = declared if declared is not None else float("inf")
+                while left > 0:
+                    size = int(min(left, 1 << 20))
+                    left -= size
+                    yield b" " * size
+                return
+            with body.open("rb") as handle:
                 while chunk := handle.read(1 << 20):
                     yield chunk
 
-        start = time.perf_counter()
-        answer = httpx.post(server.url + "/datasets", params={"name": "bench-rest"},
-                            content=chunks(), timeout=600,
-                            headers={"Authorization": "Bearer bench-token",
-                                     "Content-Type": "application/vnd.apache.parquet",
-                                     "Content-Length": str(path.stat().st_size)})
-        wall = time.perf_counter() - start
-        answer.raise_for_status()
-        return wall, answer.json()
+        headers = {"Authorization": "Bearer bench-token",
+                   "Content-Type": "application/vnd.apache.parquet"}
+        if declared is not None:
+            headers["Content-Length"] = str(declared)
+        cpu, start = _server_cpu_s(pid), time.perf_counter()
+        try:
+            status = httpx.post(server.url + "/datasets", params={"name": name},
+                                content=chunks(), headers=headers, timeout=600).status_code
+        except httpx.HTTPError:  # the server answered 413 and closed while we still sent
+            status = 413
+        return status, time.perf_counter() - start, _server_cpu_s(pid) - cpu
+
+    try:
+        status, wall, cpu = post("bench-rest", path, path.stat().st_size)
+        verdict = "met" if wall < GOAL_S and status == 201 else "NOT met"
+        print(f"  POST /api/v1/datasets (real server, validation subprocess): HTTP {status} in "
+              f"{wall:.1f} s ({cpu:.1f} s server CPU), {wall / GOAL_S:.3f}x of the 60 s goal "
+              f"({verdict})")
+        print(f"  hostile uploads (KSWEEP_MAX_DATASET_BYTES {limit / 1e6:.0f} MB): "
+              "HTTP status, wall, server CPU incl. the validation process")
+        cases = [(label, file, file.stat().st_size) for label, file in hostile]
+        cases += [("Content-Length over the limit", None, limit + 1),
+                  ("endless body, no Content-Length", None, None)]
+        for label, file, declared in cases:
+            status, wall, cpu = post("hostile", file, declared)
+            print(f"    {label:<44s} HTTP {status}  {wall:6.2f} s  {cpu:6.2f} s CPU")
     finally:
         server.stop()
 
@@ -159,12 +200,17 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  peak RSS of this process: "
               f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3:.0f} MB")
         if not args.no_rest:
-            wall, record = register_over_rest(work / "source.parquet", work / "rest")
-            verdict = "met" if wall < GOAL_S else "NOT met"
+            poisoned = work / "poisoned.parquet"
+            pq.write_table(make_table(args.rows, args.base_nll, poison=True), poisoned)
+            bomb = work / "bomb.parquet"
+            pq.write_table(pa.table({"y": [[7] * 1000] * 20_000}), bomb, compression="zstd",
+                           use_dictionary=False)
+            register_over_rest(work / "source.parquet", work / "rest", [
+                (f"{args.rows:,} rows, last id negative", poisoned),
+                ("compression bomb (refused from the footer)", bomb)])
             child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1e3
-            print(f"  POST /api/v1/datasets (real server, validation subprocess): {wall:.1f} s, "
-                  f"{wall / GOAL_S:.3f}x of the 60 s goal ({verdict}); {record['rows']:,} rows")
-            print(f"  (largest child of this benchmark, incl. the server: {child:.0f} MB RSS)")
+            print(f"  (largest child of this benchmark, the server or a validation process: "
+                  f"{child:.0f} MB RSS)")
 
 
 if __name__ == "__main__":

@@ -79,9 +79,10 @@ def upload_format(content_type: str | None, fmt: str | None, file: str) -> str:
 
 
 def too_large(file: str, limit: int, what: str) -> ProblemError:
+    # Connection: close makes the server drop the rest of the body instead of draining it.
     return ProblemError(413, "Dataset too large", f"{file}: {what} exceeds {limit} bytes "
                         "(KSWEEP_MAX_DATASET_BYTES); split the dataset or ask for a larger limit",
-                        kind="dataset-too-large")
+                        kind="dataset-too-large", headers={"Connection": "close"})
 
 
 async def receive_upload(request: Request, target: Path, limit: int, file: str) -> int:

@@ -188,13 +188,18 @@ def test_size_caps(service, client) -> None:
     declared = upload(client, "big", big, JSONL)
     assert declared.status_code == 413 and "KSWEEP_MAX_DATASET_BYTES" in declared.json()["detail"]
 
+    sent = 0
+
     def chunks() -> Iterator[bytes]:  # no Content-Length: counted while streamed
-        for _ in range(MAX_BYTES // 10_000 + 2):
+        nonlocal sent
+        while sent < 1000 * MAX_BYTES:  # "endless": the server must cut it, not drain it
+            sent += 10_000
             yield b" " * 10_000
 
     streamed = client.post("/datasets", params={"name": "big"}, content=chunks(),
                            headers={**JSONL, **auth("alice")})
     assert streamed.status_code == 413, streamed.text
+    assert streamed.headers["connection"] == "close" and sent < 100 * MAX_BYTES
     rows = upload(client, "rows", parquet_bytes({"y": [[1]] * 6000}), filename="rows.parquet")
     assert rows.status_code == 422 and "6000 rows" in rows.json()["detail"]
     assert registry(service) == before
