@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint demo bench compose-smoke clean
+.PHONY: install test lint docs demo bench compose-smoke clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,11 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 
-test: lint
+# The documentation site (mkdocs.yml, docs/) into site/, warnings as errors; no network needed.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(VENV)/bin/mkdocs build --strict
+
+test: lint docs
 	$(PY) -m pytest
 
 demo: $(STAMP)
@@ -37,4 +41,4 @@ compose-smoke: $(STAMP)
 	scripts/compose-smoke $(COMPOSE_SMOKE_ARGS)
 
 clean:
-	rm -rf .pytest_cache .ruff_cache .mypy_cache .hypothesis
+	rm -rf .pytest_cache .ruff_cache .mypy_cache .hypothesis site
