@@ -124,5 +124,6 @@ def test_nothing_points_outside_the_repository() -> None:
     pattern = r"\.\./shared|OBJECTIVE\.md|DESIGN\.md|SCIENCE\.md"
     done = subprocess.run(["git", "grep", "-nE", pattern], cwd=ROOT, capture_output=True, text=True)
     hits = [line for line in done.stdout.splitlines() if not line.startswith("docs/")]
-    hits += [line for line in done.stdout.splitlines() if line.startswith("docs/") and "../shared" in line]
+    outside = ".." + "/shared"  # spelled in two parts so that this file does not match itself
+    hits += [line for line in done.stdout.splitlines() if line.startswith("docs/") and outside in line]
     assert not hits, "references to files outside the repository:\n" + "\n".join(hits)

@@ -119,7 +119,8 @@ class TrialConfig(BaseModel):
         False,
         description="Accept a discrete-latent trial whose KL free_bits is >= log K. Off: such a "
         "config is rejected, because z can then carry the whole strategy (log K nats) without KL "
-        "pressure and every stack recovers it for free (SCIENCE.md: free bits below log K or none).",
+        "pressure and every stack recovers it for free (docs/science/index.md, rules of evidence: "
+        "free bits below log K or none).",
     )
 
     @model_validator(mode="after")
@@ -149,7 +150,7 @@ class TrialConfig(BaseModel):
         return self.loss_stack.alpha
 
     def summary_params(self) -> dict[str, Any]:
-        """The params every trial run carries by name (DESIGN.md), besides the flattened config."""
+        """The params every trial run carries by name (docs/concepts/design.md), besides the flattened config."""
         return {
             "alpha": self.loss_stack.alpha,
             "loss_stack": self.loss_stack.label,
