@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sweeps.spec import SweepSpec
-from sweeps.yaml_loader import SpecFileError, load_yaml, read_spec_file
+from workers.yaml_loader import SpecFileError, load_yaml, read_spec_file
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "sweeps" / "examples").glob("*.yaml"))
