@@ -35,7 +35,7 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m benchmarks
 
-# The docker-compose cluster built and run for real (README, "Local cluster"): needs a Docker
+# The docker-compose cluster built and run for real (docs/operations.md, "The smoke run"): needs a Docker
 # engine, or root on Debian to start one. COMPOSE_SMOKE_ARGS=--local-bases forces the stand-ins.
 compose-smoke: $(STAMP)
 	scripts/compose-smoke $(COMPOSE_SMOKE_ARGS)

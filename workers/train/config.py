@@ -65,7 +65,7 @@ class TrainingConfig(BaseModel):
 
 
 class ReadoutConfig(BaseModel):
-    """What the epoch-end evaluation reads out (workers/readouts; README "Read-outs")."""
+    """What the epoch-end evaluation reads out (workers/readouts; docs/concepts/trials.md "Read-outs")."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -113,7 +113,7 @@ class TrialConfig(BaseModel):
     )
     training: TrainingConfig = Field(default_factory=TrainingConfig, description="The recipe.")
     readouts: ReadoutConfig = Field(
-        default_factory=ReadoutConfig, description="The epoch-end read-outs (README: Read-outs)."
+        default_factory=ReadoutConfig, description="The epoch-end read-outs (docs/concepts/trials.md: Read-outs)."
     )
     allow_free_bits_above_log_k: bool = Field(
         False,
