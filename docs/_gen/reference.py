@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "sweeps" / "examples"
 # jsonschema2md links each regex to an online tester; the site links nothing outside itself.
 PATTERN_TESTER = re.compile(r" \(\[Test\]\(https://regexr\.com/[^)]*\)\)")
+# jsonschema2md nests lists by 2 spaces; Python-Markdown needs 4, or nested items flatten.
+LIST_INDENT = re.compile(r"^( +)(?=[-*] )", re.MULTILINE)
 
 SPEC_INTRO = """# Sweep spec reference
 
@@ -64,6 +66,7 @@ def sweep_spec_page() -> str:
 
     parser = jsonschema2md.Parser(show_examples="all", header_level=1)
     schema_md = PATTERN_TESTER.sub("", "".join(parser.parse_schema(SweepSpec.model_json_schema())))
+    schema_md = LIST_INDENT.sub(lambda match: match.group(1) * 2, schema_md)
     examples = sorted(EXAMPLES.glob("*.yaml"))
     if not examples:
         raise RuntimeError(f"no example spec in {EXAMPLES}: the reference must show them")
