@@ -214,7 +214,8 @@ def test_size_caps(service, client) -> None:
 def test_bad_names(service, client, name) -> None:
     before = registry(service)
     answer = upload(client, name, parquet_bytes(GOOD))
-    assert answer.status_code == 422 and "invalid dataset name" in answer.json()["detail"]
+    assert answer.status_code == 422 and "query.name" in answer.json()["detail"]
+    assert "[A-Za-z0-9][A-Za-z0-9._-]{0,63}" in answer.json()["detail"]
     assert registry(service) == before
 
 

@@ -36,13 +36,16 @@ from workers.data.dataset_store import (
 )
 
 router = APIRouter(tags=["datasets"])
-DatasetName = Annotated[str, Path(description=f"The dataset's name ({NAME_PATTERN}).")]
+DatasetName = Annotated[str, Path(pattern=f"^{NAME_PATTERN}$", description="The dataset's name.")]
 ACTIVE_STATES = ("queued", "running")
 
 
 def _problem(description: str) -> dict[str, Any]:
     return {"model": Problem, "description": description,
             "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+
+
+INVALID_NAME = {422: _problem("Not a dataset name (invalid-dataset), or invalid parameters.")}
 
 
 def store_of(services: Services) -> DatasetStore:
@@ -100,6 +103,7 @@ def check_spec_dataset(spec: dict[str, Any], owner: str, services: Services) -> 
     "/datasets", status_code=201, response_model=DatasetRecord,
     summary="Register a dataset: ONE Parquet, Arrow IPC or JSONL file as the raw request body",
     responses={200: {"model": DatasetRecord, "description": "The name already holds this content."},
+               400: _problem("The client went away during the upload."),
                401: _problem("No valid bearer token."),
                409: _problem("The name holds other content (add replace=true)."),
                413: _problem("Over KSWEEP_MAX_DATASET_BYTES, or the owner's dataset quota."),
@@ -112,7 +116,7 @@ def check_spec_dataset(spec: dict[str, Any], owner: str, services: Services) -> 
 )
 async def add_dataset(
     request: Request,
-    name: Annotated[str, Query(description=f"The dataset's name ({NAME_PATTERN}).")],
+    name: Annotated[str, Query(pattern=f"^{NAME_PATTERN}$", description="The dataset's name.")],
     replace: Annotated[bool, Query(description="Point an existing name at new content.")] = False,
     format: Annotated[Literal["parquet", "arrow", "jsonl"] | None, Query(
         description="The file's format, when the Content-Type does not say.")] = None,
@@ -122,8 +126,10 @@ async def add_dataset(
 ) -> Response:
     settings = services.settings
     _checked_name(name)
-    fmt = upload_format(request.headers.get("content-type"), format, filename or name)
-    file = PurePath(filename).name if filename else f"{name}.{fmt}"
+    # Only the file's printable base name is ever cited (no NUL or control characters in argv).
+    cited = "".join(c for c in PurePath(filename).name if c.isprintable()) if filename else ""
+    fmt = upload_format(request.headers.get("content-type"), format, cited or name)
+    file = cited or f"{name}.{fmt}"
     store = store_of(services)
     held = await run_in_threadpool(store.owner_bytes, owner)
     if held >= settings.dataset_quota_bytes:
@@ -149,7 +155,8 @@ async def add_dataset(
     return _json(record.model_dump(mode="json"), 201 if created else 200)
 
 
-@router.get("/datasets", response_model=list[DatasetRecord], summary="Registered datasets, by name")
+@router.get("/datasets", response_model=list[DatasetRecord], summary="Registered datasets, by name",
+            responses={422: _problem("Invalid parameters.")})
 def list_datasets(owner: Annotated[str | None, Query(description="Only this owner's.")] = None,
                   _reader: str | None = Depends(read_access),
                   services: Services = Depends(get_services)) -> Response:
@@ -159,7 +166,7 @@ def list_datasets(owner: Annotated[str | None, Query(description="Only this owne
 
 @router.get("/datasets/{name}", response_model=DatasetRecord,
             summary="A dataset: owner, content hash, rows, summary",
-            responses={404: _problem("No dataset of that name.")})
+            responses={404: _problem("No dataset of that name."), **INVALID_NAME})
 def get_dataset(name: DatasetName, _reader: str | None = Depends(read_access),
                 services: Services = Depends(get_services)) -> Response:
     _checked_name(name)
@@ -175,7 +182,7 @@ def get_dataset(name: DatasetName, _reader: str | None = Depends(read_access),
     responses={401: _problem("No valid bearer token."),
                403: _problem("Another owner's dataset (only it or admin may remove it)."),
                404: _problem("No dataset of that name."),
-               409: _problem("A queued or running sweep names the dataset.")},
+               409: _problem("A queued or running sweep names the dataset."), **INVALID_NAME},
 )
 def remove_dataset(name: DatasetName, owner: str = Depends(require_owner),
                    services: Services = Depends(get_services)) -> Response:
