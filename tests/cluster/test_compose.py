@@ -146,6 +146,26 @@ def test_service_environment_loads_as_settings(service_name, monkeypatch) -> Non
         assert "admin" in settings.configured_tokens().values()
 
 
+def test_every_node_sees_one_dataset_registry(monkeypatch) -> None:
+    """The api registers datasets where every Ray node reads them: KSWEEP_DATA_ROOT resolves
+    to the same folder on the one volume all of them mount (docs/guide/datasets.md)."""
+    from service.settings import Settings
+
+    roots = set()
+    for service_name in PROJECT_SERVICES:
+        for name in list(os.environ):
+            if name.startswith(PROJECT_PREFIXES):
+                monkeypatch.delenv(name)
+        service = services(profile="gpu")[service_name]
+        for name, value in service["environment"].items():
+            monkeypatch.setenv(name, value)
+        root = Settings().dataset_root
+        [volume] = [v for v in service["volumes"] if v["source"] == "ksweep-data"]
+        assert root.is_relative_to(volume["target"]), (service_name, root, volume)
+        roots.add(root)
+    assert len(roots) == 1, roots
+
+
 # --- GPU profile (configuration only: no GPU and no NVIDIA toolkit here) -----------------------
 
 
