@@ -319,7 +319,9 @@ def _hash_array(h: Any, arr: pa.ChunkedArray | pa.Array, batch: int = 1 << 16) -
             lengths.update(n.to_numpy(zero_copy_only=False).astype("<i8").tobytes())
             flat = pc.list_flatten(part) if pa.types.is_list(part.type) else None
             if flat is None:
-                values.update(b"".join(s.encode() for s in part.to_pylist()))
+                offsets = np.frombuffer(part.buffers()[1], np.int32)[part.offset:][:len(part) + 1]
+                data = part.buffers()[2]
+                values.update(memoryview(data)[offsets[0]:offsets[-1]] if data else b"")
             else:
                 dtype = "<f4" if pa.types.is_float32(flat.type) else "<i8"
                 values.update(flat.to_numpy(zero_copy_only=False).astype(dtype).tobytes())
