@@ -3,9 +3,10 @@
 A spec is one pydantic model that rejects unknown fields at every level, so a typo
 (``template.training.epochz``) fails validation instead of silently running the defaults.
 Contradictions between sections (a grid of alphas with Optuna, several objective
-metrics with ASHA, free bits that switch the KL off, a plan over the trial budget) are
-rejected too, each with a message that names the fields involved (``sweeps.spec.checks``).
-The axes are expanded in one place only, :mod:`sweeps.plan.build`.
+metrics with ASHA, free bits that switch the KL off) are rejected too, each with a message
+that names the fields involved (``sweeps.spec.checks``). The axes are expanded in one place
+only, :mod:`sweeps.plan.build`, and the trial budget is checked on that plan
+(:mod:`sweeps.plan.budget`).
 """
 
 from __future__ import annotations
