@@ -15,6 +15,7 @@ import math
 import os
 import time
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -185,9 +186,31 @@ LOOPBACK_RAY_ENV: dict[str, str] = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
 # --- the progress record ------------------------------------------------------------------
 
-SWEEP_STATES: tuple[str, ...] = ("queued", "running", "succeeded", "failed", "cancelled")
-TERMINAL_STATES: tuple[str, ...] = ("succeeded", "failed", "cancelled")
-TRIAL_STATES: tuple[str, ...] = ("pending", "running", "done", "stopped", "failed")
+class SweepState(StrEnum):
+    """A sweep's state: in the store's ``state`` column, the API's documents and the CLI (the
+    values are stored and documented: never rename one)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class TrialState(StrEnum):
+    """A trial's state in the progress record, the API's trial list and the report."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+# Plain strings (``.value``): the store compares its column with them.
+ACTIVE_SWEEP_STATES: tuple[str, ...] = (SweepState.QUEUED.value, SweepState.RUNNING.value)
+TERMINAL_SWEEP_STATES: tuple[str, ...] = tuple(
+    s.value for s in SweepState if s.value not in ACTIVE_SWEEP_STATES)
 COUNTERS: tuple[str, ...] = ("total", "pending", "running", "done", "failed", "stopped")
 
 

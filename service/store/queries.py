@@ -32,7 +32,6 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from service.store.db import (
-    ACTIVE_STATES,
     SweepRow,
     TrialRow,
     make_engine,
@@ -41,6 +40,7 @@ from service.store.db import (
     utcnow,
 )
 from sweeps.tune.status import SweepStatus
+from workers.contract import ACTIVE_SWEEP_STATES
 
 _COUNTERS = ("total", "pending", "running", "done", "failed", "stopped")
 
@@ -94,7 +94,7 @@ _BY_IDEMPOTENCY_KEY = select(SweepRow).where(SweepRow.owner == bindparam("owner"
                                              SweepRow.idempotency_key == bindparam("key"))
 _ACTIVE_OF_OWNER = select(func.count()).select_from(SweepRow).where(
     SweepRow.owner == bindparam("owner"),
-    or_(*(SweepRow.state == state for state in ACTIVE_STATES)))  # not IN: no per-call expansion
+    or_(*(SweepRow.state == state for state in ACTIVE_SWEEP_STATES)))  # not IN: no per-call expansion
 
 
 class _DriverQuery:
@@ -281,7 +281,7 @@ class Store:
                             .values(driver_handle=handle))
 
     def finish(self, sweep_id: str, state: str, *, error: str | None = None,
-               from_states: Sequence[str] = ACTIVE_STATES) -> bool:
+               from_states: Sequence[str] = ACTIVE_SWEEP_STATES) -> bool:
         """Move an active sweep to a terminal state (False when it was not active)."""
         values: dict[str, Any] = {"state": state, "finished_at": utcnow(), "eta_seconds": 0.0,
                                   "running": 0}
