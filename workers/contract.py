@@ -23,7 +23,11 @@ from typing import Any
 
 TRAIN = "train"
 VAL = "val"
-SPLITS: tuple[str, ...] = (TRAIN, VAL)
+TEST = "test"
+SPLITS: tuple[str, ...] = (TRAIN, VAL, TEST)
+"""Every split of the task (the data generator's, the read-outs')."""
+EPOCH_SPLITS: tuple[str, ...] = (TRAIN, VAL)
+"""The splits the training loop logs :data:`SPLIT_METRICS` on every epoch."""
 
 # Logged on every split by the training loop.
 SPLIT_METRICS: tuple[str, ...] = (
@@ -48,10 +52,15 @@ TRAIN_LOSS = metric_name(TRAIN, "loss")
 VAL_BASELINE_SELF_CHECK = metric_name(VAL, "baseline_self_check")
 PERF_EPOCH_SECONDS = "perf/epoch_seconds"
 PERF_TOKENS_PER_SECOND = "perf/tokens_per_second"
+VAL_KL = metric_name(VAL, "kl")
+VAL_KAPPA_MEAN = metric_name(VAL, "kappa_mean")
+
+# The per-epoch curves a trial's outcome keeps (the report's plots; a cohort keeps them per member).
+HISTORY_METRICS: tuple[str, ...] = (VAL_LATENT_NMI, VAL_LATENT_ARI, VAL_LOSS, VAL_KL, VAL_KAPPA_MEAN)
 
 # The metrics a sweep may optimise or report on (DESIGN.md).
 METRIC_NAMES: tuple[str, ...] = (
-    *(metric_name(split, name) for split in SPLITS for name in SPLIT_METRICS),
+    *(metric_name(split, name) for split in EPOCH_SPLITS for name in SPLIT_METRICS),
     *(metric_name(VAL, name) for name in LATENT_METRICS),
 )
 DEFAULT_OBJECTIVE_METRIC = VAL_LATENT_NMI
@@ -265,11 +274,10 @@ class SweepStatus:
         return cls(**{key: value for key, value in data.items() if key in known})
 
 
-# ==== names added by sci-task (read-outs of issue 11) =====================================
-# Keep this block separate when merging with the other helpers' versions of this module.
+# --- read-outs ----------------------------------------------------------------------------
 
-READOUT_SPLITS: tuple[str, ...] = ("train", "val", "test")
 EXAMPLE_KINDS: tuple[str, ...] = ("prefix", "diffuse", "private")
+"""The task's example kinds; an example's kind id is its index here."""
 SELECTED_PREFIX = "selected/"
 SELECTED_EPOCH = "selected/epoch"
 STOP_EPOCH = "training/stop_epoch"  # epochs trained (< max when early stopping ended the run)
@@ -317,7 +325,7 @@ PROVENANCE_PARAMS: tuple[str, ...] = (
 )
 
 
-def readout_names(family: str = "discrete", splits: tuple[str, ...] = READOUT_SPLITS) -> list[str]:
+def readout_names(family: str = "discrete", splits: tuple[str, ...] = SPLITS) -> list[str]:
     """Every per-epoch read-out name of a trial of ``family``, overall and per kind."""
     names = SURPRISAL_READOUTS + MODEL_READOUTS + (
         CONTINUOUS_READOUTS if family == "continuous" else ())
@@ -334,8 +342,7 @@ def selected_name(name: str) -> str:
     return SELECTED_PREFIX + name
 
 
-# ==== names added by cohort-wire (cohorts in sweeps, issue 12) ============================
-# Keep this block separate when merging with the other helpers' versions of this module.
+# --- cohorts ------------------------------------------------------------------------------
 
 COHORT_TAG = "ksweep.cohort"
 """On a trial run trained in a cohort: the Tune trial id of its cohort (absent for a lone trial)."""

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # numpy (random search) and rich (render_plan) load where use
     import numpy as np  # imports this module for SweepPlan
     from rich.console import Console
 
-__all__ = ["TRIAL_AXES", "SweepPlan", "build_plan", "cohort_size_for", "render_plan", "row_label",
+__all__ = ["SweepPlan", "build_plan", "cohort_size_for", "render_plan", "row_label",
            "trial_key"]
 
 SHOWN_ROWS = 50
@@ -32,8 +32,6 @@ AUTO_COHORT_MAX = 32
 AUTO_WORKERS = 4
 """``cohort_size: auto`` = ceil(trials / workers) capped at AUTO_COHORT_MAX, where workers is
 budget.max_concurrent_trials, else AUTO_WORKERS (the plan must not depend on the machine)."""
-TRIAL_AXES = ("alpha", "loss_stack", "model", "seed", "beta", "free_bits")
-"""The params that identify a trial (beta and free_bits only when swept)."""
 
 
 def row_label(row: dict[str, Any]) -> str:

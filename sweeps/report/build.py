@@ -30,7 +30,6 @@ __all__ = ["TrialOutcome", "build_report", "metric_mode", "report_markdown", "su
            "write_report_plots"]
 
 COLLAPSE_METRIC = "latent_nmi"
-REPORT_METRICS = ("val/latent_nmi", "val/latent_ari", "val/loss", "val/kl", "val/kappa_mean")
 """Per-epoch metrics the runner keeps as curves for the plots."""
 _MAXIMISED = ("latent_nmi", "latent_ari", "nmi_auc", "mutual_info", "active_units")
 _CONFIG = ("alpha", "loss_stack", "model", "beta", "free_bits")

@@ -22,12 +22,12 @@ from typing import Any
 from sweeps.plan.build import SweepPlan, row_label, trial_key
 from sweeps.plan.equivalence import effective_beta, kl_weight
 from sweeps.spec import SweepSpec
+from workers.contract import TEST, VAL
 
-__all__ = ["KINDS", "RowResult", "TrialOutcome", "expand_outcomes", "trial_readouts"]
+__all__ = ["RowResult", "TrialOutcome", "expand_outcomes", "trial_readouts"]
 
-KINDS = ("prefix", "diffuse", "private")
 ALL_KINDS = "all"
-_SPLITS = ("val", "test")
+_SPLITS = (VAL, TEST)  # the report reads the splits no trial trains on
 _SELECTED = re.compile(r"^selected/(train|val|test)/(?:(prefix|diffuse|private)/)?([^/]+)$")
 _PLAIN = re.compile(r"^(train|val|test)/(?:(prefix|diffuse|private)/)?([^/]+)$")
 SELECTED_EPOCH = "selected/epoch"

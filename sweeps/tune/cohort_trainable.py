@@ -35,6 +35,7 @@ from workers.contract import (
     COHORT_MEMBERS_KEY,
     COHORT_TAG,
     FAILURE_TAG,
+    HISTORY_METRICS,
     METRIC_NAMES,
     STOPPED_EARLY_TAG,
     failure_text,
@@ -43,8 +44,6 @@ from workers.contract import (
 from workers.trial import TrialRun, log_trial_plots
 
 MEMBERS_FILE = "members.json"
-HISTORY_METRICS = ("val/latent_nmi", "val/latent_ari", "val/loss", "val/kl", "val/kappa_mean")
-"""The per-epoch curves kept per member (sweeps.report.build.REPORT_METRICS, read by its plots)."""
 ENDED = ("finished", "stopped", "failed")
 
 

@@ -43,6 +43,7 @@ from sweeps.tune.setup import TUNE_FOLDER, ensure_ray, make_tuner, param_space
 from sweeps.tune.status import MlflowTagSink, ProgressSink, StatusFileSink, SweepStatus, publish
 from workers.contract import (
     FAILURE_TAG,
+    HISTORY_METRICS,
     LOCAL_MLFLOW_UI,
     MAX_ERROR_CHARS,
     NOTE_TAG,
@@ -138,8 +139,6 @@ def _member_outcomes(result, epochs: int) -> list[TrialOutcome]:
 
 
 def _outcomes(results, epochs: int) -> list[TrialOutcome]:
-    from sweeps.report.build import REPORT_METRICS
-
     outcomes = []
     for result in results:
         metrics = result.metrics or {}
@@ -151,7 +150,7 @@ def _outcomes(results, epochs: int) -> list[TrialOutcome]:
         history: dict[str, list[float]] = {}
         frame = result.metrics_dataframe
         if frame is not None and len(frame):
-            for name in REPORT_METRICS:
+            for name in HISTORY_METRICS:
                 if name in frame:
                     history[name] = [float(v) for v in frame[name].tolist()]
         reached = int(metrics.get("training_iteration", 0) or 0)

@@ -13,8 +13,9 @@ from typing import Any
 
 from ray import tune
 
-from sweeps.plan.build import TRIAL_AXES, SweepPlan
+from sweeps.plan.build import SweepPlan
 from sweeps.spec import SweepSpec, ValueRange
+from workers.contract import SEARCH_AXES
 
 __all__ = ["COHORT_INDEX", "MEMBERS", "TRIAL_INDEX", "is_cohort", "lone_params", "param_space"]
 
@@ -67,11 +68,11 @@ def param_space(spec: SweepSpec, plan: SweepPlan) -> dict[str, Any]:
     ``plan`` is the spec's (:func:`~sweeps.plan.build.build_plan`), built once by the driver."""
     if spec.search.kind != "optuna":
         trials = [
-            {**{k: trial[k] for k in TRIAL_AXES if k in trial},
+            {**{k: trial[k] for k in SEARCH_AXES if k in trial},
              SHARED_BY: ",".join(trial["shared_by"])}
             for trial in plan.trials
         ]
-        keys = [k for k in (*TRIAL_AXES, SHARED_BY) if k in trials[0]]
+        keys = [k for k in (*SEARCH_AXES, SHARED_BY) if k in trials[0]]
         if plan.cohort_size > 1:
             return _cohort_space(
                 [[{TRIAL_INDEX: i, **trials[i]} for i in members] for members in plan.cohorts], keys)
