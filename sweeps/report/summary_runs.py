@@ -25,13 +25,13 @@ from workers.contract import (
     RUN_KIND_TRIAL,
     SHARED_BY_TAG,
     SHARED_VIEW_TAG_PREFIX,
+    SWEEP_ID_TAG,
     runs_page_url,
 )
 from workers.tracking import RunLogger
 
 __all__ = ["log_summary_runs", "publish_summary", "save_view", "trials_view_state", "view_state"]
 
-SWEEP_ID_TAG = "ksweep.sweep_id"
 TRIAL_COLUMNS = ("alpha", "loss_stack", "model", "seed", "c_base")
 
 
