@@ -58,7 +58,7 @@ VAL_KAPPA_MEAN = metric_name(VAL, "kappa_mean")
 # The per-epoch curves a trial's outcome keeps (the report's plots; a cohort keeps them per member).
 HISTORY_METRICS: tuple[str, ...] = (VAL_LATENT_NMI, VAL_LATENT_ARI, VAL_LOSS, VAL_KL, VAL_KAPPA_MEAN)
 
-# The metrics a sweep may optimise or report on (DESIGN.md).
+# The metrics a sweep may optimise or report on (docs/concepts/design.md, "What a trial records").
 METRIC_NAMES: tuple[str, ...] = (
     *(metric_name(split, name) for split in EPOCH_SPLITS for name in SPLIT_METRICS),
     *(metric_name(VAL, name) for name in LATENT_METRICS),
@@ -252,7 +252,7 @@ class SweepStatus:
     trials: list[dict[str, Any]] = field(default_factory=list)
     """One dict per trial Tune knows of, in creation order: ``trial_id``, ``state``
     (pending | running | done | stopped | failed), ``config`` (alpha, loss_stack, model,
-    seed), ``metrics`` (the latest finite DESIGN.md metrics), ``epochs``,
+    seed), ``metrics`` (the latest finite metrics named here), ``epochs``,
     ``mlflow_run_id`` and ``error``."""
 
     @property
