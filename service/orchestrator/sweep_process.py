@@ -23,6 +23,7 @@ from sweeps.plan.budget import build_plan_within_budget
 from sweeps.spec import SweepSpec
 from sweeps.tune.runner import run_sweep
 from sweeps.tune.status import SweepStatus
+from workers.contract import SweepState
 
 
 class StoreSink:
@@ -35,7 +36,7 @@ class StoreSink:
         self.final: SweepStatus | None = None
 
     def publish(self, status: SweepStatus) -> None:
-        if status.state in ("succeeded", "failed"):
+        if status.state in (SweepState.SUCCEEDED, SweepState.FAILED):
             self.final = status
             return
         try:
@@ -78,15 +79,15 @@ def main(argv: list[str] | None = None) -> int:
     if row is None:
         print(f"ksweep driver: no sweep {sweep_id!r} in the store", file=sys.stderr)
         return 2
-    if row.state != "running":
+    if row.state != SweepState.RUNNING:
         print(f"ksweep driver: sweep {sweep_id} is {row.state}, nothing to do", file=sys.stderr)
         return 0
     try:
         spec = SweepSpec.model_validate(row.spec)
         plan = build_plan_within_budget(spec)
     except ValueError as error:  # nothing a restart could mend: fail the sweep at once
-        store.finish(sweep_id, "failed", error=f"stored spec is invalid: {error}",
-                     from_states=("running",))
+        store.finish(sweep_id, SweepState.FAILED.value, error=f"stored spec is invalid: {error}",
+                     from_states=(SweepState.RUNNING.value,))
         return 1
     init_tracking_store(settings.mlflow_tracking_uri)
     print(f"ksweep driver: sweep {sweep_id} ({spec.name}), attempt {row.attempts}", flush=True)
@@ -102,12 +103,12 @@ def main(argv: list[str] | None = None) -> int:
         # store says failed even if that status was never published.
         sink.finish(None, None)
         reason = f"{type(error).__name__}: {error}"
-        store_retrying(lambda: store.finish(sweep_id, "failed", error=reason,
-                                            from_states=("running",)), f"failing sweep {sweep_id}")
+        store_retrying(lambda: store.finish(sweep_id, SweepState.FAILED.value, error=reason,
+                                            from_states=(SweepState.RUNNING.value,)), f"failing sweep {sweep_id}")
         raise
     sink.finish(outcome.status, outcome.report)
     print(f"ksweep driver: sweep {sweep_id} {outcome.status.state}", flush=True)
-    return 0 if outcome.status.state == "succeeded" else 1
+    return 0 if outcome.status.state == SweepState.SUCCEEDED else 1
 
 
 if __name__ == "__main__":

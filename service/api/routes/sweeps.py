@@ -32,6 +32,8 @@ from service.store.queries import IdempotencyConflict
 from sweeps.plan.budget import build_plan_within_budget
 from sweeps.plan.build import SweepPlan
 from sweeps.spec import SweepSpec, load_sweep_spec
+from workers.contract import ACTIVE_SWEEP_STATES
+from workers.contract import SweepState as SweepStates
 
 # Spec bodies are parsed strictly (service.api.strict_body); `_schema` only documents them.
 router = APIRouter(tags=["sweeps"], route_class=StrictRoute)
@@ -224,7 +226,7 @@ def get_report(sweep_id: SweepId, _reader: str | None = Depends(read_access),
                services: Services = Depends(get_services)) -> dict[str, Any]:
     row = _get_row(services, sweep_id, with_documents=True)
     if row.report is None:
-        why = ("it was cancelled before its report was written" if row.state == "cancelled"
+        why = ("it was cancelled before its report was written" if row.state == SweepStates.CANCELLED
                else f"it is {row.state}; the report is written when it ends")
         raise ProblemError(409, "Report not available", f"sweep {sweep_id} has no report: {why}",
                            kind="report-not-ready", sweep_id=sweep_id)
@@ -236,7 +238,7 @@ def _cancel(sweep_id: str, owner: str, services: Services) -> Sweep:
     if not may_act_on(owner, row.owner):
         raise ProblemError(403, "Forbidden", f"sweep {sweep_id} belongs to {row.owner!r}; only its "
                            "owner or an admin token may cancel it", kind="forbidden")
-    if row.state in ("queued", "running"):
+    if row.state in ACTIVE_SWEEP_STATES:
         services.supervisor.cancel(row)
     return sweep_resource(_get_row(services, sweep_id), services)
 
