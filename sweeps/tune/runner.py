@@ -178,7 +178,7 @@ def _fit(spec: SweepSpec, plan: SweepPlan, folder: Path, context: dict[str, Any]
          callback: ProgressCallback) -> Any:
     """Run (or resume) the Tuner to the end; returns Tune's result grid."""
     trainable = tune.with_resources(
-        tune.with_parameters(train_sweep_trial, spec_json=spec.canonical_json(), context=context),
+        tune.with_parameters(train_sweep_trial, configs=spec.trial_configs(), context=context),
         {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu},
     )
     run_config = tune.RunConfig(
@@ -261,6 +261,7 @@ def run_sweep(
     context = {
         "tracking_uri": tracking_uri, "experiment_name": experiment_name, "sweep_id": sweep_id,
         "parent_run_id": parent.run_id, "cache_root": str(Path(sweep_root).resolve()),
+        "metric": spec.primary_metric, "mode": spec.primary_mode,
     }
     epochs = spec.template.training.epochs
     callback = ProgressCallback(sweep_id, epochs, spec.primary_metric, spec.primary_mode, tracking_uri)
