@@ -22,8 +22,11 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 
+# The suite on TEST_WORKERS pytest-xdist workers; tests marked xdist_group("exclusive") run
+# one after another on one of them (docs/development.md). TEST_WORKERS=0 runs it in-process.
+TEST_WORKERS ?= 3
 test: lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30
 
 demo: $(STAMP)
 	$(PY) -m examples.demo
