@@ -162,6 +162,21 @@ def first_batch_seconds(root: Path, sha256: str, whole: bool, batch: int = 256) 
     return time.perf_counter() - start
 
 
+def validation_peak_mb(path: Path, root: Path) -> float:
+    """Peak RSS of ``workers.data.dataset_check`` on ``path`` (as the service runs it)."""
+    import subprocess
+    import sys
+
+    from workers.data.dataset_check import CHILD_ENV
+
+    out = subprocess.run(
+        [sys.executable, "-m", "workers.data.dataset_check", "--input", str(path), "--format",
+         "parquet", "--source-name", path.name, "--root", str(root), "--memory-bytes",
+         str(4 << 30)], capture_output=True, text=True, env={**os.environ, **CHILD_ENV},
+        timeout=600)
+    return json.loads(out.stdout.strip().splitlines()[-1])["max_rss_bytes"] / 1e6
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -208,9 +223,9 @@ def main(argv: list[str] | None = None) -> None:
             register_over_rest(work / "source.parquet", work / "rest", [
                 (f"{args.rows:,} rows, last id negative", poisoned),
                 ("compression bomb (refused from the footer)", bomb)])
-            child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1e3
-            print(f"  (largest child of this benchmark, the server or a validation process: "
-                  f"{child:.0f} MB RSS)")
+            for label, path in (("valid", work / "source.parquet"), ("last id negative", poisoned)):
+                print(f"  validation process alone on the {label} file: "
+                      f"{validation_peak_mb(path, work / 'peak'):.0f} MB peak RSS")
 
 
 if __name__ == "__main__":

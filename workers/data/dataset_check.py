@@ -25,6 +25,8 @@ EXIT_OUT_OF_MEMORY = 3
 
 
 def _emit(payload: dict[str, object]) -> None:
+    # Peak resident memory of this process (Linux reports KiB), for the log and the benchmark.
+    payload["max_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     sys.stdout.write(json.dumps(payload) + "\n")
     sys.stdout.flush()
 
