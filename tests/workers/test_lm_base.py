@@ -249,3 +249,29 @@ def test_cli_model_add_and_list(tiny: Path, tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setenv("KSWEEP_MODEL_ROOT", str(tmp_path / "admin-models"))
     assert runner.invoke(app, ["model", "add", str(tiny), "--name", "t"]).exit_code == 0
     assert (tmp_path / "admin-models" / "names" / "t.json").exists()
+
+
+def test_dataset_registered_with_the_model_tokenizer_passes_and_bytes_is_refused(
+        tiny: Path, tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    from workers.data.dataset_store import DatasetStore
+    from workers.data.dataset_table import canonicalize, tokenizer_of
+    from workers.lm.tokenizer import ModelTextTokenizer
+
+    models = ModelStore(tmp_path / "models")
+    record = models.add(tiny, name="tiny", fingerprint=fingerprint_files)
+    text = pa.table({"x_text": ["", "w3 w4"], "y_text": ["w1 w2 w9", "w5"]})
+    tok = ModelTextTokenizer.of(models, record)
+    table = canonicalize(text, "t.parquet", tokenizer=tok)
+    assert table.column("y").to_pylist() == [[5, 6, 13], [9]]  # no special token added
+    assert table.column("x").to_pylist() == [[], [7, 8]]
+    datasets = DatasetStore(tmp_path / "datasets")
+    good = datasets.add(table, name="good", owner="t", tokenizer=tokenizer_of(table))
+    assert good.tokenizer == f"tiny@{record.tokenizer_sha256}"
+    check_dataset_tokenizer(good.name, good.tokenizer, record)
+    as_bytes = canonicalize(text, "t.parquet")  # the store's default byte tokenizer
+    bad = datasets.add(as_bytes, name="bad", owner="t", tokenizer=tokenizer_of(as_bytes))
+    with pytest.raises(ModelError, match=r"'bad' was tokenized by tokenizer 'bytes', but model "
+                                         r"'tiny' uses tokenizer [0-9a-f]{64}"):
+        check_dataset_tokenizer(bad.name, bad.tokenizer, record)
