@@ -295,6 +295,11 @@ NMI_AUC = "nmi_auc"
 EPOCHS_TO_NMI = "epochs_to_nmi90"
 EPOCHS_TO_NMI_CENSORED = "epochs_to_nmi90_censored"
 
+ORACLE_ABSENT_REASON = (
+    "they need the oracle's h_t (each token's surprisal given the true latent) and the "
+    "synthetic task's prefix/private kinds, and a registered dataset has neither")
+"""Why a dataset trial has no oracle read-outs (the report says it in these words)."""
+
 # A trial on a registered dataset: the full content hash (the MLflow dataset input's digest
 # holds its first DATASET_DIGEST_CHARS hex characters: MLflow caps a digest at 36).
 DATASET_SHA256_PARAM = "dataset_sha256"

@@ -23,6 +23,7 @@ resolved :class:`~workers.data.config.DatasetDataConfig`:
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +33,7 @@ import torch
 
 from workers.data.config import BOS_ID, CONTENT_START, PAD_ID, SPLITS, DatasetDataConfig
 from workers.data.dataset_store import DatasetStore
-from workers.data.dataset_table import BASE_NLL, GROUP, LABEL, SPLIT, X, Y, DatasetError
+from workers.data.dataset_table import BASE_NLL, GROUP, LABEL, SPLIT, DatasetError, X, Y
 from workers.data.synthetic import SyntheticSplit
 
 
@@ -98,7 +99,7 @@ def split_assignment(table: pa.Table, config: DatasetDataConfig) -> np.ndarray:
         for index, name in enumerate(SPLITS):
             assignment[values == name] = index
         source = "the split column"
-        fix = f"add {{}} rows to the dataset's split column"
+        fix = "add {} rows to the dataset's split column"
     else:
         fractions = config.split_fractions
         n_train = round(fractions.train * n)
@@ -146,6 +147,16 @@ def _factorize(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
     return codes.astype(np.int64), [str(value) for value in classes]
 
 
+def metric_safe(names: list[str]) -> list[str]:
+    """Group names as metric-key segments: characters other than letters, digits, '_', '.'
+    and '-' become '_', at most 40 characters, a name that would repeat gets its index."""
+    out: list[str] = []
+    for index, name in enumerate(names):
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:40] or "_"
+        out.append(f"{safe}_{index}" if safe in out else safe)
+    return out
+
+
 def build_task(table: pa.Table, config: DatasetDataConfig) -> DatasetTask:
     """The trainer tensors of a canonical table (module doc); no I/O.
 
@@ -178,6 +189,7 @@ def build_task(table: pa.Table, config: DatasetDataConfig) -> DatasetTask:
                       else (np.zeros(table.num_rows, dtype=np.int64), None))
     group, groups = (_factorize(table.column(GROUP)) if GROUP in table.column_names
                      else (np.zeros(table.num_rows, dtype=np.int64), []))
+    groups = metric_safe(groups)
     nll = None
     if BASE_NLL in table.column_names:
         n_offsets, n_values = _flat(table.column(BASE_NLL))

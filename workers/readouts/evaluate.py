@@ -27,7 +27,13 @@ import torch
 
 from objectives import LossInputs, LossStackSpec, token_weight_stats
 from workers import metrics as latent_metrics
-from workers.data import KINDS, SyntheticSplit, SyntheticTaskConfig, kind_layout, oracle_conditional_nll
+from workers.data import (
+    KINDS,
+    SyntheticSplit,
+    SyntheticTaskConfig,
+    kind_layout,
+    oracle_conditional_nll,
+)
 from workers.readouts.latent import discrete_mi_zs, gaussian_mixture_mi_zs, kl_kappa_spearman
 from workers.readouts.surprisal import by_kind, surprisal_readouts
 

@@ -19,10 +19,6 @@ from workers.data.config import DatasetDataConfig
 from workers.readouts.evaluate import SplitData
 from workers.train.config import TrialConfig
 
-ORACLE_ABSENT_REASON = (
-    "pi_explained_share, grad_share_explained and the prefix-minus-private interaction need "
-    "the oracle's h_t (surprisal given the true latent), which only the synthetic task has")
-
 
 @dataclass(frozen=True)
 class TaskView:
