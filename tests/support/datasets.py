@@ -44,7 +44,7 @@ def strategy_table(rows: int = 240, *, seed: int = 0, label: bool = True, group:
 
 def register(root: Path | str, table: pa.Table, name: str, owner: str = "local") -> DatasetRecord:
     """Validate, hash and store ``table`` under ``name`` through the store's own API."""
-    from workers.data.dataset_table import canonicalize, content_hash  # noqa: F401
+    from workers.data.dataset_table import canonicalize
 
     store = DatasetStore(Path(root))
-    return store.add(canonicalize(table, name, None), name=name, owner=owner)
+    return store.add(canonicalize(table, f"{name}.parquet"), name=name, owner=owner)

@@ -81,7 +81,7 @@ class DatasetTask:
 
 
 def _error(config: DatasetDataConfig, message: str, *, column: str | None = None,
-           row: int | None = None, fix: str | None = None) -> DatasetError:
+           row: int | None = None, fix: str) -> DatasetError:
     return DatasetError(message, file=f"dataset {config.dataset!r} ({config.sha256})",
                         column=column, row=row, fix=fix)
 
