@@ -42,9 +42,10 @@ def strategy_table(rows: int = 240, *, seed: int = 0, label: bool = True, group:
     return pa.table(columns)
 
 
-def register(root: Path | str, table: pa.Table, name: str, owner: str = "local") -> DatasetRecord:
+def register(root: Path | str, table: pa.Table, name: str, owner: str = "local",
+             replace: bool = False) -> DatasetRecord:
     """Validate, hash and store ``table`` under ``name`` through the store's own API."""
     from workers.data.dataset_table import canonicalize
 
     store = DatasetStore(Path(root))
-    return store.add(canonicalize(table, f"{name}.parquet"), name=name, owner=owner)
+    return store.add(canonicalize(table, f"{name}.parquet"), name=name, owner=owner, replace=replace)
