@@ -28,8 +28,9 @@ __all__ = ["KINDS", "RowResult", "TrialOutcome", "expand_outcomes", "trial_reado
 KINDS = ("prefix", "diffuse", "private")
 ALL_KINDS = "all"
 _SPLITS = ("val", "test")
-_SELECTED = re.compile(r"^selected/(train|val|test)/(?:(prefix|diffuse|private)/)?([^/]+)$")
-_PLAIN = re.compile(r"^(train|val|test)/(?:(prefix|diffuse|private)/)?([^/]+)$")
+# The kind segment: the synthetic kinds, or a dataset's group names (sanitized to these chars).
+_SELECTED = re.compile(r"^selected/(train|val|test)/(?:([A-Za-z0-9_.-]+)/)?([^/]+)$")
+_PLAIN = re.compile(r"^(train|val|test)/(?:([A-Za-z0-9_.-]+)/)?([^/]+)$")
 SELECTED_EPOCH = "selected/epoch"
 # Trial-level read-outs of the whole curve (workers.readouts.speed): logged once, unprefixed.
 _CURVE_READOUTS = frozenset({"nmi_auc", "epochs_to_nmi90", "epochs_to_nmi90_censored"})

@@ -27,6 +27,7 @@ from ray import tune
 
 from sweeps.cohort_results import member_state, saved_members
 from sweeps.cohort_trainable import train_sweep_trial
+from sweeps.datasets import resolve_spec_data
 from sweeps.plan import build_plan
 from sweeps.progress import MlflowTagSink, ProgressSink, StatusFileSink, SweepStatus, publish
 from sweeps.report import (
@@ -234,13 +235,20 @@ def run_sweep(
     ray_address: str | None = None,
     sinks: Sequence[ProgressSink] = (),
     experiment_name: str | None = None,
+    data_root: Path | str | None = None,
 ) -> SweepOutcome:
     """Run (or resume) a sweep to the end and write its report to the parent run.
 
     The driver process should carry :data:`TUNE_ENV` in its environment (the launchers and
     ``ksweep sweep run`` see to it); this function reads no environment variable itself
-    beyond what Ray and Tune read.
+    beyond what Ray and Tune read. ``data_root`` is the dataset store a spec naming a
+    dataset reads (resolved to its hash here, once: :mod:`sweeps.datasets`).
+
+    Raises:
+        DatasetResolutionError: the spec's dataset is missing, its pin differs, or the spec
+            asks what the dataset cannot give (before anything is written).
     """
+    spec = resolve_spec_data(spec, data_root, sweep_dir(sweep_root, sweep_id) / "spec.json")
     folder = _prepare_folder(spec, sweep_root, sweep_id)
     experiment_name = experiment_name or spec.name
     client = MlflowClient(tracking_uri=tracking_uri)

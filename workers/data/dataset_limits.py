@@ -1,13 +1,11 @@
 """The error every dataset refusal raises, and the caps a registered dataset must fit.
 
 The lowest layer of the dataset modules (``dataset_read``, ``dataset_table``,
-``dataset_store`` import it); pyarrow and pydantic only.
+``dataset_store`` import it); pydantic only, so the API process can refuse without pyarrow.
 """
 
 from __future__ import annotations
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -58,11 +56,3 @@ class DatasetLimits(BaseModel):
     max_compression_ratio: float = Field(
         50.0, gt=1, description="Decoded bytes per file byte (Parquet metadata, Arrow batches)."
     )
-
-
-def first_true(mask: pa.Array | pa.ChunkedArray) -> int | None:
-    """Index of the first true entry of a boolean array (nulls count as false), or None."""
-    if len(mask) == 0:
-        return None
-    idx = pc.index(pc.fill_null(mask, False), True).as_py()
-    return None if idx is None or idx < 0 else int(idx)

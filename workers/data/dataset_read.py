@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
@@ -32,6 +33,14 @@ ARROW_FILE_MAGIC = b"ARROW1"
 ARROW_STREAM_MAGIC = b"\xff\xff\xff\xff"
 ID_COLUMNS = ("x", "y")
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def first_true(mask: pa.Array | pa.ChunkedArray) -> int | None:
+    """Index of the first true entry of a boolean array (nulls count as false), or None."""
+    if len(mask) == 0:
+        return None
+    idx = pc.index(pc.fill_null(mask, False), True).as_py()
+    return None if idx is None or idx < 0 else int(idx)
 
 
 def format_of(path: Path) -> Format:

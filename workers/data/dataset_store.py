@@ -3,32 +3,33 @@
 Layout under ``root``::
 
     objects/<sha256>/data.parquet   the canonical table (zstd), never rewritten
-    objects/<sha256>/meta.json      {"sha256", "rows", "columns", "summary", "bytes"}
+    objects/<sha256>/meta.json      {"sha256", "rows", "columns", "summary", "bytes", "tokenizer"}
     names/<name>.json               a DatasetRecord (owner, hash, summary, ...)
     tmp/                            staging; everything lands by rename
 
 Writes are atomic (temp then ``os.replace``/rename) and serialised by a file lock, so a crash
 or a refused add leaves the registry as it was. No torch; the service and the workers share it.
+pyarrow is imported only by the methods that read or write tables, so the API process (which
+lists, commits and removes but never reads data) does not load it.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict
 
 from workers.data.dataset_limits import DatasetError
-from workers.data.dataset_table import content_hash, summarize
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
 _NAME_RE = re.compile(NAME_PATTERN)
@@ -46,6 +47,24 @@ class DatasetNotFound(KeyError):
 
 class DatasetConflict(ValueError):
     """The name is taken by other content (add with ``replace=True`` to move it)."""
+
+
+class DatasetQuotaExceeded(ValueError):
+    """The owner's datasets would take more than their disk quota."""
+
+
+class StagedDataset(BaseModel):
+    """A validated canonical table written under ``tmp/``, waiting for :meth:`DatasetStore.commit`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sha256: str
+    rows: int
+    columns: list[str]
+    summary: dict[str, Any]
+    bytes: int
+    tokenizer: str | None = None
+    staging: str
 
 
 class DatasetRecord(BaseModel):
@@ -102,26 +121,87 @@ class DatasetStore:
         """Where the canonical Parquet file of content ``sha256`` lies (may not exist)."""
         return self.objects / _check_sha(sha256) / DATA_FILE
 
-    def _write_object(self, table: pa.Table, sha256: str) -> int:
-        """Store the canonical table under its hash if absent; return its size in bytes."""
-        final = self.objects / sha256
-        if (final / DATA_FILE).exists():
-            return (final / DATA_FILE).stat().st_size
+    def stage(self, table: pa.Table, *, tokenizer: str | None = None) -> StagedDataset:
+        """Write a canonical table into ``tmp/`` (not yet visible); :meth:`commit` lands it.
+
+        The upload's validation subprocess stages, the service commits: the service never
+        reads the data itself.
+        """
+        import pyarrow.parquet as pq
+
+        from workers.data.dataset_table import content_hash, summarize
+
+        sha = content_hash(table)
         self.tmp.mkdir(parents=True, exist_ok=True)
-        staging = self.tmp / f"{sha256}.{uuid.uuid4().hex}"
+        staging = self.tmp / f"{sha}.{uuid.uuid4().hex}"
         staging.mkdir()
         try:
             pq.write_table(table, staging / DATA_FILE, compression="zstd",
                            row_group_size=ROW_GROUP_ROWS)
-            size = (staging / DATA_FILE).stat().st_size
-            meta = {"sha256": sha256, "rows": table.num_rows, "columns": table.column_names,
-                    "summary": summarize(table), "bytes": size}
-            (staging / META_FILE).write_text(json.dumps(meta, indent=1))
-            self.objects.mkdir(parents=True, exist_ok=True)
-            if final.exists():  # a leftover without data.parquet cannot happen (rename is atomic)
-                shutil.rmtree(final)
-            staging.rename(final)
-            return size
+            staged = StagedDataset(
+                sha256=sha, rows=table.num_rows, columns=table.column_names,
+                summary=summarize(table), bytes=(staging / DATA_FILE).stat().st_size,
+                tokenizer=tokenizer, staging=staging.name,
+            )
+            (staging / META_FILE).write_text(staged.model_dump_json(indent=1, exclude={"staging"}))
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return staged
+
+    def _staging_dir(self, staged: StagedDataset) -> Path:
+        if not re.fullmatch(r"[0-9a-f]{64}\.[0-9a-f]{32}", staged.staging) \
+                or not staged.staging.startswith(staged.sha256):
+            raise ValueError(f"not a staging folder of this store: {staged.staging!r}")
+        return self.tmp / staged.staging
+
+    def discard(self, staged: StagedDataset) -> None:
+        """Drop a staged table that will not be committed."""
+        shutil.rmtree(self._staging_dir(staged), ignore_errors=True)
+
+    def commit(self, staged: StagedDataset, *, name: str, owner: str, replace: bool = False,
+               quota_bytes: int | None = None) -> tuple[DatasetRecord, bool]:
+        """Point ``name`` at a staged table; returns the record and whether anything changed.
+
+        Same name and same content: the existing record, unchanged (False). The staged folder
+        is always consumed (moved or removed).
+
+        Raises:
+            DatasetConflict: the name holds other content and ``replace`` is false.
+            DatasetQuotaExceeded: ``owner`` would hold over ``quota_bytes`` of objects.
+        """
+        check_name(name)
+        staging = self._staging_dir(staged)
+        try:
+            with self._lock():
+                old = self._read_record(name)
+                if old is not None and old.sha256 == staged.sha256:
+                    return old, False
+                if old is not None and not replace:
+                    raise DatasetConflict(
+                        f"dataset {name!r} already holds other content (sha256 "
+                        f"{old.sha256[:12]}, owner {old.owner}); add with replace to point it "
+                        "at the new content")
+                held = {r.sha256: r.bytes for r in self.list() if r.owner == owner}
+                if quota_bytes is not None and staged.sha256 not in held \
+                        and sum(held.values()) + staged.bytes > quota_bytes:
+                    raise DatasetQuotaExceeded(
+                        f"owner {owner!r} holds {sum(held.values())} bytes of datasets; "
+                        f"{staged.bytes} more would pass the quota of {quota_bytes} "
+                        "(KSWEEP_DATASET_QUOTA_BYTES); remove a dataset first")
+                final = self.objects / staged.sha256
+                if not (final / DATA_FILE).exists():
+                    self.objects.mkdir(parents=True, exist_ok=True)
+                    staging.rename(final)
+                record = DatasetRecord(
+                    name=name, owner=owner, sha256=staged.sha256, created_at=datetime.now(UTC),
+                    rows=staged.rows, columns=staged.columns, summary=staged.summary,
+                    tokenizer=staged.tokenizer, bytes=(final / DATA_FILE).stat().st_size,
+                )
+                self._write_record(record)
+                if old is not None:
+                    self._collect(old.sha256)
+                return record, True
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
@@ -145,26 +225,8 @@ class DatasetStore:
             DatasetConflict: the name holds other content and ``replace`` is false.
         """
         check_name(name)
-        sha = content_hash(table)
-        with self._lock():
-            old = self._read_record(name)
-            if old is not None and old.sha256 == sha:
-                return old
-            if old is not None and not replace:
-                raise DatasetConflict(
-                    f"dataset {name!r} already holds other content (sha256 {old.sha256[:12]}, "
-                    f"owner {old.owner}); add with replace to point it at the new content"
-                )
-            size = self._write_object(table, sha)
-            record = DatasetRecord(
-                name=name, owner=owner, sha256=sha, created_at=datetime.now(UTC),
-                rows=table.num_rows, columns=table.column_names, summary=summarize(table),
-                tokenizer=tokenizer, bytes=size,
-            )
-            self._write_record(record)
-            if old is not None:
-                self._collect(old.sha256)
-            return record
+        return self.commit(self.stage(table, tokenizer=tokenizer), name=name, owner=owner,
+                           replace=replace)[0]
 
     def _read_record(self, name: str) -> DatasetRecord | None:
         path = self._record_path(name)
@@ -223,6 +285,8 @@ class DatasetStore:
         Raises:
             DatasetNotFound: no object of that hash.
         """
+        import pyarrow.parquet as pq
+
         path = self.data_path(sha256)
         if not path.exists():
             raise DatasetNotFound(f"no dataset object {sha256} under {self.objects}")
@@ -230,4 +294,6 @@ class DatasetStore:
 
     def verify(self, sha256: str) -> bool:
         """True when the stored object's content still hashes to ``sha256``."""
+        from workers.data.dataset_table import content_hash
+
         return content_hash(self.open_table(sha256)) == sha256

@@ -27,8 +27,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from workers.data.config import SPLITS
-from workers.data.dataset_limits import DatasetError, DatasetLimits, first_true
-from workers.data.dataset_read import read_table
+from workers.data.dataset_limits import DatasetError, DatasetLimits
+from workers.data.dataset_read import first_true, read_table
 
 __all__ = [
     "BASE_NLL", "GROUP", "LABEL", "SPLIT", "X", "X_TEXT", "Y", "Y_TEXT", "BytesTokenizer",
