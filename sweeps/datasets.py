@@ -26,7 +26,9 @@ from workers.contract import (
 )
 from workers.data.config import DatasetDataConfig
 from workers.data.dataset_resolve import DatasetResolutionError, dataset_columns, resolve_dataset
+from workers.data.dataset_store import DatasetStore
 from workers.data.dataset_table import BASE_NLL, LABEL
+from workers.lm.resolve import resolve_model
 
 NO_LABEL = "has no label column, so there is no latent to recover"
 
@@ -37,6 +39,14 @@ def _previous_sha256(previous: Path | None, name: str) -> str | None:
         return None
     data = json.loads(previous.read_text()).get("template", {}).get("data", {})
     return data.get("sha256") if data.get("dataset") == name else None
+
+
+def _previous_base(previous: Path | None, model: str | None) -> str | None:
+    """The model hash a first attempt of this sweep resolved ``model`` to, if any."""
+    if previous is None or not previous.exists():
+        return None
+    base = json.loads(previous.read_text()).get("template", {}).get("base", {})
+    return base.get("model_sha256") if base.get("model") == model else None
 
 
 def _label_updates(spec: SweepSpec, name: str) -> dict:
@@ -74,13 +84,15 @@ def _label_updates(spec: SweepSpec, name: str) -> dict:
 
 
 def resolve_spec_data(spec: SweepSpec, data_root: Path | str | None,
-                      previous: Path | None = None) -> SweepSpec:
+                      previous: Path | None = None,
+                      model_root: Path | str | None = None) -> SweepSpec:
     """The spec with its dataset resolved and checked (module doc); a synthetic spec as is.
 
     Args:
         spec: the validated sweep spec.
         data_root: the dataset store's folder (the caller's setting).
         previous: a first attempt's ``spec.json``: its resolved hash pins a resumed sweep.
+        model_root: the model store's folder, for ``base.kind: causal_lm``.
 
     Raises:
         DatasetResolutionError: naming the spec field (``template.data.dataset``,
@@ -89,6 +101,10 @@ def resolve_spec_data(spec: SweepSpec, data_root: Path | str | None,
     """
     data = spec.template.data
     if not isinstance(data, DatasetDataConfig):
+        if spec.template.base.kind == "causal_lm":
+            raise DatasetResolutionError(
+                "template.base.kind", "'causal_lm' scores a dataset tokenized by the model's "
+                "tokenizer; the synthetic task's ids are not: set template.data.dataset")
         return spec
     pin = data.sha256 or _previous_sha256(previous, data.dataset)
     resolved = resolve_dataset(data.model_copy(update={"sha256": pin}), data_root)
@@ -99,7 +115,7 @@ def resolve_spec_data(spec: SweepSpec, data_root: Path | str | None,
     if base == "oracle":
         raise DatasetResolutionError(
             "template.base.kind", f"'oracle' is the synthetic task's exact model and does not "
-            f"exist for dataset {data.dataset!r}; use learned or precomputed")
+            f"exist for dataset {data.dataset!r}; use learned, precomputed or causal_lm")
     if base == "precomputed" and BASE_NLL not in columns:
         raise DatasetResolutionError(
             "template.base.kind", f"'precomputed' reads the base_nll column, which dataset "
@@ -110,6 +126,14 @@ def resolve_spec_data(spec: SweepSpec, data_root: Path | str | None,
             f"kinds with the oracle's h_t, which dataset {data.dataset!r} does not have; use "
             "stack_contrasts")
     updates = {} if LABEL in columns else _label_updates(spec, data.dataset)
-    template = spec.template.model_copy(update={"data": resolved})
+    record = DatasetStore(Path(str(resolved.root))).get(data.dataset)
+    base_config = spec.template.base
+    if base_config.kind == "causal_lm" and base_config.model_sha256 is None:
+        # A resumed sweep keeps the model content its first attempt resolved.
+        old = _previous_base(previous, base_config.model)
+        base_config = base_config.model_copy(update={"model_sha256": old})
+    base_config = resolve_model(base_config, model_root, dataset_name=data.dataset,
+                                dataset_tokenizer=record.tokenizer)
+    template = spec.template.model_copy(update={"data": resolved, "base": base_config})
     dumped = spec.model_copy(update={**updates, "template": template}).model_dump(mode="json")
     return SweepSpec.model_validate(dumped)

@@ -236,19 +236,22 @@ def run_sweep(
     sinks: Sequence[ProgressSink] = (),
     experiment_name: str | None = None,
     data_root: Path | str | None = None,
+    model_root: Path | str | None = None,
 ) -> SweepOutcome:
     """Run (or resume) a sweep to the end and write its report to the parent run.
 
     The driver process should carry :data:`TUNE_ENV` in its environment (the launchers and
     ``ksweep sweep run`` see to it); this function reads no environment variable itself
     beyond what Ray and Tune read. ``data_root`` is the dataset store a spec naming a
-    dataset reads (resolved to its hash here, once: :mod:`sweeps.datasets`).
+    dataset reads (resolved to its hash here, once: :mod:`sweeps.datasets`); ``model_root``
+    the model store a ``base.kind: causal_lm`` reads (resolved alike).
 
     Raises:
         DatasetResolutionError: the spec's dataset is missing, its pin differs, or the spec
             asks what the dataset cannot give (before anything is written).
     """
-    spec = resolve_spec_data(spec, data_root, sweep_dir(sweep_root, sweep_id) / "spec.json")
+    spec = resolve_spec_data(spec, data_root, sweep_dir(sweep_root, sweep_id) / "spec.json",
+                             model_root=model_root)
     folder = _prepare_folder(spec, sweep_root, sweep_id)
     experiment_name = experiment_name or spec.name
     client = MlflowClient(tracking_uri=tracking_uri)

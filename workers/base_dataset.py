@@ -6,6 +6,7 @@
   as val or test a row its base saw.
 - ``precomputed``: the dataset's ``base_nll`` column (b_t in nats of the original ids,
   aligned with ``y``, cut like ``y`` under ``truncation: head``).
+- ``causal_lm``: a registered language model's b_t (:mod:`workers.lm.base`).
 - ``oracle`` exists only for the synthetic task and is refused by name.
 
 c_base is the mean over train examples of b_u, computed once per (dataset, split, base).
@@ -57,6 +58,10 @@ def dataset_base(task: DatasetTask, base: BaseModelConfig, cache_root: Path | st
                 "not have; register the dataset with a base_nll column, or use base.kind: learned")
         train, val, test = (task.base_nll[s] * splits[s].mask for s in ("train", "val", "test"))
         return BaseSurprisal(train, val, c_base_of(splits["train"], train), "precomputed"), test
+    if base.kind == "causal_lm":
+        from workers.lm.base import causal_lm_base
+
+        return causal_lm_base(task, base, cache_root, device)
     if base.kind != "learned":
         raise ValueError(f"base.kind: {base.kind!r} is not available for a dataset here; use "
                          "learned or precomputed")

@@ -11,8 +11,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from service.cli.common import console
-from service.settings import Settings
+from service.cli.common import console, default_model_root
 from workers.lm.registry import ModelError, ModelStore, dumps, record_summary
 
 model_app = typer.Typer(help="Register local causal language models (the causal_lm base).",
@@ -20,7 +19,7 @@ model_app = typer.Typer(help="Register local causal language models (the causal_
 
 
 def _store() -> ModelStore:
-    return ModelStore(Settings().resolved_model_root)
+    return ModelStore(default_model_root())
 
 
 @model_app.command("add")

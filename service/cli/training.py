@@ -30,6 +30,7 @@ from rich.table import Table
 from service.cli.common import (
     console,
     default_data_root,
+    default_model_root,
     default_sweep_root,
     format_eta,
     format_validation_error,
@@ -109,11 +110,17 @@ def _resolve_trial_data(config: Any) -> Any:
     from workers.data.config import DatasetDataConfig
     from workers.data.dataset_resolve import DatasetResolutionError, resolve_dataset
 
+    from workers.data.dataset_store import DatasetStore
+    from workers.lm.resolve import resolve_model
+
     if not isinstance(config.data, DatasetDataConfig):
         return config
     try:
-        return config.model_copy(update={"data": resolve_dataset(config.data, default_data_root(),
-                                                                 field="data")})
+        data = resolve_dataset(config.data, default_data_root(), field="data")
+        tokenizer = DatasetStore(Path(str(data.root))).get(data.dataset).tokenizer
+        base = resolve_model(config.base, default_model_root(), dataset_name=data.dataset,
+                             dataset_tokenizer=tokenizer, field="base")
+        return config.model_copy(update={"data": data, "base": base})
     except DatasetResolutionError as error:
         console.print(f"[red]{error}[/red]")
         raise typer.Exit(2) from None
@@ -172,7 +179,8 @@ def run_command(
         with view.live:
             outcome = run_sweep(spec, sweep_id=sweep_id, sweep_root=default_sweep_root(),
                                 tracking_uri=tracking_uri, num_cpus=num_cpus, sinks=[view],
-                                experiment_name=experiment, data_root=default_data_root())
+                                experiment_name=experiment, data_root=default_data_root(),
+                                model_root=default_model_root())
     except DatasetResolutionError as error:
         console.print(f"[red]{error}[/red]")
         raise typer.Exit(2) from None

@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             spec, sweep_id=sweep_id, sweep_root=settings.sweep_root,
             tracking_uri=settings.mlflow_tracking_uri, num_cpus=settings.driver_num_cpus,
             ray_address=settings.ray_address, sinks=[StoreSink(store, folder)],
-            data_root=settings.dataset_root,
+            data_root=settings.dataset_root, model_root=settings.resolved_model_root,
         )
     except Exception as error:
         # run_sweep has published the failed status; make sure the store says so even if
