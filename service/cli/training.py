@@ -109,7 +109,6 @@ def _resolve_trial_data(config: Any) -> Any:
     """A trial config naming a dataset, resolved against KSWEEP_DATA_ROOT (exit 2 if it cannot be)."""
     from workers.data.config import DatasetDataConfig
     from workers.data.dataset_resolve import DatasetResolutionError, resolve_dataset
-
     from workers.data.dataset_store import DatasetStore
     from workers.lm.resolve import resolve_model
 
