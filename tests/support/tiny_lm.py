@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
+
 from workers.lm.loading import offline_transformers
 
 VOCAB = 48
@@ -32,3 +35,12 @@ def build_tiny_llama(folder: Path, *, seed: int = 0, bos: bool = True) -> Path:
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def text_table(rows: int, seed: int = 0) -> pa.Table:
+    """Labelled word sequences: the first word tells the class."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 3, rows)
+    ys = [" ".join([WORDS[int(c)], *rng.choice(WORDS[3:], int(rng.integers(2, 9)))]) for c in labels]
+    xs = [" ".join(rng.choice(WORDS, int(rng.integers(0, 3)))) for _ in range(rows)]
+    return pa.table({"x_text": xs, "y_text": ys, "label": [f"c{c}" for c in labels]})

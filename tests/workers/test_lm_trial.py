@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pytest
 import torch
 
-from tests.support.tiny_lm import WORDS, build_tiny_llama
+from tests.support.tiny_lm import build_tiny_llama, text_table
 from workers.base_dataset import dataset_base
 from workers.data.config import DatasetDataConfig
 from workers.data.dataset_resolve import DatasetResolutionError, resolve_dataset
@@ -23,15 +22,6 @@ from workers.lm.surprisal import token_surprisal
 from workers.lm.tokenizer import ModelTextTokenizer
 from workers.models.config import BaseModelConfig
 from workers.train import Trainer, TrialConfig
-
-
-def text_table(rows: int, seed: int = 0) -> pa.Table:
-    """Labelled word sequences: the first word tells the class."""
-    rng = np.random.default_rng(seed)
-    labels = rng.integers(0, 3, rows)
-    ys = [" ".join([WORDS[int(c)], *rng.choice(WORDS[3:], int(rng.integers(2, 9)))]) for c in labels]
-    xs = [" ".join(rng.choice(WORDS, int(rng.integers(0, 3)))) for _ in range(rows)]
-    return pa.table({"x_text": xs, "y_text": ys, "label": [f"c{c}" for c in labels]})
 
 
 @pytest.fixture
