@@ -251,3 +251,13 @@ def test_dataset_registered_with_the_model_tokenizer_passes_and_bytes_is_refused
     with pytest.raises(ModelError, match=r"'bad' was tokenized by tokenizer 'bytes', but model "
                                          r"'tiny' uses tokenizer [0-9a-f]{64}"):
         check_dataset_tokenizer(bad.name, bad.tokenizer, record)
+
+
+def test_transformers_is_offline() -> None:
+    import os
+
+    import huggingface_hub.constants
+
+    offline_transformers()
+    assert os.environ["HF_HUB_OFFLINE"] == "1" and os.environ["TRANSFORMERS_OFFLINE"] == "1"
+    assert huggingface_hub.constants.HF_HUB_OFFLINE is True

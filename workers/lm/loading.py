@@ -34,6 +34,9 @@ def offline_transformers() -> ModuleType:
                          "workers.lm.loading first (or export HF_HUB_OFFLINE=1)")
     for key, value in OFFLINE_ENV.items():
         os.environ[key] = value
+    hub = sys.modules.get("huggingface_hub.constants")
+    if hub is not None:  # imported earlier (e.g. by `datasets`): it read the variable already
+        hub.HF_HUB_OFFLINE = True
     try:
         import transformers
     except ImportError as error:  # pragma: no cover - the lm extra is missing
