@@ -295,6 +295,12 @@ NMI_AUC = "nmi_auc"
 EPOCHS_TO_NMI = "epochs_to_nmi90"
 EPOCHS_TO_NMI_CENSORED = "epochs_to_nmi90_censored"
 
+COMPACT_B_U = "b_u_compact"
+"""``{split}/b_u_compact``: b_u with b_t renormalised to the compact support (the ids the
+dataset uses), the scale l_t lives on. A learned base is trained there (it equals b_u); a
+precomputed column holds only each token's nats, so it is absent (param base.support =
+original)."""
+
 ORACLE_ABSENT_REASON = (
     "they need the oracle's h_t (each token's surprisal given the true latent) and the "
     "synthetic task's prefix/private kinds, and a registered dataset has neither")
