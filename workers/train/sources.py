@@ -13,10 +13,10 @@ from pathlib import Path
 
 import torch
 
-from workers.base import BaseSurprisal, load_or_train_base, score_split
 from workers.contract import COMPACT_B_U
 from workers.data import KINDS, generate_splits
 from workers.data.config import DatasetDataConfig, SyntheticTaskConfig
+from workers.models.zfree_base import BaseSurprisal, load_or_train_base, score_split
 from workers.readouts.evaluate import SplitData
 from workers.train.config import TrialConfig
 
@@ -65,8 +65,8 @@ def load_sources(config: TrialConfig, cache_root: Path | str, device: torch.devi
 
 def _dataset_sources(config: TrialConfig, data_config: DatasetDataConfig, cache_root: Path | str,
                      device: torch.device) -> tuple[TaskView, dict[str, SplitData], BaseSurprisal]:
-    from workers.base_dataset import dataset_base
     from workers.data.dataset_source import load_task
+    from workers.models.dataset_base import dataset_base
 
     task = load_task(data_config)
     base, test_nll = dataset_base(task, config.base, cache_root, device)
