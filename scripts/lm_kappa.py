@@ -29,8 +29,8 @@ from objectives import token_weight_stats
 from workers.data.dataset_store import DatasetStore
 from workers.data.dataset_table import canonicalize, tokenizer_of
 from workers.lm.loading import fingerprint_files
-from workers.lm.registry import ModelStore
-from workers.lm.surprisal import cached_lm_base_nll, check_dataset_tokenizer
+from workers.lm.registry import ModelStore, check_dataset_tokenizer
+from workers.lm.surprisal import cached_lm_base_nll
 from workers.lm.tokenizer import ModelTextTokenizer
 from workers.readouts.controls import kappa_length_spearman, trivial_controls
 

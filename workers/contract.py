@@ -51,7 +51,7 @@ VAL_BASELINE_SELF_CHECK = metric_name(VAL, "baseline_self_check")
 PERF_EPOCH_SECONDS = "perf/epoch_seconds"
 PERF_TOKENS_PER_SECOND = "perf/tokens_per_second"
 
-# The metrics a sweep may optimise or report on (DESIGN.md).
+# The metrics a sweep may optimise or report on (docs/concepts/design.md, "What a trial records").
 TEST_ELBO = metric_name("test", ELBO)
 METRIC_NAMES: tuple[str, ...] = (
     *(metric_name(split, name) for split in SPLITS for name in SPLIT_METRICS),
@@ -229,7 +229,7 @@ class SweepStatus:
     trials: list[dict[str, Any]] = field(default_factory=list)
     """One dict per trial Tune knows of, in creation order: ``trial_id``, ``state``
     (pending | running | done | stopped | failed), ``config`` (alpha, loss_stack, model,
-    seed), ``metrics`` (the latest finite DESIGN.md metrics), ``epochs``,
+    seed), ``metrics`` (the latest finite metrics named here), ``epochs``,
     ``mlflow_run_id`` and ``error``."""
 
     @property
@@ -294,6 +294,12 @@ GRAD_NORM_NAME = "val/grad_norm_encoder"  # norm of the full reconstruction grad
 NMI_AUC = "nmi_auc"
 EPOCHS_TO_NMI = "epochs_to_nmi90"
 EPOCHS_TO_NMI_CENSORED = "epochs_to_nmi90_censored"
+
+COMPACT_B_U = "b_u_compact"
+"""``{split}/b_u_compact``: b_u with b_t renormalised to the compact support (the ids the
+dataset uses), the scale l_t lives on. A learned base is trained there (it equals b_u); a
+precomputed column holds only each token's nats, so it is absent (param base.support =
+original)."""
 
 ORACLE_ABSENT_REASON = (
     "they need the oracle's h_t (each token's surprisal given the true latent) and the "

@@ -13,8 +13,8 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from sweeps.datasets import resolve_spec_data
 from sweeps.spec import SweepSpec
+from sweeps.spec.datasets import resolve_spec_data
 from tests.support.datasets import register, strategy_table
 from workers.contract import RUN_KIND_TAG, RUN_KIND_TRIAL, TEST_ELBO
 from workers.data.dataset_resolve import DatasetResolutionError

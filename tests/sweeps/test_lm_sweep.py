@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sweeps.datasets import resolve_spec_data
 from sweeps.spec import SweepSpec
+from sweeps.spec.datasets import resolve_spec_data
 from tests.support.tiny_lm import build_tiny_llama, text_table
 from workers.data.dataset_resolve import DatasetResolutionError
 from workers.data.dataset_store import DatasetStore

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from sweeps import METRIC_NAMES, SweepPlan, SweepSpec, build_plan, load_sweep_spec, parse_sweep_spec
-from sweeps.plan import render_plan
+from sweeps.plan.build import render_plan
 from workers.train import TrialConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -200,8 +200,9 @@ def test_defaults():
 
 
 def test_metric_names_follow_design():
-    assert len(METRIC_NAMES) == 24 and len(set(METRIC_NAMES)) == 24
-    assert {"train/loss", "val/kappa_p90", "val/cv2_mean", "val/latent_ari"} <= set(METRIC_NAMES)
+    assert len(METRIC_NAMES) == 27 and len(set(METRIC_NAMES)) == 27
+    assert {"train/loss", "val/kappa_p90", "val/cv2_mean", "val/latent_ari", "val/elbo",
+            "test/elbo"} <= set(METRIC_NAMES)
 
 
 def test_default_modes():

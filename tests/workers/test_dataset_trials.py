@@ -17,12 +17,12 @@ from mlflow.tracking import MlflowClient
 from pydantic import ValidationError
 
 from tests.support.datasets import register, strategy_table
-from workers.base_dataset import dataset_base
 from workers.data.config import BOS_ID, CONTENT_START, PAD_ID, DatasetDataConfig
 from workers.data.dataset_resolve import DatasetResolutionError, resolve_dataset
 from workers.data.dataset_source import build_task, load_task
 from workers.data.dataset_table import DatasetError
 from workers.models.config import BaseModelConfig
+from workers.models.dataset_base import dataset_base
 from workers.readouts.evaluate import collect
 from workers.train import Trainer, TrialConfig
 

@@ -18,13 +18,14 @@ from workers.lm.loading import (
     offline_transformers,
     tokenizer_fingerprint,
 )
-from workers.lm.registry import ModelConflict, ModelError, ModelNotFound, ModelStore
-from workers.lm.surprisal import (
-    c_base_of,
-    cached_lm_base_nll,
+from workers.lm.registry import (
+    ModelConflict,
+    ModelError,
+    ModelNotFound,
+    ModelStore,
     check_dataset_tokenizer,
-    token_surprisal,
 )
+from workers.lm.surprisal import c_base_of, cached_lm_base_nll, token_surprisal
 
 transformers = offline_transformers()
 torch = pytest.importorskip("torch")

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from tests.support.tiny_lm import build_tiny_llama, text_table
-from workers.base_dataset import dataset_base
 from workers.data.config import DatasetDataConfig
 from workers.data.dataset_resolve import DatasetResolutionError, resolve_dataset
 from workers.data.dataset_source import load_task
@@ -21,6 +20,7 @@ from workers.lm.resolve import resolve_model
 from workers.lm.surprisal import token_surprisal
 from workers.lm.tokenizer import ModelTextTokenizer
 from workers.models.config import BaseModelConfig
+from workers.models.dataset_base import dataset_base
 from workers.train import Trainer, TrialConfig
 
 

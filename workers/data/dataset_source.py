@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 
 from workers.data.config import BOS_ID, CONTENT_START, PAD_ID, SPLITS, DatasetDataConfig
@@ -94,10 +95,10 @@ def split_assignment(table: pa.Table, config: DatasetDataConfig) -> np.ndarray:
     """
     n = table.num_rows
     if SPLIT in table.column_names:
-        values = table.column(SPLIT).to_numpy(zero_copy_only=False).astype(str)
+        column = table.column(SPLIT)
         assignment = np.full(n, -1, dtype=np.int8)
         for index, name in enumerate(SPLITS):
-            assignment[values == name] = index
+            assignment[pc.equal(column, name).to_numpy(zero_copy_only=False)] = index
         source = "the split column"
         fix = "add {} rows to the dataset's split column"
     else:
@@ -127,24 +128,50 @@ def _flat(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     return offsets - offsets[0], values[offsets[0]:offsets[-1]]
 
 
-def _dense(offsets: np.ndarray, values: np.ndarray, width: int, fill, dtype, *,
-           left: bool = False) -> np.ndarray:
-    """Rows of a flattened list column as a ``[N, width]`` array (left- or right-aligned)."""
-    lengths = np.minimum(np.diff(offsets), width)
-    n = lengths.size
-    out = np.full((n, width), fill, dtype=dtype)
-    rows = np.repeat(np.arange(n), lengths)
-    starts = np.repeat(offsets[:-1], lengths)
-    position = np.arange(rows.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    column = position + (width - lengths[rows] if left else 0)
-    out[rows, column] = values[starts + position]
-    return out
+def _dense(starts: np.ndarray, lengths: np.ndarray, values: np.ndarray, width: int, fill,
+           dtype, *, left: bool = False) -> np.ndarray:
+    """Rows ``values[starts[i]:starts[i] + lengths[i]]`` as a ``[N, width]`` array padded with
+    ``fill`` (left- or right-aligned; a longer row keeps its head). One gather, no Python loop."""
+    lengths = np.minimum(lengths, width)
+    columns = np.arange(width)[None, :]
+    shift = (width - lengths)[:, None] if left else 0
+    valid = (columns >= shift) if left else (columns < lengths[:, None])
+    if values.size == 0:
+        return np.full((lengths.size, width), fill, dtype=dtype)
+    index_type = np.int32 if values.size < 2**31 else np.int64  # half the index traffic
+    source = starts.astype(index_type)[:, None] + columns.astype(index_type) - shift
+    np.clip(source, 0, values.size - 1, out=source)
+    return np.where(valid, values[source], np.asarray(fill, dtype=dtype)).astype(dtype, copy=False)
+
+
+def _compact(*values: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The sorted distinct ids of ``values`` and each array mapped to ``CONTENT_START + rank``.
+
+    O(n) through a lookup table while the largest id is below 2^25 (a tokenizer's range),
+    else sort-based (np.unique + searchsorted)."""
+    present = [v for v in values if v.size]
+    top = max((int(v.max()) for v in present), default=0)
+    if top < 1 << 25:
+        seen = np.zeros(top + 1, dtype=bool)
+        for v in present:
+            seen[v] = True
+        used = np.flatnonzero(seen)
+        table = np.zeros(top + 1, dtype=np.int64)
+        table[used] = np.arange(used.size) + CONTENT_START
+        return used, [table[v] for v in values]
+    used = np.unique(np.concatenate(present))
+    return used, [np.searchsorted(used, v) + CONTENT_START for v in values]
 
 
 def _factorize(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
-    values = column.to_numpy(zero_copy_only=False)
-    classes, codes = np.unique(values, return_inverse=True)
-    return codes.astype(np.int64), [str(value) for value in classes]
+    """Codes in the order of the sorted distinct values (dictionary-encoded by pyarrow)."""
+    encoded = pc.dictionary_encode(column).combine_chunks()
+    dictionary = encoded.dictionary.to_pylist()
+    order = sorted(range(len(dictionary)), key=lambda i: dictionary[i])
+    rank = np.empty(len(dictionary), dtype=np.int64)
+    rank[order] = np.arange(len(dictionary))
+    codes = rank[encoded.indices.to_numpy(zero_copy_only=False)]
+    return codes, [str(dictionary[i]) for i in order]
 
 
 def metric_safe(names: list[str]) -> list[str]:
@@ -160,14 +187,18 @@ def metric_safe(names: list[str]) -> list[str]:
 def build_task(table: pa.Table, config: DatasetDataConfig) -> DatasetTask:
     """The trainer tensors of a canonical table (module doc); no I/O.
 
+    Rows are ordered train, val, test (each in table order), so each split is a view of
+    one padded array: every column is gathered once.
+
     Raises:
         DatasetError: an empty split; a y longer than ``max_target_length`` under
             ``truncation: refuse`` (naming the first such row).
     """
+    n = table.num_rows
     assignment = split_assignment(table, config)
     y_offsets, y_values = _flat(table.column(Y))
     x_offsets, x_values = _flat(table.column(X)) if X in table.column_names else (
-        np.zeros(table.num_rows + 1, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64))
     lengths = np.diff(y_offsets)
     width = config.max_target_length or int(lengths.max())
     too_long = np.flatnonzero(lengths > width)
@@ -176,34 +207,39 @@ def build_task(table: pa.Table, config: DatasetDataConfig) -> DatasetTask:
                      f"{width} (the first has {int(lengths[too_long[0]])} tokens)", column=Y,
                      row=int(too_long[0]), fix="raise template.data.max_target_length, or set "
                      "template.data.truncation: head to keep each target's first tokens")
-    used = np.unique(np.concatenate([y_values, x_values]).astype(np.int64))
-    target = _dense(y_offsets, np.searchsorted(used, y_values) + CONTENT_START, width, PAD_ID,
-                    np.int64)
-    mask = np.arange(width)[None, :] < np.minimum(lengths, width)[:, None]
-    x_width = int(np.diff(x_offsets).max(initial=0))
-    context = np.concatenate([
-        _dense(x_offsets, np.searchsorted(used, x_values) + CONTENT_START, x_width, PAD_ID,
-               np.int64, left=True),
-        np.full((table.num_rows, 1), BOS_ID, dtype=np.int64)], axis=1)
+    used, (y_ids, x_ids) = _compact(y_values.astype(np.int64, copy=False),
+                                    x_values.astype(np.int64, copy=False))
+    order = np.argsort(assignment, kind="stable")
+    y_len, x_len = lengths[order], np.diff(x_offsets)[order]
+    target = _dense(y_offsets[:-1][order], y_len, y_ids, width, PAD_ID, np.int64)
+    mask = np.arange(width)[None, :] < np.minimum(y_len, width)[:, None]
+    x_width = int(x_len.max(initial=0))
+    context = np.full((n, x_width + 1), BOS_ID, dtype=np.int64)
+    context[:, :x_width] = _dense(x_offsets[:-1][order], x_len, x_ids, x_width, PAD_ID, np.int64,
+                                  left=True)
     label, classes = (_factorize(table.column(LABEL)) if LABEL in table.column_names
-                      else (np.zeros(table.num_rows, dtype=np.int64), None))
+                      else (np.zeros(n, dtype=np.int64), None))
     group, groups = (_factorize(table.column(GROUP)) if GROUP in table.column_names
-                     else (np.zeros(table.num_rows, dtype=np.int64), []))
+                     else (np.zeros(n, dtype=np.int64), []))
     groups = metric_safe(groups)
     nll = None
     if BASE_NLL in table.column_names:
         n_offsets, n_values = _flat(table.column(BASE_NLL))
-        nll = _dense(n_offsets, n_values.astype(np.float32), width, 0.0, np.float32)
+        nll = _dense(n_offsets[:-1][order], y_len, n_values.astype(np.float32, copy=False),
+                     width, 0.0, np.float32)
+    counts = np.bincount(assignment, minlength=len(SPLITS))
+    bounds = np.concatenate([[0], np.cumsum(counts)])
     splits, base_nll, rows = {}, {} if nll is not None else None, {}
+    label, group = label[order], group[order]
     for index, name in enumerate(SPLITS):
-        select = assignment == index
+        part = slice(int(bounds[index]), int(bounds[index + 1]))
         splits[name] = SyntheticSplit(
-            context=torch.from_numpy(context[select]), target=torch.from_numpy(target[select]),
-            mask=torch.from_numpy(mask[select]), strategy=torch.from_numpy(label[select]),
-            kind=torch.from_numpy(group[select]))
-        rows[name] = int(select.sum())
+            context=torch.from_numpy(context[part]), target=torch.from_numpy(target[part]),
+            mask=torch.from_numpy(mask[part]), strategy=torch.from_numpy(label[part]),
+            kind=torch.from_numpy(group[part]))
+        rows[name] = int(counts[index])
         if base_nll is not None:
-            base_nll[name] = torch.from_numpy(nll[select])
+            base_nll[name] = torch.from_numpy(nll[part])
     return DatasetTask(config, splits, CONTENT_START + used.size, used, classes, tuple(groups),
                        base_nll, hashlib.sha256(assignment.tobytes()).hexdigest()[:16],
                        int(too_long.size), rows, list(table.column_names))

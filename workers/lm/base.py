@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from workers.base import BaseSurprisal, c_base_of
 from workers.data.config import SPLITS
 from workers.data.dataset_source import DatasetTask, split_assignment
 from workers.data.dataset_store import DatasetStore
@@ -22,6 +21,7 @@ from workers.data.dataset_table import X, Y
 from workers.lm.registry import ModelError, ModelStore
 from workers.lm.surprisal import cached_lm_base_nll
 from workers.models.config import BaseModelConfig
+from workers.models.zfree_base import BaseSurprisal, c_base_of
 
 
 def causal_lm_base(task: DatasetTask, base: BaseModelConfig, cache_root: Path | str,

@@ -40,6 +40,7 @@ HF_CONFIG_FILES = frozenset({
     "merges.txt", "tokenizer.model", "added_tokens.json", "chat_template.jinja",
 })
 _CHUNK = 1 << 20
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 class ModelError(ValueError):
@@ -275,6 +276,33 @@ class ModelStore:
             if not path.is_file() or file_sha256(path) != expected:
                 raise ModelError(f"{path}: missing or changed since registration; register the "
                                  f"model again (`ksweep model add ... --name {record.name} --replace`)")
+
+
+def check_dataset_tokenizer(dataset_name: str, dataset_tokenizer: str | None,
+                            record: ModelRecord) -> None:
+    """Refuse a dataset whose ids are not the model's tokenizer's.
+
+    ``dataset_tokenizer`` is what the dataset store recorded when the dataset was tokenized
+    (a string holding the tokenizer's 64-hex fingerprint, optionally with a name).
+
+    Raises:
+        ModelError: the dataset records no tokenizer, the model has no fingerprint, or the
+            two fingerprints differ (both named).
+    """
+    if record.tokenizer_sha256 is None:
+        raise ModelError(f"model {record.name!r} has no tokenizer fingerprint; register it again "
+                         "with `ksweep model add PATH --name NAME --replace`")
+    if not dataset_tokenizer:
+        raise ModelError(
+            f"dataset {dataset_name!r} records no tokenizer, so its ids cannot be checked against "
+            f"model {record.name!r} (tokenizer {record.tokenizer_sha256[:12]}); register it from "
+            "text (x_text/y_text) tokenized with the model's tokenizer")
+    found = _HEX64.findall(dataset_tokenizer.lower())
+    if record.tokenizer_sha256 not in found:
+        raise ModelError(
+            f"dataset {dataset_name!r} was tokenized by tokenizer {dataset_tokenizer!r}, but model "
+            f"{record.name!r} uses tokenizer {record.tokenizer_sha256}; its ids would mean other "
+            "tokens: register the dataset's text again with this model's tokenizer")
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -11,8 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from workers.data.dataset_resolve import DatasetResolutionError
-from workers.lm.registry import ModelError, ModelNotFound, ModelStore
-from workers.lm.surprisal import check_dataset_tokenizer
+from workers.lm.registry import ModelError, ModelNotFound, ModelStore, check_dataset_tokenizer
 from workers.models.config import BaseModelConfig
 
 

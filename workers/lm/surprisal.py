@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -30,7 +29,6 @@ from filelock import FileLock
 from workers.lm.registry import ModelError, ModelRecord, ModelStore
 
 CACHE_FORMAT_VERSION = 1
-_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -151,33 +149,6 @@ def c_base_of(rows: Sequence[np.ndarray], train_rows: Sequence[int] | None = Non
     chosen = range(len(rows)) if train_rows is None else train_rows
     means = [float(np.mean(rows[i], dtype=np.float64)) for i in chosen if len(rows[i])]
     return float(np.mean(means)) if means else float("nan")
-
-
-def check_dataset_tokenizer(dataset_name: str, dataset_tokenizer: str | None,
-                            record: ModelRecord) -> None:
-    """Refuse a dataset whose ids are not the model's tokenizer's.
-
-    ``dataset_tokenizer`` is what the dataset store recorded when the dataset was tokenized
-    (a string holding the tokenizer's 64-hex fingerprint, optionally with a name).
-
-    Raises:
-        ModelError: the dataset records no tokenizer, the model has no fingerprint, or the
-            two fingerprints differ (both named).
-    """
-    if record.tokenizer_sha256 is None:
-        raise ModelError(f"model {record.name!r} has no tokenizer fingerprint; register it again "
-                         "with `ksweep model add PATH --name NAME --replace`")
-    if not dataset_tokenizer:
-        raise ModelError(
-            f"dataset {dataset_name!r} records no tokenizer, so its ids cannot be checked against "
-            f"model {record.name!r} (tokenizer {record.tokenizer_sha256[:12]}); register it from "
-            "text (x_text/y_text) tokenized with the model's tokenizer")
-    found = _HEX64.findall(dataset_tokenizer.lower())
-    if record.tokenizer_sha256 not in found:
-        raise ModelError(
-            f"dataset {dataset_name!r} was tokenized by tokenizer {dataset_tokenizer!r}, but model "
-            f"{record.name!r} uses tokenizer {record.tokenizer_sha256}; its ids would mean other "
-            "tokens: register the dataset's text again with this model's tokenizer")
 
 
 def cache_key(dataset_sha256: str, record: ModelRecord, bos_id: int) -> str:

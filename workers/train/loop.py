@@ -20,9 +20,9 @@ import numpy as np
 import torch
 
 from objectives import KappaSummaryAccumulator, LossInputs, baseline_self_check
-from workers.base import BaseSurprisal
 from workers.models import CVAE, CVAEOutput
 from workers.models.backbone import upcast
+from workers.models.zfree_base import BaseSurprisal
 from workers.readouts.evaluate import (
     DIAGNOSTIC_TERMS,
     SplitData,
@@ -47,7 +47,7 @@ class TrialDiverged(RuntimeError):
 
 
 class TrialCheckFailed(RuntimeError):
-    """The baseline self-check of OBJECTIVE.md failed."""
+    """The baseline self-check (docs/concepts/objectives.md, the R^ section) failed."""
 
 
 def resolve_device(name: str) -> torch.device:

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import torch
 
-from workers.base import BaseSurprisal, load_or_train_base, score_split
+from workers.contract import COMPACT_B_U
 from workers.data import KINDS, generate_splits
-from workers.data.config import DatasetDataConfig
+from workers.data.config import DatasetDataConfig, SyntheticTaskConfig
+from workers.models.zfree_base import BaseSurprisal, load_or_train_base, score_split
 from workers.readouts.evaluate import SplitData
 from workers.train.config import TrialConfig
 
@@ -51,6 +52,7 @@ def load_sources(config: TrialConfig, cache_root: Path | str, device: torch.devi
     if isinstance(config.data, DatasetDataConfig):
         return _dataset_sources(config, config.data, cache_root, device)
     task = config.resolved_data()  # the data seed is the trial seed unless data.seed pins it
+    assert isinstance(task, SyntheticTaskConfig)
     splits = generate_splits(task)
     base = load_or_train_base(task, config.base, cache_root, device, (splits["train"], splits["val"]))
     test_nll = score_split(task, base, splits["test"], device)
@@ -63,8 +65,8 @@ def load_sources(config: TrialConfig, cache_root: Path | str, device: torch.devi
 
 def _dataset_sources(config: TrialConfig, data_config: DatasetDataConfig, cache_root: Path | str,
                      device: torch.device) -> tuple[TaskView, dict[str, SplitData], BaseSurprisal]:
-    from workers.base_dataset import dataset_base
     from workers.data.dataset_source import load_task
+    from workers.models.dataset_base import dataset_base
 
     task = load_task(data_config)
     base, test_nll = dataset_base(task, config.base, cache_root, device)
@@ -72,6 +74,9 @@ def _dataset_sources(config: TrialConfig, data_config: DatasetDataConfig, cache_
     data = {name: SplitData.build_dataset(task.splits[name], nll, config.alpha, device, kinds,
                                           task.has_label)
             for name, nll in (("train", base.train_nll), ("val", base.val_nll), ("test", test_nll))}
+    if base.kind == "learned":  # its softmax is over the compact ids: b_t is already renormalised
+        for split in data.values():
+            split.surprisal[COMPACT_B_U] = split.surprisal["b_u"]
     info: dict[str, object] = {
         "dataset_sha256": data_config.sha256, "data.split_hash": task.split_hash,
         "data.vocab_size": task.vocab_size, "data.max_target_length": task.max_target_length,
