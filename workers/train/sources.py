@@ -68,7 +68,7 @@ def _dataset_sources(config: TrialConfig, data_config: DatasetDataConfig, cache_
     from workers.data.dataset_source import load_task
     from workers.models.dataset_base import dataset_base
 
-    task = load_task(data_config)
+    task = load_task(data_config, cache_root)
     base, test_nll = dataset_base(task, config.base, cache_root, device)
     kinds = task.groups
     data = {name: SplitData.build_dataset(task.splits[name], nll, config.alpha, device, kinds,
