@@ -216,3 +216,11 @@ def test_the_trainer_arrays_are_cached_and_memory_mapped(tmp_path):
     other = data.model_copy(update={"split_seed": 1})
     assert cache_key(other) != cache_key(data)
     assert load_task(other, tmp_path).split_hash != built.split_hash
+
+
+def test_free_bits_at_log_k_of_the_label_count_is_refused(tmp_path):
+    data = _resolved(tmp_path, strategy_table(60))  # 3 label classes: log K = 1.0986
+    config = _trial(data, loss_stack={"preset": "uniform", "terms": {
+        "kl": {"weight": 1.0, "options": {"free_bits": 1.2}}}})
+    with pytest.raises(ValueError, match=r"free_bits \(1.2\) must be below log K = 1.099"):
+        Trainer.create(config, tmp_path)
