@@ -10,6 +10,7 @@ import pytest
 from workers.data.dataset_store import (
     DatasetConflict,
     DatasetNotFound,
+    DatasetQuotaExceeded,
     DatasetStore,
     check_name,
 )
@@ -86,3 +87,22 @@ def test_good_names_and_bad_hashes(tmp_path: Path) -> None:
     store = DatasetStore(tmp_path)
     with pytest.raises(DatasetNotFound):
         store.data_path("../../etc/passwd")
+
+
+def test_stage_commit_quota_and_first_batch(tmp_path: Path) -> None:
+    store = DatasetStore(tmp_path)
+    staged = store.stage(_table(), tokenizer="bytes")
+    assert store.list() == [] and (tmp_path / "tmp" / staged.staging).is_dir()
+    with pytest.raises(DatasetQuotaExceeded, match="quota"):
+        store.commit(staged, name="toy", owner="ana", quota_bytes=staged.bytes - 1)
+    assert store.list() == [] and not any((tmp_path / "tmp").iterdir())
+    record, created = store.commit(store.stage(_table(), tokenizer="bytes"), name="toy",
+                                   owner="ana", quota_bytes=staged.bytes)
+    assert created and record.tokenizer == "bytes"
+    # The same content again costs no quota and changes nothing.
+    again, created = store.commit(store.stage(_table()), name="toy", owner="ana", quota_bytes=1)
+    assert again == record and not created and not any((tmp_path / "tmp").iterdir())
+    store.discard(store.stage(_table(9)))
+    assert not any((tmp_path / "tmp").iterdir())
+    batch = next(store.parquet_file(record.sha256).iter_batches(2))
+    assert batch.column(0).to_pylist() == [[1, 2], [3]]

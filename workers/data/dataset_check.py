@@ -5,7 +5,7 @@ caps its own address space (``RLIMIT_AS``) before pyarrow is imported, reads and
 the file, stages the canonical table in the store's ``tmp/`` and prints one JSON line:
 ``{"ok": true, "staged": {...}}`` or ``{"ok": false, "error": {file, column, row, message, fix}}``.
 A child that dies (out of memory, killed at the timeout) prints nothing: the caller says so.
-The service (:mod:`service.api.datasets`) runs it; nothing of the file runs in the service.
+The service (:mod:`service.api.routes.datasets`) runs it; nothing of the file runs in the service.
 """
 
 from __future__ import annotations

@@ -14,20 +14,15 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from workers.data.dataset_limits import DatasetError, DatasetLimits
+from workers.data.dataset_limits import SUFFIX_FORMATS, DatasetError, DatasetLimits, Format
 
-Format = Literal["parquet", "arrow", "jsonl"]
-SUFFIX_FORMATS: dict[str, Format] = {
-    ".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".feather": "arrow",
-    ".ipc": "arrow", ".jsonl": "jsonl", ".ndjson": "jsonl",
-}
 PARQUET_MAGIC = b"PAR1"
 ARROW_FILE_MAGIC = b"ARROW1"
 ARROW_STREAM_MAGIC = b"\xff\xff\xff\xff"

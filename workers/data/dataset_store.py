@@ -30,6 +30,7 @@ from workers.data.dataset_limits import DatasetError
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
 _NAME_RE = re.compile(NAME_PATTERN)
@@ -291,6 +292,20 @@ class DatasetStore:
         if not path.exists():
             raise DatasetNotFound(f"no dataset object {sha256} under {self.objects}")
         return pq.read_table(path, memory_map=True)
+
+    def parquet_file(self, sha256: str) -> pq.ParquetFile:
+        """The stored object as a ``pyarrow.parquet.ParquetFile`` (row groups of 65,536 rows):
+        ``iter_batches`` reads a first batch without decoding the rest.
+
+        Raises:
+            DatasetNotFound: no object of that hash.
+        """
+        import pyarrow.parquet as pq
+
+        path = self.data_path(sha256)
+        if not path.exists():
+            raise DatasetNotFound(f"no dataset object {sha256} under {self.objects}")
+        return pq.ParquetFile(path, memory_map=True)
 
     def verify(self, sha256: str) -> bool:
         """True when the stored object's content still hashes to ``sha256``."""

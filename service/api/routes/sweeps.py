@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from sqlalchemy import Row
 
 from service.api import documents
+from service.api.routes.datasets import check_spec_dataset
 from service.api.deps import Services, get_services, may_act_on, read_access, require_owner
 from service.api.errors import ProblemError, invalid_spec
 from service.api.schemas import (
@@ -150,6 +151,7 @@ def submit_sweep(
 ) -> Response:
     trials = _check_trial_cap(spec, services)
     canonical = spec.canonical_json()
+    check_spec_dataset(json.loads(canonical), owner, services)
     request_hash = hashlib.sha256(canonical.encode()).hexdigest()
     store = services.store
     if idempotency_key is not None:
