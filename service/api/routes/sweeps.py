@@ -12,9 +12,9 @@ from pydantic import BaseModel
 from sqlalchemy import Row
 
 from service.api import documents
-from service.api.routes.datasets import check_spec_dataset
 from service.api.deps import Services, get_services, may_act_on, read_access, require_owner
 from service.api.errors import ProblemError, invalid_spec
+from service.api.routes.datasets import check_spec_dataset
 from service.api.schemas import (
     PROBLEM_MEDIA_TYPE,
     FieldProblem,
