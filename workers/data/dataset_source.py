@@ -227,26 +227,46 @@ def build_task(table: pa.Table, config: DatasetDataConfig) -> DatasetTask:
         n_offsets, n_values = _flat(table.column(BASE_NLL))
         nll = _dense(n_offsets[:-1][order], y_len, n_values.astype(np.float32, copy=False),
                      width, 0.0, np.float32)
-    counts = np.bincount(assignment, minlength=len(SPLITS))
-    bounds = np.concatenate([[0], np.cumsum(counts)])
-    splits, base_nll, rows = {}, {} if nll is not None else None, {}
-    label, group = label[order], group[order]
+    arrays = {"context": context, "target": target, "mask": mask, "label": label[order],
+              "group": group[order], "original_ids": used}
+    if nll is not None:
+        arrays["base_nll"] = nll
+    meta = {"counts": np.bincount(assignment, minlength=len(SPLITS)).tolist(),
+            "label_classes": classes, "groups": groups,
+            "split_hash": hashlib.sha256(assignment.tobytes()).hexdigest()[:16],
+            "truncated_rows": int(too_long.size), "columns": list(table.column_names)}
+    return task_from_arrays(config, arrays, meta)
+
+
+def task_from_arrays(config: DatasetDataConfig, arrays: dict[str, np.ndarray],
+                     meta: dict) -> DatasetTask:
+    """A task over padded arrays whose rows are ordered train, val, test (each split a view)."""
+    bounds = np.concatenate([[0], np.cumsum(meta["counts"])])
+    splits, rows = {}, {}
+    base_nll: dict[str, torch.Tensor] | None = {} if "base_nll" in arrays else None
     for index, name in enumerate(SPLITS):
         part = slice(int(bounds[index]), int(bounds[index + 1]))
         splits[name] = SyntheticSplit(
-            context=torch.from_numpy(context[part]), target=torch.from_numpy(target[part]),
-            mask=torch.from_numpy(mask[part]), strategy=torch.from_numpy(label[part]),
-            kind=torch.from_numpy(group[part]))
-        rows[name] = int(counts[index])
+            context=torch.from_numpy(arrays["context"][part]),
+            target=torch.from_numpy(arrays["target"][part]),
+            mask=torch.from_numpy(arrays["mask"][part]),
+            strategy=torch.from_numpy(arrays["label"][part]),
+            kind=torch.from_numpy(arrays["group"][part]))
+        rows[name] = int(meta["counts"][index])
         if base_nll is not None:
-            base_nll[name] = torch.from_numpy(nll[part])
-    return DatasetTask(config, splits, CONTENT_START + used.size, used, classes, tuple(groups),
-                       base_nll, hashlib.sha256(assignment.tobytes()).hexdigest()[:16],
-                       int(too_long.size), rows, list(table.column_names))
+            base_nll[name] = torch.from_numpy(arrays["base_nll"][part])
+    used = arrays["original_ids"]
+    return DatasetTask(config, splits, CONTENT_START + used.size, used, meta["label_classes"],
+                       tuple(meta["groups"]), base_nll, meta["split_hash"],
+                       meta["truncated_rows"], rows, list(meta["columns"]))
 
 
-def load_task(config: DatasetDataConfig) -> DatasetTask:
+def load_task(config: DatasetDataConfig, cache_root: Path | str | None = None) -> DatasetTask:
     """:func:`build_task` on the stored table of a resolved config (memory-mapped Parquet).
+
+    With ``cache_root`` the built arrays are kept under ``cache_root/dataset_tensors``
+    (:mod:`workers.data.dataset_cache`): the first trial of a (dataset, split, length) builds
+    them, every later one memory-maps them.
 
     Raises:
         ValueError: the config was not resolved (no sha256 or root): the caller must run
@@ -255,6 +275,9 @@ def load_task(config: DatasetDataConfig) -> DatasetTask:
     if not config.resolved:
         raise ValueError(f"data.dataset {config.dataset!r} was not resolved to a hash and a store "
                          "root; run it through `ksweep train`/`ksweep sweep run` (which resolve it)")
+    if cache_root is not None:
+        from workers.data.dataset_cache import cached_task
+
+        return cached_task(config, Path(cache_root))
     table = DatasetStore(Path(str(config.root))).open_table(str(config.sha256))
     return build_task(table, config)
-

@@ -8,6 +8,7 @@ oracle h_t). The synthetic path is today's, call for call (same RNG draws).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,12 +64,27 @@ def load_sources(config: TrialConfig, cache_root: Path | str, device: torch.devi
     return view, data, base
 
 
+def _check_free_bits(config: TrialConfig, k: int) -> None:
+    """TrialConfig's free-bits rule, once a dataset's K (its label count) is known."""
+    kl = config.loss_stack.resolved_terms().get("kl")
+    if kl is None or config.model.family != "discrete" or config.allow_free_bits_above_log_k:
+        return
+    k = config.model.num_categories or k
+    free_bits = float(kl.options.get("free_bits", 0.0))
+    if free_bits >= math.log(k):
+        raise ValueError(
+            f"loss_stack.terms.kl.options.free_bits ({free_bits:g}) must be below log K = "
+            f"{math.log(k):.4g} nats (K = {k}: the dataset's label classes, or model."
+            "num_categories); lower it, or set allow_free_bits_above_log_k: true")
+
+
 def _dataset_sources(config: TrialConfig, data_config: DatasetDataConfig, cache_root: Path | str,
                      device: torch.device) -> tuple[TaskView, dict[str, SplitData], BaseSurprisal]:
     from workers.data.dataset_source import load_task
     from workers.models.dataset_base import dataset_base
 
-    task = load_task(data_config)
+    task = load_task(data_config, cache_root)
+    _check_free_bits(config, task.num_strategies)
     base, test_nll = dataset_base(task, config.base, cache_root, device)
     kinds = task.groups
     data = {name: SplitData.build_dataset(task.splits[name], nll, config.alpha, device, kinds,
