@@ -118,6 +118,9 @@ class Settings(BaseSettings):
     max_dataset_tokens: int = Field(
         200_000_000, ge=1, description="Token ids in x plus y over one dataset's rows.",
     )
+    max_dataset_line_bytes: int = Field(
+        8 << 20, ge=1024, description="Longest JSONL line of a dataset upload (422 naming the row).",
+    )
     dataset_quota_bytes: int = Field(
         8 << 30, ge=0, description="Stored (canonical, zstd Parquet) bytes of datasets per owner.",
     )

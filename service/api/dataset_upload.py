@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import sys
 import uuid
@@ -25,7 +26,7 @@ from service.api.schemas import FieldProblem
 from service.settings import Settings
 from workers.data.dataset_check import CHILD_ENV, EXIT_OUT_OF_MEMORY
 from workers.data.dataset_limits import DatasetError, DatasetLimits
-from workers.data.dataset_store import StagedDataset
+from workers.data.dataset_store import DatasetStore, StagedDataset
 
 MEDIA_FORMATS = {
     "application/vnd.apache.parquet": "parquet", "application/x-parquet": "parquet",
@@ -35,6 +36,7 @@ MEDIA_FORMATS = {
     "application/x-ndjson": "jsonl", "application/jsonl": "jsonl", "application/jsonlines": "jsonl",
     "application/x-jsonlines": "jsonl",
 }
+log = logging.getLogger("ksweep.service")
 FORMAT_SUFFIX = {"parquet": ".parquet", "arrow": ".arrow", "jsonl": ".jsonl"}
 WRITE_CHUNK = 1 << 20
 # One validation at a time per API process: each child may use its whole memory limit.
@@ -116,7 +118,8 @@ async def receive_upload(request: Request, target: Path, limit: int, file: str) 
 
 
 def limits_of(settings: Settings) -> DatasetLimits:
-    return DatasetLimits(max_rows=settings.max_dataset_rows, max_tokens=settings.max_dataset_tokens)
+    return DatasetLimits(max_rows=settings.max_dataset_rows, max_tokens=settings.max_dataset_tokens,
+                         max_line_bytes=settings.max_dataset_line_bytes)
 
 
 async def validate_in_child(settings: Settings, upload: Path, fmt: str, file: str) -> StagedDataset:
@@ -127,9 +130,11 @@ async def validate_in_child(settings: Settings, upload: Path, fmt: str, file: st
             that ran out of its memory limit or time (naming the setting to raise).
     """
     memory = settings.dataset_validate_memory_bytes
+    staging_id = uuid.uuid4().hex
     args = [sys.executable, "-m", "workers.data.dataset_check", "--input", str(upload),
             "--format", fmt, "--source-name", file, "--root", str(settings.dataset_root),
-            "--limits", limits_of(settings).model_dump_json(), "--memory-bytes", str(memory)]
+            "--limits", limits_of(settings).model_dump_json(), "--memory-bytes", str(memory),
+            "--staging-id", staging_id]
     async with _validations:
         proc = await asyncio.create_subprocess_exec(
             *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
@@ -140,6 +145,7 @@ async def validate_in_child(settings: Settings, upload: Path, fmt: str, file: st
         except TimeoutError:
             proc.kill()
             await proc.wait()
+            DatasetStore(settings.dataset_root).discard_id(staging_id)
             raise dataset_problem(DatasetError(
                 f"validation took over {settings.dataset_validate_timeout_s:.0f} s", file=file,
                 column=None, row=None, fix="register a smaller file, or raise "
@@ -153,9 +159,12 @@ async def validate_in_child(settings: Settings, upload: Path, fmt: str, file: st
             result = {}
     if result.get("ok"):
         return StagedDataset.model_validate(result["staged"])
+    DatasetStore(settings.dataset_root).discard_id(staging_id)  # what a dying child left
     if "error" in result:
         raise dataset_problem(DatasetError(**{k: result["error"][k] for k in (
             "file", "column", "row", "fix")}, message=result["error"]["message"]))
+    log.warning("dataset validation of %s ended with exit %s: %s", file, proc.returncode,
+                err.decode(errors="replace")[-2000:])
     why = ("ran out of its memory limit" if proc.returncode == EXIT_OUT_OF_MEMORY or result
            else f"failed (exit {proc.returncode}; likely its memory limit)")
     raise dataset_problem(DatasetError(

@@ -38,7 +38,8 @@ def jsonl_bytes(rows: list[dict | str]) -> bytes:
 def service(tmp_path_factory) -> Iterator[ServiceProcess]:
     workdir = tmp_path_factory.mktemp("datasets")
     svc = ServiceProcess(workdir, KSWEEP_MAX_DATASET_BYTES=str(MAX_BYTES),
-                         KSWEEP_MAX_DATASET_ROWS="5000", KSWEEP_MAX_CONCURRENT_SWEEPS="0")
+                         KSWEEP_MAX_DATASET_ROWS="5000", KSWEEP_MAX_DATASET_LINE_BYTES="4096",
+                         KSWEEP_MAX_CONCURRENT_SWEEPS="0")
     svc.start()
     yield svc
     svc.stop()
@@ -202,6 +203,10 @@ def test_size_caps(service, client) -> None:
     assert streamed.headers["connection"] == "close" and sent < 100 * MAX_BYTES
     rows = upload(client, "rows", parquet_bytes({"y": [[1]] * 6000}), filename="rows.parquet")
     assert rows.status_code == 422 and "6000 rows" in rows.json()["detail"]
+    long_line = jsonl_bytes(['{"y": [1]}', '{"y": [2]}', '{"y": [' + ",".join(["1"] * 3000) + "]}"])
+    line = upload(client, "line", long_line, JSONL, filename="line.jsonl")
+    assert line.status_code == 422 and "over 4096 bytes" in line.json()["detail"]
+    assert "file 'line.jsonl'" in line.json()["detail"] and "row 2" in line.json()["detail"]
     assert registry(service) == before
 
 
@@ -249,6 +254,15 @@ def test_quota_and_memory_limit(make_service) -> None:
         assert "KSWEEP_DATASET_VALIDATE_MEMORY_BYTES" in answer.json()["detail"]
         assert "three.parquet" in answer.json()["detail"]
         assert registry(low) == before
+    low.stop()
+    slow = make_service(KSWEEP_DATASET_VALIDATE_TIMEOUT_S="0.05")
+    with slow.client() as client:
+        before = registry(slow)
+        answer = upload(client, "four", parquet_bytes(GOOD), filename="four.parquet")
+        assert answer.status_code == 422, answer.text
+        assert "KSWEEP_DATASET_VALIDATE_TIMEOUT_S" in answer.json()["detail"]
+        assert "four.parquet" in answer.json()["detail"]
+        assert registry(slow) == before
 
 
 def test_api_process_never_loads_pyarrow() -> None:

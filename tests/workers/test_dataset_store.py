@@ -104,5 +104,11 @@ def test_stage_commit_quota_and_first_batch(tmp_path: Path) -> None:
     assert again == record and not created and not any((tmp_path / "tmp").iterdir())
     store.discard(store.stage(_table(9)))
     assert not any((tmp_path / "tmp").iterdir())
+    store.stage(_table(9), staging_id="ab" * 16)  # as a killed validation process leaves it
+    assert (tmp_path / "tmp" / f"staged.{'ab' * 16}").is_dir()
+    store.discard_id("ab" * 16)
+    assert not any((tmp_path / "tmp").iterdir())
+    with pytest.raises(ValueError, match="32 hex"):
+        store.stage(_table(), staging_id="../../x")
     batch = next(store.parquet_file(record.sha256).iter_batches(2))
     assert batch.column(0).to_pylist() == [[1, 2], [3]]

@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", required=True)
     parser.add_argument("--limits", default="{}", help="DatasetLimits as JSON")
     parser.add_argument("--memory-bytes", type=int, default=0, help="RLIMIT_AS; 0: none")
+    parser.add_argument("--staging-id", default=None, help="tmp/staged.<id> (32 hex digits)")
     args = parser.parse_args(argv)
     if args.memory_bytes > 0:
         resource.setrlimit(resource.RLIMIT_AS, (args.memory_bytes, args.memory_bytes))
@@ -54,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
             table = read_table(args.input, limits, fmt=args.format, source_name=args.source_name)
             canonical = canonicalize(table, args.source_name, limits)
             del table
-            staged = DatasetStore(args.root).stage(canonical, tokenizer=tokenizer_of(canonical))
+            staged = DatasetStore(args.root).stage(canonical, tokenizer=tokenizer_of(canonical),
+                                                   staging_id=args.staging_id)
         except DatasetError as err:
             _emit({"ok": False, "error": err.to_dict()})
             return EXIT_REFUSED

@@ -37,6 +37,8 @@ _NAME_RE = re.compile(NAME_PATTERN)
 DATA_FILE = "data.parquet"
 META_FILE = "meta.json"
 ROW_GROUP_ROWS = 65_536
+STAGING_ID_PATTERN = r"[0-9a-f]{32}"
+STAGING_PATTERN = rf"staged\.{STAGING_ID_PATTERN}"
 
 
 class DatasetNotFound(KeyError):
@@ -122,19 +124,24 @@ class DatasetStore:
         """Where the canonical Parquet file of content ``sha256`` lies (may not exist)."""
         return self.objects / _check_sha(sha256) / DATA_FILE
 
-    def stage(self, table: pa.Table, *, tokenizer: str | None = None) -> StagedDataset:
-        """Write a canonical table into ``tmp/`` (not yet visible); :meth:`commit` lands it.
+    def stage(self, table: pa.Table, *, tokenizer: str | None = None,
+              staging_id: str | None = None) -> StagedDataset:
+        """Write a canonical table into ``tmp/staged.<id>`` (not yet visible); :meth:`commit`
+        lands it.
 
         The upload's validation subprocess stages, the service commits: the service never
-        reads the data itself.
+        reads the data itself. The service picks ``staging_id`` (32 hex digits) so that it can
+        remove the folder of a child it had to kill (:meth:`discard_id`).
         """
+        if staging_id is not None and not re.fullmatch(STAGING_ID_PATTERN, staging_id):
+            raise ValueError(f"staging_id {staging_id!r} is not 32 hex digits")
         import pyarrow.parquet as pq
 
         from workers.data.dataset_table import content_hash, summarize
 
         sha = content_hash(table)
         self.tmp.mkdir(parents=True, exist_ok=True)
-        staging = self.tmp / f"{sha}.{uuid.uuid4().hex}"
+        staging = self.tmp / f"staged.{staging_id or uuid.uuid4().hex}"
         staging.mkdir()
         try:
             pq.write_table(table, staging / DATA_FILE, compression="zstd",
@@ -151,14 +158,18 @@ class DatasetStore:
         return staged
 
     def _staging_dir(self, staged: StagedDataset) -> Path:
-        if not re.fullmatch(r"[0-9a-f]{64}\.[0-9a-f]{32}", staged.staging) \
-                or not staged.staging.startswith(staged.sha256):
+        if not re.fullmatch(STAGING_PATTERN, staged.staging):
             raise ValueError(f"not a staging folder of this store: {staged.staging!r}")
         return self.tmp / staged.staging
 
     def discard(self, staged: StagedDataset) -> None:
         """Drop a staged table that will not be committed."""
         shutil.rmtree(self._staging_dir(staged), ignore_errors=True)
+
+    def discard_id(self, staging_id: str) -> None:
+        """Drop whatever a (killed) stage of ``staging_id`` left behind; nothing if none."""
+        if re.fullmatch(STAGING_ID_PATTERN, staging_id):
+            shutil.rmtree(self.tmp / f"staged.{staging_id}", ignore_errors=True)
 
     def commit(self, staged: StagedDataset, *, name: str, owner: str, replace: bool = False,
                quota_bytes: int | None = None) -> tuple[DatasetRecord, bool]:
