@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from workers.contract import default_tracking_uri
+from workers.contract import LOCAL_MLFLOW_UI, default_tracking_uri
 
 ADMIN_OWNER = "admin"
 LOCAL_TOKEN_FILE = "api-token"
@@ -55,7 +55,7 @@ class Settings(BaseSettings):
         description="Where drivers and trials log (default sqlite:///$PWD/mlflow.db).",
     )
     mlflow_ui_url: str = Field(
-        "http://127.0.0.1:5000",
+        LOCAL_MLFLOW_UI,
         description="Base URL of the MLflow UI, for the links the API returns.",
     )
     launcher: Literal["local", "ray"] = Field(

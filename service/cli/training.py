@@ -35,12 +35,14 @@ from service.cli.common import (
     format_eta,
     format_validation_error,
     load_spec_or_exit,
+    plan_or_exit,
 )
 from workers.contract import (
     LOCAL_MLFLOW_UI,
     LOOPBACK_RAY_ENV,
     TRIAL_SUMMARY_METRICS,
     TUNE_ENV,
+    VAL_ELBO,
     VAL_LATENT_NMI,
     VAL_LOSS,
     SweepStatus,
@@ -82,7 +84,7 @@ def train_command(
                 task, completed=epoch, description="training",
                 status=f"val/loss {metrics[VAL_LOSS]:.4f}  "
                 + (f"nmi {metrics[VAL_LATENT_NMI]:.3f}" if VAL_LATENT_NMI in metrics
-                   else f"elbo {metrics.get('val/elbo', float('nan')):.3f}"),
+                   else f"elbo {metrics.get(VAL_ELBO, float('nan')):.3f}"),
             )
 
         try:
@@ -162,23 +164,26 @@ def run_command(
     # local Ray started here listens on loopback only (both before Ray is imported).
     for name, value in (TUNE_ENV | ({} if os.environ.get("RAY_ADDRESS") else LOOPBACK_RAY_ENV)).items():
         os.environ.setdefault(name, value)
+    from service.settings import get_settings
     from sweeps.report.build import report_markdown
     from sweeps.tune.runner import run_sweep
 
     spec = load_spec_or_exit(spec_path)
+    plan = plan_or_exit(spec, spec_path)
     sweep_id = sweep_id or uuid.uuid4().hex[:12]
     tracking_uri = default_tracking_uri()
-    console.print(f"sweep [bold]{spec.name}[/bold] id {sweep_id}: {spec.trial_count()} trials, "
+    console.print(f"sweep [bold]{spec.name}[/bold] id {sweep_id}: {plan.trial_count} trials, "
                   f"MLflow {tracking_uri}")
-    view = LiveView(spec.trial_count(), spec.name)
+    view = LiveView(plan.trial_count, spec.name)
     started = time.perf_counter()
     from workers.data.dataset_resolve import DatasetResolutionError
 
     try:
         with view.live:
-            outcome = run_sweep(spec, sweep_id=sweep_id, sweep_root=default_sweep_root(),
+            outcome = run_sweep(spec, plan, sweep_id=sweep_id, sweep_root=default_sweep_root(),
                                 tracking_uri=tracking_uri, num_cpus=num_cpus, sinks=[view],
                                 experiment_name=experiment, data_root=default_data_root(),
+                                mlflow_ui_url=get_settings().mlflow_ui_url,
                                 model_root=default_model_root())
     except DatasetResolutionError as error:
         console.print(f"[red]{error}[/red]")

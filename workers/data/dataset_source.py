@@ -32,7 +32,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from workers.data.config import BOS_ID, CONTENT_START, PAD_ID, SPLITS, DatasetDataConfig
+from workers.contract import SPLITS
+from workers.data.config import BOS_ID, CONTENT_START, PAD_ID, DatasetDataConfig
 from workers.data.dataset_store import DatasetStore
 from workers.data.dataset_table import BASE_NLL, GROUP, LABEL, SPLIT, DatasetError, X, Y
 from workers.data.synthetic import SyntheticSplit
