@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from workers.data.config import SPLITS
+from workers.contract import SPLITS
 from workers.data.dataset_source import DatasetTask, split_assignment
 from workers.data.dataset_store import DatasetStore
 from workers.data.dataset_table import X, Y
