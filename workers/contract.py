@@ -84,6 +84,13 @@ TRIAL_SUMMARY_METRICS: tuple[str, ...] = (
 )
 BEST_METRIC_PREFIX = "best/"
 
+# --- registered names (datasets and language models) -------------------------------------
+
+# A registered dataset's or model's name: a file name on every platform, never a path.
+REGISTERED_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
+# A content hash as the registries store it (sha256, lower-case hex).
+SHA256_HEX_PATTERN = r"[0-9a-f]{64}"
+
 # --- tags (MLflow run and experiment tags, Ray Job metadata) ------------------------------
 
 TAG_PREFIX = "ksweep."

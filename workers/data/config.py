@@ -24,7 +24,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from workers.contract import EXAMPLE_KINDS
+from workers.contract import EXAMPLE_KINDS, REGISTERED_NAME_PATTERN, SHA256_HEX_PATTERN
 
 PAD_ID = 0
 BOS_ID = 1
@@ -244,8 +244,8 @@ class SyntheticTaskConfig(BaseModel):
 
 # --- a registered dataset as the data source (docs/guide/datasets-training.md) -------------
 
-DATASET_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
-SHA256_PATTERN = r"^[0-9a-f]{64}$"
+DATASET_NAME_PATTERN = f"^{REGISTERED_NAME_PATTERN}$"
+SHA256_PATTERN = f"^{SHA256_HEX_PATTERN}$"
 
 
 class SplitFractions(BaseModel):

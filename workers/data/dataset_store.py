@@ -26,13 +26,14 @@ from typing import TYPE_CHECKING, Any
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict
 
+from workers.contract import REGISTERED_NAME_PATTERN, SHA256_HEX_PATTERN
 from workers.data.dataset_limits import DatasetError
 
 if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
+NAME_PATTERN = REGISTERED_NAME_PATTERN
 _NAME_RE = re.compile(NAME_PATTERN)
 DATA_FILE = "data.parquet"
 META_FILE = "meta.json"
@@ -99,7 +100,7 @@ def check_name(name: str) -> str:
 
 
 def _check_sha(sha256: str) -> str:
-    if not re.fullmatch(r"[0-9a-f]{64}", sha256 or ""):
+    if not re.fullmatch(SHA256_HEX_PATTERN, sha256 or ""):
         raise DatasetNotFound(f"no dataset object {sha256!r} (not a sha256 hex digest)")
     return sha256
 

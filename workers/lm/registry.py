@@ -31,7 +31,9 @@ from typing import Literal
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field
 
-NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+from workers.contract import REGISTERED_NAME_PATTERN, SHA256_HEX_PATTERN
+
+NAME_PATTERN = re.compile(REGISTERED_NAME_PATTERN)
 PICKLE_SUFFIXES = frozenset({".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib"})
 # Files of a Hugging Face folder that are copied; anything else (README, .py, images) is not.
 HF_CONFIG_FILES = frozenset({
@@ -40,7 +42,7 @@ HF_CONFIG_FILES = frozenset({
     "merges.txt", "tokenizer.model", "added_tokens.json", "chat_template.jinja",
 })
 _CHUNK = 1 << 20
-_HEX64 = re.compile(r"[0-9a-f]{64}")
+_HEX64 = re.compile(SHA256_HEX_PATTERN)
 
 
 class ModelError(ValueError):

@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from workers.contract import SHA256_HEX_PATTERN
+
 
 class ModelConfig(BaseModel):
     """Sizes and latent family of the CVAE. Every field is a sweepable hyperparameter."""
@@ -68,7 +70,7 @@ class BaseModelConfig(BaseModel):
         None, description="causal_lm: the registered model's name (`ksweep model list`)."
     )
     model_sha256: str | None = Field(
-        None, pattern=r"^[0-9a-f]{64}$",
+        None, pattern=f"^{SHA256_HEX_PATTERN}$",
         description="causal_lm: pin the model's content; set when the sweep starts otherwise.",
     )
     model_root: str | None = Field(
