@@ -26,6 +26,7 @@ import torch
 from torch.func import stack_module_state
 
 from objectives import LossInputs
+from workers.cohort.evaluation import member_outputs
 from workers.cohort.member import Member, MemberCallback, capture, check_cohort, own_rng
 from workers.cohort.optim import StackedAdamW, clip_per_member
 from workers.models import CVAEOutput
@@ -39,7 +40,13 @@ SPLIT_FIELDS = ("context", "target", "mask")
 
 
 class Cohort:
-    """Build with :meth:`create`, then :meth:`run` (or :meth:`run_epoch` yourself)."""
+    """Build with :meth:`create`, then :meth:`run` (or :meth:`run_epoch` yourself).
+
+    ``batched_eval`` (default True): the epoch ends' forwards run for all members at once
+    (cohort/evaluation.py); False runs each member's lone evaluation forward instead.
+    """
+
+    batched_eval = True
 
     def __init__(self, members: list[Member]) -> None:
         self.members = members
@@ -106,6 +113,7 @@ class Cohort:
         self._data["decoder_input"] = torch.stack([d.decoder_input for d in datas])
         self._data["base_nll"] = torch.stack([d.base_nll for d in datas])
         self._used_cache: dict[tuple, dict[str, torch.Tensor]] = {}
+        self._eval_cache: dict[tuple, dict[str, torch.Tensor]] = {}
 
     def _sync_trainers(self) -> None:
         """Write each running member's slice back to its trainer (model and AdamW state)."""
@@ -276,6 +284,8 @@ class Cohort:
         sums, counts, losses, terms = self._train_pass(active)
         elapsed = time.perf_counter() - started  # logging point: per-member syncs from here on
         self._sync_trainers()
+        outputs = (member_outputs(self.params, self.model_config, self.num_categories,
+                                  [m.trainer for m in active], self._eval_cache) if self.batched_eval else None)
         results: dict[int, dict[str, float]] = {}
         for k, member in enumerate(active):
             trainer = member.trainer
@@ -295,6 +305,8 @@ class Cohort:
             train["perf/tokens_per_second"] = int(trainer.train_data.split.mask.sum()) / elapsed
             train["perf/cohort_size"] = float(len(active))
             trainer.train_epoch = lambda metrics=train: metrics  # the lone run_epoch, minus its pass
+            if outputs is not None:  # its lone read-outs, on its slice of the batched forward
+                trainer.evaluate_split = lambda name, t=trainer, o=outputs[k]: Trainer.evaluate_split(t, name, o[name])
             try:
                 with own_rng(member):
                     results[member.position] = trainer.run_epoch()
@@ -303,6 +315,7 @@ class Cohort:
                 continue
             finally:
                 del trainer.train_epoch
+                trainer.__dict__.pop("evaluate_split", None)
             self._after_epoch(member, results[member.position], patience, monitor)
         if len(self.active) != len(active):
             self._stack()
