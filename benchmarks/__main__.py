@@ -5,6 +5,7 @@ import sys
 
 from benchmarks import (
     bench_cohort,
+    bench_datasets,
     bench_headline,
     bench_member_overhead,
     bench_objectives,
@@ -23,6 +24,7 @@ def main() -> None:
     bench_plots.main()
     bench_cohort.main()
     cohort_profile.main(out=None)  # the committed raw output: python -m benchmarks.cohort_profile
+    bench_datasets.main([])
     gpu_trial.main()
     bench_sweep.main([])
     bench_member_overhead.main()
