@@ -72,3 +72,19 @@ def test_stack_splits_names_differing_shapes(tmp_path):
     datas = [Trainer.create(c, tmp_path).val_data for c in (config, other)]
     with pytest.raises(ValueError, match="evaluation splits differ in shape"):
         stack_splits(datas)
+
+
+def test_collect_members_in_small_chunks_gives_the_same_outputs(tmp_path, monkeypatch):
+    from workers.cohort import evaluation
+
+    trainers = [Trainer.create(c, tmp_path) for c in members(base_config("discrete"))[:3]]
+    params, _ = stack_module_state([t.model for t in trainers])
+    stacked = stack_splits([t.val_data for t in trainers])
+    lead = trainers[0].model
+    whole = evaluation.collect_members(params, lead.config, lead.num_categories, stacked, 512, False)
+    monkeypatch.setattr(evaluation, "MAX_MEMBER_ROWS", 7)  # 2 rows per member per batch
+    chunked = evaluation.collect_members(params, lead.config, lead.num_categories, stacked, 512, False)
+    for one, other in zip(whole, chunked, strict=True):
+        assert one.token_nll.shape == other.token_nll.shape == (32, stacked["target"].shape[-1])
+        for name in ("token_nll", "kl", "bow_logits", "posterior_probs"):
+            assert torch.allclose(getattr(one, name), getattr(other, name), atol=1e-5, rtol=1e-5), name

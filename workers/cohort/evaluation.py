@@ -19,7 +19,7 @@ import torch
 from workers.models.functional import cvae_forward
 from workers.readouts.evaluate import Collected, SplitData
 
-FIELDS = ("context", "decoder_input", "target", "mask")
+MAX_MEMBER_ROWS = 1 << 20  # rows of all members in one eval batch (bounds a K = 1,024 cohort's memory)
 
 
 def eval_split(data: SplitData, name: str, train_subset: int) -> SplitData:
@@ -48,15 +48,16 @@ def collect_members(params: dict[str, torch.Tensor], model_config, num_categorie
                     stacked: dict[str, torch.Tensor], batch_size: int, bf16: bool) -> list[Collected]:
     """Every member's eval-mode outputs on its stacked split, as ``collect`` gathers a lone one.
 
-    Like ``collect``, every output is cast to float32 (the lone read-outs see the same values)
-    and rows go in batches of ``batch_size`` (per member).
+    Like ``collect``, every output is cast to float32 (the lone read-outs see the same values);
+    rows go in batches of ``batch_size`` per member, fewer when members x rows would pass
+    ``MAX_MEMBER_ROWS`` (at least one row).
     """
     members, rows = stacked["target"].shape[:2]
     device = stacked["target"].device
     autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if bf16 and device.type == "cuda"
                 else contextlib.nullcontext())
     parts: dict[str, list[torch.Tensor]] = {}
-    for indices in torch.arange(rows, device=device).split(batch_size):
+    for indices in torch.arange(rows, device=device).split(max(1, min(batch_size, MAX_MEMBER_ROWS // members))):
         batch = {key: value[:, indices] for key, value in stacked.items()}
         with autocast:
             out = cvae_forward(params, model_config, num_categories, batch["context"],
