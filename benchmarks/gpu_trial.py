@@ -21,7 +21,7 @@ starting together; configurations left when the budget runs out are listed as sk
   backward); the epoch-end evaluation forwards (train subset, val, test) are counted apart.
   Achieved = training FLOPs of all workers / the slowest worker's summed training-pass
   seconds; fraction of peak = achieved / 989 TFLOP/s (the H200's dense bf16 peak).
-- compiled-vs-eager check (worker 0 of the first compiled row): one forward of the same
+- compiled-vs-eager check (worker 0 of each compiled row): one forward of the same
   batch both ways under bf16 autocast; the per-example summed token NLLs must agree within
   rtol 2e-2, atol 2e-2 (bf16 keeps 8 bits of mantissa: ~0.4% per rounding, accumulated).
 
