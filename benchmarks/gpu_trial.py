@@ -238,7 +238,7 @@ def main(cpu_smoke: bool = False) -> int:
                     flops, flops_shown = row["flops"], True
                     print(f"    FLOPs (2mnk per matmul) at K={size}: forward {flops['forward_per_step']:.3e} per step, "
                           f"training 3x = {flops['train_per_step']:.3e} per step "
-                          f"({flops['train_per_step'] / size:.3e} per member), epoch-end evaluation "
+                          f"({flops['train_per_step'] / size:.3e} per member per step), epoch-end evaluation "
                           f"{flops['eval_per_epoch']:.3e} per epoch (apart)")
                 if row["check"] is not None:
                     check = row["check"]
