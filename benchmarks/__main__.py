@@ -5,6 +5,7 @@ import sys
 
 from benchmarks import (
     bench_cohort,
+    bench_dataset_training,
     bench_datasets,
     bench_headline,
     bench_member_overhead,
@@ -25,6 +26,7 @@ def main() -> None:
     bench_cohort.main()
     cohort_profile.main(out=None)  # the committed raw output: python -m benchmarks.cohort_profile
     bench_datasets.main([])
+    bench_dataset_training.main([])
     gpu_trial.main()
     bench_sweep.main([])
     bench_member_overhead.main()

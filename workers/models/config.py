@@ -56,10 +56,11 @@ class BaseModelConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kind: Literal["oracle", "learned"] = Field(
+    kind: Literal["oracle", "learned", "precomputed"] = Field(
         "oracle",
         description="'oracle': the exact z-free model of the generator (marginalises the "
-        "strategy). 'learned': an autoregressive decoder trained without z, cached on disk.",
+        "strategy; synthetic task only). 'learned': an autoregressive decoder trained without z "
+        "on the train split, cached on disk. 'precomputed': a dataset's `base_nll` column.",
     )
     embedding_dim: int = Field(32, ge=1, le=4096, description="Learned base: embedding width.")
     hidden_dim: int = Field(64, ge=1, le=8192, description="Learned base: GRU width.")
