@@ -8,11 +8,13 @@ from benchmarks import (
     bench_dataset_training,
     bench_datasets,
     bench_headline,
+    bench_member_overhead,
     bench_objectives,
     bench_plots,
     bench_service,
     bench_sweep,
     bench_training,
+    cohort_profile,
     gpu_trial,
 )
 
@@ -22,10 +24,12 @@ def main() -> None:
     bench_training.main()
     bench_plots.main()
     bench_cohort.main()
+    cohort_profile.main(out=None)  # the committed raw output: python -m benchmarks.cohort_profile
     bench_datasets.main([])
     bench_dataset_training.main([])
     gpu_trial.main()
     bench_sweep.main([])
+    bench_member_overhead.main()
     bench_service.main()
     # locust monkey-patches the standard library with gevent: its benchmark runs in a child.
     subprocess.run([sys.executable, "-m", "benchmarks.bench_load", "--duration", "8"], check=True)

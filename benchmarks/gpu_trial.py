@@ -1,14 +1,32 @@
-"""Trials per GPU-hour: cohorts of K trials in W worker processes sharing one GPU.
+"""Trials per GPU-hour and the fraction of the GPU's peak: cohorts of K trials in W worker processes.
 
-For GPU machines: ``python -m benchmarks.gpu_trial`` (about 8 minutes at most). It needs
-torch and the project's pure-Python dependencies (pydantic, numpy, pyyaml, scikit-learn),
-no Ray and no MLflow: every worker is a plain ``python -m benchmarks.gpu_trial --worker``
-process that trains one cohort (workers/cohort/trainer.py) with bf16 autocast and prints
-one JSON line. For each W in 1, 2, 4 and K in 1, 8, 32, 128 the W workers start together;
-trials/GPU-hour = W x K / wall, counted two ways: from the workers' first to last training
-second (steady) and from the launch to the last exit (with process start, CUDA init and
-trial creation). Configurations left when the time budget runs out are listed as skipped.
-Without CUDA it says so and exits 0; ``--cpu-smoke`` runs a tiny version on the CPU.
+For GPU machines: ``python -m benchmarks.gpu_trial`` (at most about 5 minutes). It needs torch
+and the project's pure-Python dependencies (pydantic, numpy, pyyaml, scikit-learn), no Ray and
+no MLflow: every worker is a plain ``python -m benchmarks.gpu_trial --worker`` process that
+trains one cohort (workers/cohort/trainer.py, bf16 autocast) for a fixed number of steps
+(``epochs`` x train_size / batch_size, every batch full so every step has one shape) and
+prints one JSON line. Grid: mode {eager, compiled} x K {128, 1024} x W {1, 4}, the W workers
+starting together; configurations left when the budget runs out are listed as skipped.
+
+- ``eager``: the cohort as it is. ``compiled``: the batched forward
+  (``workers.models.functional.cvae_forward``) under ``torch.compile(dynamic=False)``, its
+  backward through AOTAutograd; the loss stacks and the stacked AdamW stay eager. Where
+  compilation cannot run (``import triton`` fails for inductor) the worker falls back to eager
+  and prints the reason; the row says so. Compile time: the first training pass less the
+  steady pass, printed apart (it is inside every end-to-end figure).
+- trials/GPU-hour = W x K / wall, from the workers' first to last training second (steady)
+  and from the launch to the last exit (with process start, CUDA init and trial creation).
+- FLOPs (``torch.utils.flop_counter.FlopCounterMode``: 2mnk per matmul, counted on one
+  training forward of all K members): a training step is 3x its forward (forward plus
+  backward); the epoch-end evaluation forwards (train subset, val, test) are counted apart.
+  Achieved = training FLOPs of all workers / the slowest worker's summed training-pass
+  seconds; fraction of peak = achieved / 989 TFLOP/s (the H200's dense bf16 peak).
+- compiled-vs-eager check (worker 0 of each compiled row): one forward of the same
+  batch both ways under bf16 autocast; the per-example summed token NLLs must agree within
+  rtol 2e-2, atol 2e-2 (bf16 keeps 8 bits of mantissa: ~0.4% per rounding, accumulated).
+
+Without CUDA it says so and exits 0; ``--cpu-smoke`` runs a tiny grid on the CPU with the
+``aot_eager`` backend (no C++ or triton compile) and float32.
 """
 
 from __future__ import annotations
@@ -16,63 +34,171 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-GPU = {"sizes": (1, 8, 32, 128), "workers": (1, 2, 4), "epochs": 2, "train_size": 4096,
-       "batch_size": 256, "device": "cuda", "budget_s": 420.0}
-SMOKE = {"sizes": (2,), "workers": (2,), "epochs": 1, "train_size": 64,
-         "batch_size": 32, "device": "cpu", "budget_s": 300.0}
+PEAK_FLOPS = 989e12  # H200 SXM dense bf16 (no sparsity)
+GPU = {"sizes": (128, 1024), "workers": (1, 4), "modes": ("eager", "compiled"), "epochs": 2,
+       "train_size": 4096, "batch_size": 256, "device": "cuda", "backend": "inductor", "budget_s": 300.0}
+SMOKE = {"sizes": (2,), "workers": (1,), "modes": ("eager", "compiled"), "epochs": 1,
+         "train_size": 64, "batch_size": 32, "device": "cpu", "backend": "aot_eager", "budget_s": 900.0}
 
 
-def worker(size: int, epochs: int, train_size: int, batch_size: int, device: str) -> None:
-    """Train one cohort of ``size`` sweep trials; print ``{"trials", "start", "end", ...}``."""
+def compiled_forward(backend: str, device: str):
+    """``cvae_forward`` under torch.compile, or (None, reason) where it cannot compile."""
+    import torch
+
+    from workers.models.functional import cvae_forward
+
+    if backend == "inductor" and device == "cuda":
+        try:
+            import triton  # noqa: F401
+        except ImportError as error:
+            return None, f"inductor needs triton on CUDA ({error}); eager instead"
+    compiled = torch.compile(cvae_forward, backend=backend, dynamic=False)
+
+    def forward(params, config, num_categories, context, decoder_input, target, mask, noise=None,
+                temperature=1.0, training=True):
+        # A tensor, not a float: the annealed temperature must not recompile every step.
+        return compiled(params, config, num_categories, context, decoder_input, target, mask, noise,
+                        torch.tensor(temperature, device=context.device), training)
+
+    return forward, None
+
+
+def count_flops(cohort) -> dict[str, float]:
+    """Forward FLOPs (2mnk per matmul) of one full training batch and of one epoch end, all members."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from workers.cohort.evaluation import eval_split
+    from workers.models.functional import cvae_forward
+
+    data, training = cohort._data, cohort.members[0].config.training
+    rows = torch.arange(training.batch_size, device=cohort.device)
+    batch = {key: value[cohort._source.unsqueeze(1), rows] for key, value in data.items()}
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        cvae_forward(cohort.params, cohort.model_config, cohort.num_categories, batch["context"],
+                     batch["decoder_input"], batch["target"], batch["mask"], None, 1.0)
+    step = counter.get_total_flops()
+    readouts = cohort.members[0].config.readouts
+    names = ("train", "val", "test") if readouts.test else ("train", "val")
+    eval_rows = sum(len(eval_split(cohort.members[0].trainer.splits[n], n, readouts.train_subset).split)
+                    for n in names)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        cvae_forward(cohort.params, cohort.model_config, cohort.num_categories, batch["context"],
+                     batch["decoder_input"], batch["target"], batch["mask"], training=False)
+    return {"forward_per_step": float(step), "train_per_step": 3.0 * step,
+            "eval_per_epoch": counter.get_total_flops() * eval_rows / training.batch_size}
+
+
+def bf16_check(cohort, forward) -> dict[str, float | bool]:
+    """Compiled vs eager forward on one batch (bf16 autocast on CUDA, float32 on CPU)."""
+    import contextlib
+
+    import torch
+
+    from workers.models.functional import cvae_forward
+
+    rows = torch.arange(cohort.members[0].config.training.batch_size, device=cohort.device)
+    batch = {key: value[cohort._source.unsqueeze(1), rows] for key, value in cohort._data.items()}
+    args = (cohort.params, cohort.model_config, cohort.num_categories, batch["context"],
+            batch["decoder_input"], batch["target"], batch["mask"])
+    autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if cohort.device.type == "cuda"
+                else contextlib.nullcontext())
+    with torch.no_grad(), autocast:
+        eager = cvae_forward(*args)["token_nll"].float().sum(-1)
+        compiled = forward(*args)["token_nll"].float().sum(-1)
+    difference = (compiled - eager).abs()
+    return {"max_abs": float(difference.max()), "max_rel": float((difference / eager.abs().clamp_min(1e-6)).max()),
+            "passed": bool(torch.allclose(compiled, eager, rtol=2e-2, atol=2e-2))}
+
+
+def worker(size: int, settings: dict, mode: str, first: bool) -> None:
+    """Train one cohort of ``size`` sweep trials; print one JSON line (times, FLOPs, checks)."""
     import tempfile
 
     import torch
 
     from benchmarks.bench_cohort import sweep_configs
-    from workers.cohort.trainer import run_cohort
+    from workers.cohort import trainer as cohort_module
+    from workers.cohort.trainer import Cohort
 
     torch.set_num_threads(1)
-    configs = sweep_configs(size, epochs, train_size, batch_size=batch_size, device=device,
-                            bf16=device == "cuda", eval_batch_size=4096)
-    configs = [c.model_copy(update={"data": c.data.model_copy(update={"val_size": 512})}) for c in configs]
+    device = settings["device"]
+    configs = sweep_configs(size, settings["epochs"], settings["train_size"], batch_size=settings["batch_size"],
+                            device=device, bf16=device == "cuda", eval_batch_size=4096)
+    configs = [c.model_copy(update={"data": c.data.model_copy(update={"val_size": 512, "test_size": 512})})
+               for c in configs]
+    line: dict = {"trials": size, "mode": mode, "fallback": None}
     with tempfile.TemporaryDirectory() as cache:
         start = time.time()
-        members = run_cohort(configs, cache)
+        cohort = Cohort.create(configs, cache)
+        if first:
+            line["flops"] = count_flops(cohort)
+        if mode == "compiled":
+            os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(cache) / "inductor"))
+            forward, line["fallback"] = compiled_forward(settings["backend"], device)
+            if forward is not None:
+                if first:
+                    line["check"] = bf16_check(cohort, forward)
+                cohort_module.cvae_forward = forward
+        passes: list[float] = []
+        train_pass = cohort._train_pass
+
+        def timed(active):
+            began = time.perf_counter()
+            result = train_pass(active)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            passes.append(time.perf_counter() - began)
+            return result
+
+        cohort._train_pass = timed
+        members = cohort.run()
         if device == "cuda":
             torch.cuda.synchronize()
         end = time.time()
-    peak = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else 0.0
-    print(json.dumps({"trials": size, "start": start, "end": end, "peak_mib": peak,
-                      "finished": sum(m.status == "finished" for m in members)}))
+    if mode == "compiled" and line["fallback"] is None:
+        from torch._dynamo.utils import counters
+
+        line["graphs"] = int(counters["stats"]["unique_graphs"])
+    steady = statistics.median(passes[1:]) if len(passes) > 1 else passes[0]
+    line.update(start=start, end=end, passes=passes, steps=cohort.step, compile_s=passes[0] - steady,
+                peak_mib=torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else 0.0,
+                finished=sum(m.status == "finished" for m in members))
+    print(json.dumps(line))
 
 
-def measure(size: int, workers: int, settings: dict) -> dict:
+def measure(size: int, workers: int, mode: str, settings: dict, timeout: float) -> dict:
     """Launch ``workers`` cohort processes at once and collect their lines."""
-    command = [sys.executable, "-m", "benchmarks.gpu_trial", "--worker", "--size", str(size),
-               "--epochs", str(settings["epochs"]), "--train-size", str(settings["train_size"]),
-               "--batch-size", str(settings["batch_size"]), "--device", settings["device"]]
+    command = [sys.executable, "-m", "benchmarks.gpu_trial", "--worker", json.dumps(settings),
+               "--size", str(size), "--mode", mode]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     launched = time.time()
-    processes = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                                      filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
-                 for _ in range(workers)]
+    processes = [subprocess.Popen([*command, *(["--first"] if index == 0 else [])], cwd=ROOT, env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for index in range(workers)]
     lines = []
     for process in processes:
-        out, err = process.communicate(timeout=settings["budget_s"])
+        out, err = process.communicate(timeout=timeout)
         if process.returncode != 0:
-            raise RuntimeError(f"gpu_trial worker failed (K={size}):\n{err[-3000:]}")
+            raise RuntimeError(f"gpu_trial worker failed (K={size}, {mode}):\n{err[-3000:]}")
         lines.append(json.loads(out.strip().splitlines()[-1]))
     exited = time.time()
     trials = sum(line["trials"] for line in lines)
     steady = max(line["end"] for line in lines) - min(line["start"] for line in lines)
+    train_s = max(sum(line["passes"]) - max(line["compile_s"], 0.0) for line in lines)
+    flops = lines[0]["flops"]
+    achieved = flops["train_per_step"] * lines[0]["steps"] * workers / train_s
     return {"trials": trials, "steady": 3600 * trials / steady, "launch": 3600 * trials / (exited - launched),
-            "peak_mib": max(line["peak_mib"] for line in lines),
+            "peak_mib": max(line["peak_mib"] for line in lines), "achieved": achieved, "flops": flops,
+            "compile_s": max(line["compile_s"] for line in lines), "fallback": lines[0]["fallback"],
+            "graphs": lines[0].get("graphs"), "check": lines[0].get("check"),
             "finished": sum(line["finished"] for line in lines)}
 
 
@@ -86,34 +212,53 @@ def main(cpu_smoke: bool = False) -> int:
     unit = "trials/hour (CPU smoke)" if cpu_smoke else "trials/GPU-hour"
     where = "CPU" if cpu_smoke else torch.cuda.get_device_name()
     print(f"\n== gpu_trial on {where} (torch {torch.__version__}): cohorts of the sweep's trials, "
-          f"{settings['epochs']} epochs, {settings['train_size']} train examples, batch "
-          f"{settings['batch_size']}, bf16 autocast {'off (CPU)' if cpu_smoke else 'on'}")
-    print(f"  {'workers':>7} {'K':>4} {unit + ' (steady)':>34} {'(incl. start)':>14} {'peak MiB':>9}")
-    started, base = time.time(), None
-    for workers in settings["workers"]:
-        for size in settings["sizes"]:
-            if time.time() - started > settings["budget_s"]:
-                print(f"  {workers:>7} {size:>4} skipped: the {settings['budget_s']:.0f} s budget is spent")
-                continue
-            row = measure(size, workers, settings)
-            base = base or row["steady"]
-            print(f"  {workers:>7} {size:>4} {row['steady']:>34,.0f} {row['launch']:>14,.0f} "
-                  f"{row['peak_mib']:>9.0f}   {row['steady'] / base:5.1f}x  "
-                  f"({row['finished']}/{row['trials']} finished)")
+          f"{settings['epochs']} epochs = {settings['epochs'] * settings['train_size'] // settings['batch_size']} "
+          f"steps, {settings['train_size']} train examples, batch {settings['batch_size']}, bf16 autocast "
+          f"{'off (CPU)' if cpu_smoke else 'on'}, compile backend {settings['backend']}; load "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(f"  {'mode':>8} {'W':>2} {'K':>5} {unit + ' (steady)':>34} {'(incl. start)':>14} {'peak MiB':>9} "
+          f"{'TFLOP/s':>8} {'of peak':>8} {'compile s':>9}")
+    started, base, flops_shown = time.time(), None, False
+    for size in settings["sizes"]:  # eager and compiled side by side, so a spent budget cuts pairs
+        for workers in settings["workers"]:
+            for mode in settings["modes"]:
+                left = settings["budget_s"] - (time.time() - started)
+                if left <= 0:
+                    print(f"  {mode:>8} {workers:>2} {size:>5} skipped: the {settings['budget_s']:.0f} s budget is spent")
+                    continue
+                row = measure(size, workers, mode, settings, timeout=max(left, 120.0))
+                base = base or row["steady"]
+                note = f"  fell back: {row['fallback']}" if row["fallback"] else (
+                    f"  {row['graphs']} graphs" if row["graphs"] is not None else "")
+                print(f"  {mode:>8} {workers:>2} {size:>5} {row['steady']:>34,.0f} {row['launch']:>14,.0f} "
+                      f"{row['peak_mib']:>9.0f} {row['achieved'] / 1e12:>8.3f} "
+                      f"{100 * row['achieved'] / PEAK_FLOPS:>7.4f}% {row['compile_s']:>9.1f}   "
+                      f"{row['steady'] / base:5.1f}x ({row['finished']}/{row['trials']} finished){note}", flush=True)
+                if not flops_shown:
+                    flops, flops_shown = row["flops"], True
+                    print(f"    FLOPs (2mnk per matmul) at K={size}: forward {flops['forward_per_step']:.3e} per step, "
+                          f"training 3x = {flops['train_per_step']:.3e} per step "
+                          f"({flops['train_per_step'] / size:.3e} per member per step), epoch-end evaluation "
+                          f"{flops['eval_per_epoch']:.3e} per epoch (apart)")
+                if row["check"] is not None:
+                    check = row["check"]
+                    print(f"    compiled vs eager (summed token NLL per example, rtol 2e-2 atol 2e-2): "
+                          f"max abs {check['max_abs']:.3g}, max rel {check['max_rel']:.3g}: "
+                          f"{'passed' if check['passed'] else 'FAILED'}")
+    print(f"  peak: {PEAK_FLOPS / 1e12:.0f} TFLOP/s dense bf16 (H200); 'of peak' counts training-pass "
+          "FLOPs over training-pass seconds")
     return 0
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpu-smoke", action="store_true", help="a tiny run on the CPU (for tests)")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--size", type=int, default=1, help=argparse.SUPPRESS)
-    parser.add_argument("--epochs", type=int, default=2, help=argparse.SUPPRESS)
-    parser.add_argument("--train-size", type=int, default=4096, help=argparse.SUPPRESS)
-    parser.add_argument("--batch-size", type=int, default=256, help=argparse.SUPPRESS)
-    parser.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
+    parser.add_argument("--mode", default="eager", help=argparse.SUPPRESS)
+    parser.add_argument("--first", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.size, args.epochs, args.train_size, args.batch_size, args.device)
+        worker(args.size, json.loads(args.worker), args.mode, args.first)
         sys.exit(0)
     sys.exit(main(args.cpu_smoke))

@@ -125,12 +125,16 @@ def _bow(params: Params, condition: torch.Tensor) -> torch.Tensor:
 
 def cvae_forward(params: Params, config: ModelConfig, num_categories: int, context: torch.Tensor,
                  decoder_input: torch.Tensor, target: torch.Tensor, mask: torch.Tensor,
-                 noise: torch.Tensor | None = None, temperature: float = 1.0) -> dict[str, torch.Tensor]:
-    """The training-mode ``CVAE.forward`` of K members; every input has a leading K axis.
+                 noise: torch.Tensor | None = None, temperature: float = 1.0,
+                 training: bool = True) -> dict[str, torch.Tensor]:
+    """``CVAE.forward`` of K members; every input has a leading K axis.
 
     ``noise``: the continuous family's standard normal draws ``[K, B, D]``; the Gumbel
-    estimator's ``-log(Exponential)`` draws ``[K, B, categories]``; None when enumerating.
-    Returns ``token_nll [K, B, T]``, ``kl [K, B]`` or ``[K, B, D]``, ``bow_logits [K, B, V]``.
+    estimator's ``-log(Exponential)`` draws ``[K, B, categories]``; None when enumerating or
+    when ``training`` is False (the eval-mode forward: z is the posterior mean, the discrete
+    family enumerates whatever its estimator). Returns ``token_nll [K, B, T]``, ``kl [K, B]``
+    or ``[K, B, D]``, ``bow_logits [K, B, V]``, and the posterior: ``posterior_probs [K, B, C]``
+    (discrete) or ``posterior_mean`` and ``posterior_logvar [K, B, D]`` (continuous).
     """
     h_context = encode(params, "context_encoder", config, context)
     h_target = encode(params, "target_encoder", config, target, mask)
@@ -143,10 +147,11 @@ def cvae_forward(params: Params, config: ModelConfig, num_categories: int, conte
             prior_mean, prior_logvar = torch.zeros_like(mean), torch.zeros_like(logvar)
         kl = 0.5 * (prior_logvar - logvar
                     + (logvar.exp() + (mean - prior_mean) ** 2) / prior_logvar.exp() - 1.0)
-        z = mean + noise * (0.5 * logvar).exp()
+        z = mean + noise * (0.5 * logvar).exp() if training else mean
         condition = torch.cat([h_context, z.to(h_context.dtype)], dim=-1)
         nll = token_nll(params, config, decoder_input, target, condition)
-        return {"token_nll": nll, "kl": kl, "bow_logits": _bow(params, condition)}
+        return {"token_nll": nll, "kl": kl, "bow_logits": _bow(params, condition),
+                "posterior_mean": mean, "posterior_logvar": logvar}
     q_logits = _head(params, "posterior_head", posterior_input)
     log_q = F.log_softmax(q_logits, dim=-1)
     if config.prior == "learned":
@@ -157,7 +162,7 @@ def cvae_forward(params: Params, config: ModelConfig, num_categories: int, conte
     kl = (q * (log_q - log_p)).sum(dim=-1)
     members, batch, k = q.shape
     latent = params["latent_embedding.weight"].to(h_context.dtype)
-    if config.discrete_estimator == "enumerate":
+    if config.discrete_estimator == "enumerate" or not training:
         condition = torch.cat([h_context.unsqueeze(2).expand(members, batch, k, -1),
                                latent.unsqueeze(1).expand(members, batch, k, -1)], dim=-1)
         nll = token_nll(params, config, decoder_input, target, condition)
@@ -170,4 +175,4 @@ def cvae_forward(params: Params, config: ModelConfig, num_categories: int, conte
         z_mean = torch.bmm(sample.to(h_context.dtype), latent)
         nll = token_nll(params, config, decoder_input, target, torch.cat([h_context, z_mean], dim=-1))
     bow = _bow(params, torch.cat([h_context, z_mean], dim=-1))
-    return {"token_nll": nll, "kl": kl, "bow_logits": bow}
+    return {"token_nll": nll, "kl": kl, "bow_logits": bow, "posterior_probs": q}

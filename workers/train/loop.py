@@ -26,6 +26,7 @@ from workers.models.backbone import upcast
 from workers.models.zfree_base import BaseSurprisal
 from workers.readouts.evaluate import (
     DIAGNOSTIC_TERMS,
+    Collected,
     SplitData,
     collect,
     diagnostic_stack,
@@ -233,15 +234,17 @@ class Trainer:
         result[PERF_TOKENS_PER_SECOND] = active_tokens / elapsed if elapsed > 0 else math.inf
         return result
 
-    def evaluate_split(self, name: str) -> dict[str, float]:
-        """Read-outs of one split at the current model, prefixed ``{name}/`` (no train step)."""
+    def evaluate_split(self, name: str, collected: Collected | None = None) -> dict[str, float]:
+        """Read-outs of one split at the current model, prefixed ``{name}/`` (no train step);
+        ``collected``: the model's outputs on the split when the caller ran them (a cohort)."""
         self.model.eval()
         stack, diagnostics = self._stacks()
         data = self.splits[name]
         if name == "train":
             data = data.subset(torch.arange(min(len(data.split), self.config.readouts.train_subset)))
-        collected = collect(lambda idx: self._forward(data, idx)[0], len(data.split),
-                            self.config.training.eval_batch_size, self.device)
+        if collected is None:
+            collected = collect(lambda idx: self._forward(data, idx)[0], len(data.split),
+                                self.config.training.eval_batch_size, self.device)
         values = model_readouts(collected, data, stack, diagnostics, step=self.step,
                                 num_strategies=self.view.num_strategies,
                                 seed=self.config.seed, alpha=self.config.alpha)

@@ -1,0 +1,144 @@
+"""What a cohort member costs on top of its compute: ``ksweep sweep run`` vs the bare cohort loop.
+
+The same N trials (the quickstart task, alpha 1, ``raw_plus_ncc``, seeds 0..N-1: N rows that no
+deduplication merges) run as one cohort two ways, each a whole fresh process:
+
+- ``ksweep``: ``ksweep sweep run`` on a spec with ``resources.cohort_size: N`` (local Ray on 2
+  CPUs, the MLflow sqlite store, one run per member, per-epoch checkpoints, PNGs, the report);
+- ``bare``: this module with ``--bare``: the plan's trial configs (``SweepSpec.trial_config_for``
+  of ``build_plan(spec).trials``) trained by ``Cohort.create(configs).run()``: no Tune, no MLflow,
+  no plots, no checkpoints.
+
+The two alternate A B B A (``--rounds`` times), so drift on a shared machine hits both alike.
+Wall: launch to exit. CPU: the reaped process tree's user + system seconds
+(``getrusage(RUSAGE_CHILDREN)``; Ray processes that outlive their parent are not counted, so
+ksweep's CPU is a lower bound). Printed: each variant's median wall and CPU, the ratio ksweep
+/ bare, and the per-member overhead (ksweep - bare) / N, wall and CPU, with the load average.
+The issue's goal: ratio <= 1.10x and <= 0.1 s of wall per member.
+
+    python -m benchmarks.bench_member_overhead [--members N] [--epochs E] [--rounds R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "sweeps" / "examples" / "quickstart.yaml"
+GOAL_RATIO, GOAL_WALL_S = 1.10, 0.1
+
+
+def write_spec(path: Path, members: int, epochs: int, train_size: int) -> Path:
+    """The quickstart spec cut to ``members`` seeds of one objective, trained as one cohort."""
+    spec = yaml.safe_load(QUICKSTART.read_text())
+    spec.update(name="bench-member-overhead", alpha=[1.0], loss_stacks=["raw_plus_ncc"],
+                models=["discrete"], seeds=members)
+    spec["template"]["data"].update(train_size=train_size, val_size=128, test_size=128)
+    spec["template"]["training"].update(epochs=epochs, device="cpu")
+    spec.setdefault("budget", {})["max_concurrent_trials"] = 1
+    spec["resources"] = {"cpu": 1.0, "gpu": 0.0, "cohort_size": members}
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def bare(spec_path: Path, cache: Path) -> None:
+    """The bare cohort loop of the spec's trials; prints ``{"members", "loop_wall", "loop_cpu"}``."""
+    import torch
+
+    from sweeps.plan.build import build_plan
+    from sweeps.spec import load_sweep_spec
+    from workers.cohort.trainer import Cohort
+
+    torch.set_num_threads(1)
+    spec = load_sweep_spec(spec_path)
+    configs = [spec.trial_config_for(trial) for trial in build_plan(spec).trials]
+    wall, cpu = time.perf_counter(), time.process_time()
+    members = Cohort.create(configs, cache).run()
+    if any(m.status != "finished" for m in members):
+        raise SystemExit(f"bare cohort: {[m.error for m in members if m.error]}")
+    print(json.dumps({"members": len(members), "loop_wall": time.perf_counter() - wall,
+                      "loop_cpu": time.process_time() - cpu}))
+
+
+def _run(command: list[str], env: dict[str, str]) -> tuple[float, float, str]:
+    """Run a whole process; (wall s, CPU s of the reaped tree, stdout)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} exited {done.returncode}:\n{done.stdout[-2000:]}\n"
+                           f"{done.stderr[-3000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, done.stdout
+
+
+def main(members: int = 16, epochs: int = 2, rounds: int = 1, train_size: int = 256) -> dict[str, float]:
+    ksweep = Path(sys.executable).with_name("ksweep")
+    samples: dict[str, list[tuple[float, float]]] = {"bare": [], "ksweep": []}
+    loads = [os.getloadavg()[0]]
+    loop: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="bench-member-") as tmp:
+        root = Path(tmp)
+        spec = write_spec(root / "spec.yaml", members, epochs, train_size)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+               "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}", "KSWEEP_SWEEP_ROOT": str(root / "sweeps"),
+               "OMP_NUM_THREADS": "1"}
+        commands = {
+            "bare": [sys.executable, "-m", "benchmarks.bench_member_overhead", "--bare", str(spec),
+                     "--cache", str(root / "cache")],
+            "ksweep": [str(ksweep), "sweep", "run", str(spec), "--num-cpus", "2"],
+        }
+        _run(commands["bare"], env)  # warm-up: the oracle cache, the page cache
+        for _ in range(rounds):
+            for name in ("bare", "ksweep", "ksweep", "bare"):
+                wall, cpu, out = _run(commands[name], env)
+                samples[name].append((wall, cpu))
+                loads.append(os.getloadavg()[0])
+                if name == "bare":
+                    loop.append(json.loads(out.strip().splitlines()[-1])["loop_wall"])
+    wall = {name: statistics.median(w for w, _ in values) for name, values in samples.items()}
+    cpu = {name: statistics.median(c for _, c in values) for name, values in samples.items()}
+    result = {"ratio_wall": wall["ksweep"] / wall["bare"], "ratio_cpu": cpu["ksweep"] / cpu["bare"],
+              "member_wall_s": (wall["ksweep"] - wall["bare"]) / members,
+              "member_cpu_s": (cpu["ksweep"] - cpu["bare"]) / members}
+    print(f"\n== per-member overhead: {members} trials as one cohort, {epochs} epochs, {train_size} train "
+          f"examples; whole processes, A B B A x {rounds}")
+    print(f"  1-min load average before and after each run: {', '.join(f'{x:.1f}' for x in loads)} on "
+          f"{os.cpu_count()} CPUs (measured under load when above the CPU count)")
+    for name in samples:
+        runs = ", ".join(f"{w:.1f}/{c:.1f}" for w, c in samples[name])
+        print(f"  {name:<7s} wall {wall[name]:7.2f} s  CPU {cpu[name]:7.2f} s  (runs wall/CPU: {runs})")
+    print(f"  bare cohort loop alone (inside its process, median): {statistics.median(loop):.2f} s wall")
+    print(f"  ksweep / bare: {result['ratio_wall']:.2f}x wall, {result['ratio_cpu']:.2f}x CPU "
+          f"(goal <= {GOAL_RATIO:.2f}x: {'met' if result['ratio_wall'] <= GOAL_RATIO else 'NOT met'})")
+    print(f"  per member: {result['member_wall_s']:+.3f} s wall, {result['member_cpu_s']:+.3f} s CPU "
+          f"(goal <= {GOAL_WALL_S} s wall: {'met' if result['member_wall_s'] <= GOAL_WALL_S else 'NOT met'})")
+    return result
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--members", type=int, default=16)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--train-size", type=int, default=256)
+    parser.add_argument("--bare", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--cache", type=Path, default=Path(".ksweep"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.bare:
+        bare(args.bare, args.cache)
+    else:
+        main(args.members, args.epochs, args.rounds, args.train_size)

@@ -1,0 +1,65 @@
+"""The performance benchmarks run and print what they claim (tiny sizes; figures not asserted)."""
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from benchmarks.bench_member_overhead import write_spec
+from benchmarks.cohort_profile import PHASES, PhaseTimer, profile, table
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_phase_timer_charges_nested_phases_to_themselves_only():
+    timer = PhaseTimer()
+    started = time.perf_counter()
+    with timer.phase("train pass"):
+        time.sleep(0.05)
+        with timer.phase("logging"):
+            time.sleep(0.1)
+    total = time.perf_counter() - started
+    assert timer.wall["logging"] >= 0.1 and timer.wall["train pass"] >= 0.05
+    # The inner phase is not counted twice: the two add up to the outer phase's wall.
+    assert timer.wall["train pass"] + timer.wall["logging"] <= total
+    assert timer.wall["train pass"] <= total - 0.1
+
+
+def test_cohort_profile_times_every_phase_and_restores_the_library(tmp_path):
+    from workers.cohort import evaluation
+    from workers.cohort.trainer import Cohort
+    from workers.train import loop
+
+    originals = (Cohort._train_pass, loop.Trainer.evaluate_split, loop.collect, evaluation.collect_members)
+    timer, wall, cpu = profile(2, tmp_path, epochs=1, train_size=64, batched=True)
+    assert (Cohort._train_pass, loop.Trainer.evaluate_split, loop.collect,
+            evaluation.collect_members) == originals
+    for phase in ("create", "mlflow start", "train pass", "eval forward", "eval read-outs", "logging",
+                  "checkpoints", "plots + close"):
+        assert timer.wall[phase] > 0, phase
+    assert sum(timer.wall.values()) <= wall + 1e-6
+    lines = table(2, timer, wall, cpu, "test")
+    assert len(lines) == 2 + len(PHASES) + 1 and lines[-1].lstrip().startswith("other")
+
+
+def test_bare_cohort_loop_trains_the_specs_trials(tmp_path):
+    spec = write_spec(tmp_path / "spec.yaml", members=2, epochs=1, train_size=32)
+    done = subprocess.run([sys.executable, "-m", "benchmarks.bench_member_overhead", "--bare", str(spec),
+                           "--cache", str(tmp_path / "cache")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    line = json.loads(done.stdout.strip().splitlines()[-1])
+    assert line["members"] == 2 and line["loop_wall"] > 0 and line["loop_cpu"] > 0
+
+
+@pytest.mark.parametrize("members", [0, -1])
+def test_member_overhead_spec_refuses_no_members(members, tmp_path):
+    from pydantic import ValidationError
+
+    from sweeps.spec import load_sweep_spec
+
+    with pytest.raises(ValidationError):
+        load_sweep_spec(write_spec(tmp_path / "spec.yaml", members, 1, 32))
