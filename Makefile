@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint demo bench compose-smoke clean
+.PHONY: install test lint docs demo bench compose-smoke clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -22,10 +22,14 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 
+# The documentation site (mkdocs.yml, docs/) into site/, warnings as errors; no network needed.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(VENV)/bin/mkdocs build --strict
+
 # The suite on TEST_WORKERS pytest-xdist workers; tests marked xdist_group("exclusive") run
 # one after another on one of them (docs/development.md). TEST_WORKERS=0 runs it in-process.
 TEST_WORKERS ?= 3
-test: lint
+test: lint docs
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30
 
 demo: $(STAMP)
@@ -34,10 +38,10 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m benchmarks
 
-# The docker-compose cluster built and run for real (README, "Local cluster"): needs a Docker
+# The docker-compose cluster built and run for real (docs/operations.md, "The smoke run"): needs a Docker
 # engine, or root on Debian to start one. COMPOSE_SMOKE_ARGS=--local-bases forces the stand-ins.
 compose-smoke: $(STAMP)
 	scripts/compose-smoke $(COMPOSE_SMOKE_ARGS)
 
 clean:
-	rm -rf .pytest_cache .ruff_cache .mypy_cache .hypothesis
+	rm -rf .pytest_cache .ruff_cache .mypy_cache .hypothesis site

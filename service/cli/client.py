@@ -159,7 +159,7 @@ def report_command(
     as_json: bool = typer.Option(False, "--json", help="Print the report JSON."),
 ) -> None:
     """The comparison table: alpha x loss_stack x model, mean and 95% interval over seeds."""
-    from sweeps.report import report_markdown
+    from sweeps.report.build import report_markdown
 
     client = _client()
     report = client.request("GET", f"/sweeps/{sweep_id}/report").json()

@@ -14,9 +14,9 @@ import pytest
 import yaml
 from test_runner import _runs, _sweep, _write_spec
 
-from sweeps.plan import build_plan
-from sweeps.progress import read_status
+from sweeps.plan.build import build_plan
 from sweeps.spec import load_sweep_spec
+from sweeps.tune.status import read_status
 from workers.contract import COHORT_TAG, SWEEP_ID_TAG, TRIAL_ID_TAG
 from workers.tracking import CREATE_TOKEN_TAG
 
@@ -52,7 +52,7 @@ def test_cohort_members_match_lone_trials_early_stopping_included(tmp_path):
         started = time.monotonic()
         process = _sweep(tmp_path, spec, sweep_id)
         output, _ = process.communicate(timeout=1700)
-        print(f"{sweep_id} wall time {time.monotonic() - started:.0f} s")  # README figure
+        print(f"{sweep_id} wall time {time.monotonic() - started:.0f} s")  # a figure for docs/bench/
         assert process.returncode == 0, output
     _check_same_trials(tmp_path)
 

@@ -1,4 +1,4 @@
-"""The fault matrix's Ray rows (README, issue 13), on real processes: a sweep run by the CLI on
+"""The fault matrix's Ray rows (docs/reliability.md), on real processes: a sweep run by the CLI on
 local Ray with a temporary sqlite MLflow store, and a real SIGKILL of Ray's own processes."""
 
 import contextlib
@@ -17,7 +17,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from sweeps.progress import read_status
+from sweeps.tune.status import read_status
 from workers.contract import FAILURE_TAG, RUN_KIND_SWEEP, RUN_KIND_TAG, RUN_KIND_TRIAL
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,0 +1,109 @@
+"""A sweep's driver process: ``python -m service.driver SWEEP_ID``.
+
+Started by a launcher (a local process or a Ray Job). It reads the sweep's spec from the
+store, runs (or resumes) the Ray Tune driver, and writes progress, per-trial records and
+the final state with the report back to the store. It never decides to start: a sweep
+that is not ``running`` in the store (cancelled meanwhile, or finished) is left alone.
+
+A database restart under a running driver loses nothing: progress reports that fail are
+dropped (the next one carries the same counters), and the driver's start, its final status
+and its failure are retried until the store answers again (``service/store/retry.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from service.settings import get_settings
+from service.store.queries import Store
+from service.store.retry import store_retrying
+from sweeps.spec import SweepSpec
+from sweeps.tune.runner import run_sweep, sweep_dir
+from sweeps.tune.status import SweepStatus
+
+
+class StoreSink:
+    """Publishes the driver's progress into the service store."""
+
+    def __init__(self, store: Store, folder) -> None:
+        self.store, self.folder = store, folder
+
+    def publish(self, status: SweepStatus) -> None:
+        report = None
+        if status.state in ("succeeded", "failed"):
+            # run_sweep writes report.json before its final status, so the report is in the
+            # store by the time the sweep reads as ended.
+            try:
+                report = json.loads((self.folder / "report.json").read_text())
+            except (OSError, ValueError):
+                report = None
+        if report is not None or status.state in ("succeeded", "failed"):
+            store_retrying(lambda: self.store.publish_status(status, report=report),
+                           f"final status of sweep {status.sweep_id}")
+            return
+        try:
+            self.store.publish_status(status, report=report)
+        except SQLAlchemyError as error:  # a store hiccup must not kill the sweep; next publish retries
+            first = str(error).splitlines()[0][:300]
+            print(f"ksweep driver: could not record progress: {first}", file=sys.stderr, flush=True)
+
+
+def init_tracking_store(tracking_uri: str) -> None:
+    """Create a sqlite MLflow store's schema under a file lock: two drivers starting at once
+    on a fresh ``mlflow.db`` otherwise race in MLflow's own migrations ("table ... already
+    exists") and one of them dies."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return
+    from filelock import FileLock
+    from mlflow.tracking import MlflowClient
+
+    with FileLock(tracking_uri.removeprefix("sqlite:///") + ".init.lock", timeout=300):
+        MlflowClient(tracking_uri=tracking_uri).search_experiments(max_results=1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m service.driver SWEEP_ID", file=sys.stderr)
+        return 2
+    sweep_id = args[0]
+    settings = get_settings()
+    store = store_retrying(lambda: Store(settings.store_url), "opening the store")
+    row = store_retrying(lambda: store.get_sweep(sweep_id), f"reading sweep {sweep_id}")
+    if row is None:
+        print(f"ksweep driver: no sweep {sweep_id!r} in the store", file=sys.stderr)
+        return 2
+    if row.state != "running":
+        print(f"ksweep driver: sweep {sweep_id} is {row.state}, nothing to do", file=sys.stderr)
+        return 0
+    try:
+        spec = SweepSpec.model_validate(row.spec)
+    except ValueError as error:  # nothing a restart could mend: fail the sweep at once
+        store.finish(sweep_id, "failed", error=f"stored spec is invalid: {error}",
+                     from_states=("running",))
+        return 1
+    folder = sweep_dir(settings.sweep_root, sweep_id)
+    init_tracking_store(settings.mlflow_tracking_uri)
+    print(f"ksweep driver: sweep {sweep_id} ({spec.name}), attempt {row.attempts}", flush=True)
+    try:
+        outcome = run_sweep(
+            spec, sweep_id=sweep_id, sweep_root=settings.sweep_root,
+            tracking_uri=settings.mlflow_tracking_uri, num_cpus=settings.driver_num_cpus,
+            ray_address=settings.ray_address, sinks=[StoreSink(store, folder)],
+        )
+    except Exception as error:
+        # run_sweep has published the failed status; make sure the store says so even if
+        # that publish was lost.
+        reason = f"{type(error).__name__}: {error}"
+        store_retrying(lambda: store.finish(sweep_id, "failed", error=reason,
+                                            from_states=("running",)), f"failing sweep {sweep_id}")
+        raise
+    print(f"ksweep driver: sweep {sweep_id} {outcome.status.state}", flush=True)
+    return 0 if outcome.status.state == "succeeded" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

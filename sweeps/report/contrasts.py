@@ -1,0 +1,200 @@
+"""Paired contrasts between stacks at matched effective beta, the caveat contrasts, Holm.
+
+Matching. Stacks are compared at matched *effective* beta (:mod:`sweeps.plan.equivalence`),
+never at one shared nominal beta. For each baseline row (alpha, model, free bits, beta)
+and seed, the treated stack's value is read at the baseline's effective beta by linear
+interpolation in log(effective beta) between the treated stack's own grid points of the
+same alpha, model, free bits and seed (:func:`sweeps.report.statistics.interpolate_log`). An exact
+grid point is used as is (``beta_matching = exact``: e.g. two undivided stacks at one beta);
+a baseline effective beta outside the treated stack's range is not matched (no
+extrapolation) and that seed is counted in ``n_unmatched``.
+
+Families. The spec's ``analysis.primary`` names the primary family: the stack contrasts on
+``analysis.metric`` over all examples (default), or the caveat family (R~ - R_tok on the
+``prefix`` and ``private`` kinds and their interaction, every alpha > 0, on
+``analysis.metric``; the same contrasts on the rate ``kl`` and on ``mi_zs`` are computed
+beside them, always exploratory). Holm adjusts
+within it; every other contrast is exploratory (its ``p_value`` is unadjusted and it makes
+no claim).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from sweeps.report.readout_table import ALL_KINDS, RowResult
+from sweeps.report.statistics import (
+    MIN_PAIRS_FOR_CLAIM,
+    holm,
+    interpolate_log,
+    metric_range,
+    paired_difference,
+)
+from sweeps.spec import SweepSpec
+
+__all__ = ["SIGNIFICANCE", "build_contrasts", "claim_words", "default_pairs"]
+
+SIGNIFICANCE = 0.05
+EXTRA_CONTRAST_METRICS = ("nmi_auc", "latent_ari")
+# The caveat's other side: where z spends its capacity. R~ - R_tok per kind (and the
+# interaction) on the rate E[KL] and on the estimate of I(z; s), always exploratory.
+CAVEAT_EXTRA_METRICS = ("kl", "mi_zs")
+
+
+def default_pairs(spec: SweepSpec) -> list[tuple[str, str]]:
+    """(stack, baseline) pairs: the spec's, else every stack against uniform (when swept)."""
+    if spec.analysis.contrasts is not None:
+        return [(c.stack, c.baseline) for c in spec.analysis.contrasts]
+    labels = spec.stack_labels()
+    if "uniform" not in labels:
+        return []
+    return [(label, "uniform") for label in labels if label != "uniform"]
+
+
+Curves = dict[tuple, dict[int, list[tuple[float, float | None]]]]
+
+
+def _index(rows: Sequence[RowResult], split: str) -> tuple[dict, Curves]:
+    """(stack, alpha, model, free_bits, beta, kind, metric) -> seed -> (beta_eff, value), and
+    (stack, alpha, model, free_bits, kind, metric) -> seed -> [(beta_eff, value)] curves."""
+    points: dict[tuple, dict[int, tuple[float | None, float | None, str]]] = defaultdict(dict)
+    curves: Curves = defaultdict(lambda: defaultdict(list))
+    for row in rows:
+        for (row_split, kind, metric), value in row.values.items():
+            if row_split != split:
+                continue
+            base = (row.loss_stack, row.alpha, row.model, row.free_bits)
+            points[(*base, row.beta, kind, metric)][row.seed] = (
+                row.beta_effective, value, row.trial_id)
+            if row.beta_effective is not None and row.beta_effective > 0:
+                curves[(*base, kind, metric)][row.seed].append((row.beta_effective, value))
+    return points, curves
+
+
+def _matched(curve: dict[int, list], baseline: dict[int, tuple]):
+    """Per seed: the treated value at the baseline's effective beta, the baseline value."""
+    treated, base_values, n_unmatched, interpolated = {}, {}, 0, False
+    for seed, (x, value, _) in baseline.items():
+        points = curve.get(seed, [])
+        xs = [p[0] for p in points]
+        exact = x is not None and any(abs(px / x - 1) <= 1e-9 for px in xs)
+        if not exact and not (x is not None and xs and min(xs) < x < max(xs)):
+            n_unmatched += 1
+            continue
+        # None when a neighbouring value is NaN: paired_difference counts it in n_nan.
+        treated[seed] = interpolate_log(xs, [p[1] for p in points], x)
+        base_values[seed] = value
+        interpolated |= not exact
+    return treated, base_values, n_unmatched, "interpolated (log beta)" if interpolated else "exact"
+
+
+def _entry(key: dict[str, Any], treated: dict, baseline: dict, metric: str) -> dict[str, Any]:
+    diff = paired_difference(treated, baseline, metric_range(metric))
+    return {**key, "metric": metric, "mean_diff": diff.mean_diff, "ci_low": diff.ci_low,
+            "ci_high": diff.ci_high, "p_value": diff.p_value, "p_adjusted": None,
+            "n_pairs": diff.n_pairs, "n_nan": diff.n_nan, "seeds": diff.seeds,
+            "diffs": diff.diffs}
+
+
+def _stack_contrasts(spec, points, curves, split, metrics) -> list[dict[str, Any]]:
+    out = []
+    for stack, baseline in default_pairs(spec):
+        for key, base in points.items():
+            b_stack, alpha, model, free_bits, beta, kind, metric = key
+            if b_stack != baseline or metric not in metrics:
+                continue
+            curve = curves.get((stack, alpha, model, free_bits, kind, metric), {})
+            treated, base_values, n_unmatched, how = _matched(curve, base)
+            effective = [x for x, _, _ in base.values() if x is not None]
+            twin = points.get((stack, alpha, model, free_bits, beta, kind, metric), {})
+            identical = bool(twin) and {s: t for s, (_, _, t) in twin.items()} == {
+                s: t for s, (_, _, t) in base.items()}
+            entry = _entry({
+                "contrast": "stack", "alpha": alpha, "loss_stack": stack, "model": model,
+                "baseline": baseline, "kind": kind, "split": split, "beta": beta,
+                "free_bits": free_bits,
+                "beta_effective": sum(effective) / len(effective) if effective else None,
+                "beta_matching": how if treated else "unmatched", "n_unmatched": n_unmatched,
+                "identical_objective": identical,
+            }, treated, base_values, metric)
+            out.append(entry)
+    return out
+
+
+def _caveat_contrasts(spec, points, split) -> list[dict[str, Any]]:
+    """R~ - R_tok per kind at the same beta (both undivided: matched exactly), and the
+    interaction (prefix - private) paired by seed. alpha 0 is skipped: both are uniform."""
+    treated, control = spec.analysis.caveat_treated, spec.analysis.caveat_control
+    labels = spec.stack_labels()
+    if treated not in labels or control not in labels:
+        return []
+    metrics = (spec.analysis.metric, *CAVEAT_EXTRA_METRICS)
+    out = []
+    by_config: dict[tuple, dict[str, dict[int, float | None]]] = defaultdict(dict)
+    for key, base in points.items():
+        stack, alpha, model, free_bits, beta, kind, metric = key
+        if stack != control or metric not in metrics or alpha == 0:
+            continue
+        other = points.get((treated, alpha, model, free_bits, beta, kind, metric), {})
+        t_values = {seed: v for seed, (_, v, _) in other.items()}
+        c_values = {seed: v for seed, (_, v, _) in base.items()}
+        common = {"alpha": alpha, "loss_stack": treated, "model": model, "baseline": control,
+                  "split": split, "beta": beta, "free_bits": free_bits,
+                  "beta_matching": "exact (same beta; both stacks undivided)", "n_unmatched": 0,
+                  "identical_objective": False}
+        out.append(_entry({"contrast": "caveat", "kind": kind, **common}, t_values, c_values,
+                          metric))
+        diffs = {seed: None if t_values.get(seed) is None or c_values.get(seed) is None
+                 else t_values[seed] - c_values[seed] for seed in set(t_values) & set(c_values)}
+        by_config[(alpha, model, free_bits, beta, metric)][kind] = diffs
+        by_config[(alpha, model, free_bits, beta, metric)]["_common"] = common
+    for config, kinds in by_config.items():
+        if "prefix" in kinds and "private" in kinds:
+            out.append(_entry({"contrast": "interaction", "kind": "prefix-private",
+                               **kinds["_common"]}, kinds["prefix"], kinds["private"], config[-1]))
+    return out
+
+
+def _assign_families(spec: SweepSpec, contrasts: list[dict[str, Any]]) -> None:
+    metric = spec.analysis.metric
+    for entry in contrasts:
+        if spec.analysis.primary == "caveat":
+            primary = entry["metric"] == metric and (entry["contrast"] == "interaction" or (
+                entry["contrast"] == "caveat" and entry["kind"] in ("prefix", "private")))
+        else:
+            primary = (entry["contrast"] == "stack" and entry["kind"] == ALL_KINDS
+                       and entry["metric"] == metric and not entry["identical_objective"])
+        entry["family"] = "primary" if primary else "exploratory"
+    family = [e for e in contrasts if e["family"] == "primary"]
+    for entry, adjusted in zip(family, holm([e["p_value"] for e in family]), strict=True):
+        entry["p_adjusted"] = adjusted
+    for entry in contrasts:
+        entry["claim"] = claim_words(entry)
+
+
+def claim_words(entry: dict[str, Any]) -> str:
+    """What a contrast supports, in words (next to its numbers in report.md)."""
+    if entry.get("identical_objective"):
+        return "identical objective (one shared trial): the difference is 0 by construction"
+    if entry["n_pairs"] < MIN_PAIRS_FOR_CLAIM:
+        reason = "no matched effective beta" if entry.get("beta_matching") == "unmatched" else (
+            f"{entry['n_pairs']} seed pair(s) < {MIN_PAIRS_FOR_CLAIM}")
+        return f"no claim: {reason}"
+    if entry["family"] == "exploratory":
+        return "exploratory: not a claim (no multiplicity adjustment)"
+    if entry["p_adjusted"] is not None and entry["p_adjusted"] < SIGNIFICANCE:
+        direction = "higher" if entry["mean_diff"] > 0 else "lower"
+        return f"{direction} than {entry['baseline']} (Holm p = {entry['p_adjusted']:.3g})"
+    return f"no significant difference (Holm p = {entry['p_adjusted']:.3g}; interval includes 0)"
+
+
+def build_contrasts(spec: SweepSpec, rows: Sequence[RowResult], split: str) -> list[dict[str, Any]]:
+    """Every stack contrast and caveat contrast on ``split``, with families and Holm applied."""
+    points, curves = _index(rows, split)
+    metrics = {spec.analysis.metric, *EXTRA_CONTRAST_METRICS}
+    contrasts = _stack_contrasts(spec, points, curves, split, metrics)
+    contrasts += _caveat_contrasts(spec, points, split)
+    _assign_families(spec, contrasts)
+    return contrasts

@@ -1,0 +1,155 @@
+"""From trial outcomes to per-row, per-seed read-outs: what the report's statistics consume.
+
+A trial's read-outs are the values at the checkpoint val chose, logged by the worker as
+``selected/{split}/{name}`` and ``selected/{split}/{kind}/{name}`` (with ``selected/epoch``).
+The curve read-outs (``nmi_auc``, ``epochs_to_nmi90[_censored]``) are logged once per trial
+without the prefix and read beside them. FALLBACK (runs from before the trial protocol): a
+trial without any ``selected/`` metric is read at its final epoch from ``{split}/{name}``,
+and the report says so in its words (``readout_source = final_epoch``).
+
+A trial that stands in several requested rows (see :mod:`sweeps.plan.build`) gives its values to
+every one of them, so every row of the grid has its numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sweeps.plan.build import SweepPlan, row_label, trial_key
+from sweeps.plan.equivalence import effective_beta, kl_weight
+from sweeps.spec import SweepSpec
+
+__all__ = ["KINDS", "RowResult", "TrialOutcome", "expand_outcomes", "trial_readouts"]
+
+KINDS = ("prefix", "diffuse", "private")
+ALL_KINDS = "all"
+_SPLITS = ("val", "test")
+_SELECTED = re.compile(r"^selected/(train|val|test)/(?:(prefix|diffuse|private)/)?([^/]+)$")
+_PLAIN = re.compile(r"^(train|val|test)/(?:(prefix|diffuse|private)/)?([^/]+)$")
+SELECTED_EPOCH = "selected/epoch"
+# Trial-level read-outs of the whole curve (workers.readouts.speed): logged once, unprefixed.
+_CURVE_READOUTS = frozenset({"nmi_auc", "epochs_to_nmi90", "epochs_to_nmi90_censored"})
+
+
+@dataclass
+class TrialOutcome:
+    """One trial's final state as the report needs it."""
+
+    trial_id: str
+    params: dict[str, Any]  # alpha, loss_stack, model, seed (+ beta, free_bits when swept)
+    state: str  # done | failed | stopped | running | pending
+    final: dict[str, float]  # last reported metrics (selected/* among them once logged)
+    history: dict[str, list[float]]  # per-epoch values of the report metrics
+    epochs: int = 0
+    error: str | None = None
+    run_id: str | None = None
+
+
+@dataclass
+class RowResult:
+    """One requested row at one seed: its configuration and read-outs.
+
+    ``values`` maps ``(split, kind, metric)`` to the value (None when missing or not finite);
+    ``beta`` and ``free_bits`` are always numbers (the stack's own kl values when not swept).
+    """
+
+    alpha: float
+    loss_stack: str
+    model: str
+    seed: int
+    beta: float | None
+    free_bits: float | None
+    beta_effective: float | None
+    values: dict[tuple[str, str, str], float | None]
+    trial_id: str
+    source: str  # selected | final_epoch
+    selected_epoch: int | None = None
+    shared_with: list[str] = field(default_factory=list)
+
+    def config(self) -> dict[str, Any]:
+        """Everything that identifies the row except its seed."""
+        return {"alpha": self.alpha, "loss_stack": self.loss_stack, "model": self.model,
+                "beta": self.beta, "free_bits": self.free_bits}
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def trial_readouts(final: dict[str, Any], metrics: Sequence[str]
+                   ) -> tuple[dict[tuple[str, str, str], float | None], str]:
+    """``(split, kind, metric) -> value`` of one trial, and where the values came from.
+
+    A key present with a NaN value maps to None (and is counted by the statistics); a key
+    absent is left out.
+    """
+    wanted = set(metrics)
+    selected = any(key.startswith("selected/") for key in final)
+    pattern, source = (_SELECTED, "selected") if selected else (_PLAIN, "final_epoch")
+    values: dict[tuple[str, str, str], float | None] = {}
+    for key, value in final.items():
+        match = pattern.match(key)
+        if selected and match is None:
+            curve = _PLAIN.match(key)
+            match = curve if curve and curve.group(3) in _CURVE_READOUTS else None
+        if match and match.group(1) in _SPLITS and match.group(3) in wanted:
+            values[(match.group(1), match.group(2) or ALL_KINDS, match.group(3))] = _finite(value)
+    return values, source
+
+
+def _kl_values(spec: SweepSpec, alpha: float, stack: str, beta: float | None,
+               free_bits: float | None):
+    resolved = spec.stack_spec(stack, alpha, beta, free_bits)
+    kl = resolved.resolved_terms().get("kl")
+    own_fb = None if kl is None else float(kl.options.get("free_bits", 0.0))
+    return resolved, kl_weight(resolved), own_fb
+
+
+def _usable(outcome: TrialOutcome) -> bool:
+    # Stopped early by its own val-loss rule (it logged the epoch it chose): usable. Stopped
+    # by the scheduler (ASHA) before the end: not comparable with trials that ran.
+    if outcome.state == "done":
+        return True
+    return outcome.state == "stopped" and SELECTED_EPOCH in outcome.final
+
+
+def expand_outcomes(spec: SweepSpec, plan: SweepPlan, outcomes: Iterable[TrialOutcome],
+                    metrics: Sequence[str]) -> tuple[list[RowResult], dict[str, int]]:
+    """Every requested row at every seed with a usable trial, and the exclusion counts.
+
+    Returns:
+        rows, and ``{"failed": n, "stopped": n, "unfinished": n}`` of the trials excluded.
+    """
+    rows_of = plan.rows_of_trial() if spec.search.kind == "grid" else {}
+    results: list[RowResult] = []
+    excluded = {"failed": 0, "stopped": 0, "unfinished": 0}
+    for outcome in outcomes:
+        if not _usable(outcome):
+            state = outcome.state if outcome.state in excluded else "unfinished"
+            excluded[state] += 1
+            continue
+        values, source = trial_readouts(outcome.final, metrics)
+        c_base = _finite(outcome.final.get("c_base", outcome.params.get("c_base")))
+        selected_epoch = _finite(outcome.final.get(SELECTED_EPOCH))
+        members = rows_of.get(trial_key(outcome.params)) or [outcome.params]
+        labels = [row_label(row) for row in members] if len(members) > 1 else []
+        for row in members:
+            alpha, stack = float(row["alpha"]), str(row["loss_stack"])
+            beta = None if row.get("beta") is None else float(row["beta"])
+            free_bits = None if row.get("free_bits") is None else float(row["free_bits"])
+            resolved, nominal_beta, own_fb = _kl_values(spec, alpha, stack, beta, free_bits)
+            results.append(RowResult(
+                alpha=alpha, loss_stack=stack, model=str(row["model"]), seed=int(row["seed"]),
+                beta=nominal_beta, free_bits=free_bits if free_bits is not None else own_fb,
+                beta_effective=None if c_base is None else effective_beta(resolved, c_base),
+                values=values, trial_id=outcome.trial_id, source=source,
+                selected_epoch=None if selected_epoch is None else int(selected_epoch),
+                shared_with=[label for label in labels if label != row_label(row)],
+            ))
+    return results, excluded

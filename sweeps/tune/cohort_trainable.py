@@ -1,0 +1,233 @@
+"""The Ray Tune trainable of a cohort: one Tune trial trains K trials of one shape together.
+
+The members are trained by :class:`workers.cohort.trainer.Cohort` (one vectorized train pass,
+each member's lone epoch-end code) and each keeps everything a lone trial has: its own
+MLflow child run, opened by :func:`sweeps.tune.trainable.open_trial_run` with the lone trial's
+tags (a per-member ``ksweep.trial_id``, plus ``ksweep.cohort``), one metric point per epoch,
+``selected/*`` logged with its last epoch, its plots and its end state; its own checkpoint.
+
+Every epoch the cohort reports once to Tune. The checkpoint holds each running member's
+checkpoint (``member_{k}.pt``) and ``members.json``: every member's record (state, run id,
+epochs, error, its last metrics with ``selected/*`` and ``c_base``, the report curves). A
+restored cohort re-runs no member that ended (only the running ones are rebuilt, from their
+files, into their own runs), and a fresh start deletes a member's leftover run first, so no
+member ever has two runs. The report and the progress read the members from there
+(:mod:`sweeps.tune.cohort_results`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from mlflow.tracking import MlflowClient
+from ray import tune
+
+from sweeps.tune.search_space import MEMBERS, is_cohort, lone_params
+from sweeps.tune.trainable import train_trial
+from workers.cohort.member import own_rng
+from workers.cohort.trainer import Cohort, Member
+from workers.contract import (
+    C_BASE_PARAM,
+    COHORT_MEMBERS_KEY,
+    COHORT_TAG,
+    FAILURE_TAG,
+    METRIC_NAMES,
+    STOPPED_EARLY_TAG,
+    failure_text,
+    member_trial_id,
+)
+from workers.trial import TrialRun, log_trial_plots
+
+MEMBERS_FILE = "members.json"
+HISTORY_METRICS = ("val/latent_nmi", "val/latent_ari", "val/loss", "val/kl", "val/kappa_mean")
+"""The per-epoch curves kept per member (sweeps.report.build.REPORT_METRICS, read by its plots)."""
+ENDED = ("finished", "stopped", "failed")
+
+
+def _numbers(metrics: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics.items()
+            if isinstance(v, int | float) and not isinstance(v, bool)}
+
+
+def progress_record(record: dict[str, Any]) -> dict[str, Any]:
+    """The compact part of a member record that goes into every report (progress, best)."""
+    final = record.get("final") or {}
+    return {"trial_id": record["trial_id"], "state": record["state"], "epochs": record["epochs"],
+            "run_id": record["run_id"], "error": record["error"],
+            "metrics": {k: final[k] for k in METRIC_NAMES if isinstance(final.get(k), float)
+                        and math.isfinite(final[k])}}
+
+
+def _close(member: Member, run: TrialRun | None) -> None:
+    """End a member's run the way a lone trial's run ends (TrialRun.train); None: a member
+    replayed after its run had ended (nothing to write)."""
+    if run is None:
+        return
+    if member.status == "failed":
+        run.logger.set_tags({FAILURE_TAG: member.error or "failed"})
+    log_trial_plots(run.logger, member.trainer)
+    run.logger.finish("FAILED" if member.status == "failed" else "FINISHED")
+
+
+def _close_leftover(client: MlflowClient, record: dict[str, Any]) -> None:
+    """A member that ended before a kill, whose run the kill left RUNNING: end it now."""
+    if record.get("run_id") and client.get_run(record["run_id"]).info.status == "RUNNING":
+        if record["state"] == "failed":
+            client.set_tag(record["run_id"], FAILURE_TAG, record.get("error") or "failed")
+        client.set_terminated(record["run_id"], "FAILED" if record["state"] == "failed" else "FINISHED")
+
+
+class _CohortTrial:
+    """The state of one cohort Tune trial: its members' records, runs and cohort."""
+
+    def __init__(self, params: dict[str, Any], spec: Any, context: dict[str, Any]) -> None:
+        self.members: list[dict[str, Any]] = params[MEMBERS]
+        self.context = context
+        self.cohort_id = tune.get_context().get_trial_id()
+        self.configs = [spec.trial_config_for(m) for m in self.members]
+        self.records: list[dict[str, Any]] = [
+            {"trial_id": member_trial_id(self.cohort_id, k), "params": member, "state": "running",
+             "epochs": 0, "run_id": None, "error": None, "final": {}, "history": {}}
+            for k, member in enumerate(self.members)]
+        self.running: list[int] = []
+        self.runs: list[TrialRun | None] = []  # None: replayed, its run already ended
+        self.unclosed: list[int] = []  # positions that ended but whose runs are not ended yet
+
+    def open(self, folder: Path | None) -> Cohort | None:
+        """The cohort of the members still running (resumed from ``folder`` when given)."""
+        if folder is not None:
+            saved = json.loads((folder / MEMBERS_FILE).read_text())
+            self.records = saved
+            client = MlflowClient(tracking_uri=self.context["tracking_uri"])
+            for record in saved:
+                if record["state"] in ENDED:
+                    _close_leftover(client, record)
+        self.running = [k for k, r in enumerate(self.records) if r["state"] == "running"]
+        if not self.running:  # every member ended before the restore: nothing re-runs
+            return None
+        checkpoints = ({i: folder / f"member_{k}.pt" for i, k in enumerate(self.running)}
+                       if folder is not None else None)
+        cohort = Cohort.create([self.configs[k] for k in self.running], self.context["cache_root"],
+                               checkpoints)
+        from sweeps.tune.trainable import open_trial_run
+
+        self.runs = []
+        client = MlflowClient(tracking_uri=self.context["tracking_uri"])
+        for member, k in zip(cohort.members, self.running, strict=True):
+            record = self.records[k]
+            if record["run_id"] and client.get_run(record["run_id"]).info.status != "RUNNING":
+                # Its run ended under a driver killed before Tune saw the checkpoint that
+                # says so (as sweeps/tune/trainable.py's lone trial): the run is whole, so the
+                # member only replays its last epochs from the checkpoint's exact state for
+                # its record, and touches nothing in MLflow.
+                record["final"][C_BASE_PARAM] = member.trainer.c_base
+                self.runs.append(None)
+                continue
+            run = open_trial_run(member.trainer, self.members[k], self.context, record["trial_id"],
+                                 record["run_id"], extra_tags={COHORT_TAG: self.cohort_id})
+            record["run_id"] = run.logger.run_id
+            record["final"][C_BASE_PARAM] = member.trainer.c_base
+            self.runs.append(run)
+        return cohort
+
+    def epoch(self, cohort: Cohort) -> None:
+        """Train one epoch, log it per member; the members that ended go to ``unclosed``."""
+        results = cohort.run_epoch()
+        ended = self.unclosed
+        for position, member in enumerate(cohort.members):
+            record = self.records[self.running[position]]
+            if record["state"] in ENDED:
+                continue
+            if member.status == "failed":
+                record.update(state="failed", error=member.error)
+                ended.append(position)
+                continue
+            if position not in results:
+                continue
+            metrics = results[position]
+            if member.status in ("finished", "stopped"):  # the lone trial's last epoch
+                with own_rng(member):
+                    metrics = {**metrics, **member.trainer.finalize()}
+                ended.append(position)
+            if self.runs[position] is not None:
+                self.runs[position].log_epoch(metrics)
+            history = member.trainer.history
+            record.update(state=member.status, epochs=member.trainer.epoch, final={
+                **_numbers(metrics), C_BASE_PARAM: member.trainer.c_base,
+                "training_iteration": float(member.trainer.epoch)},
+                history={k: list(history[k]) for k in HISTORY_METRICS if k in history})
+
+    def close_ended(self, cohort: Cohort) -> None:
+        while self.unclosed:
+            position = self.unclosed.pop(0)
+            _close(cohort.members[position], self.runs[position])
+
+    def report(self, cohort: Cohort, metric: str, mode: str) -> None:
+        """One tune.report for the cohort, with every member's checkpoint and record."""
+        values = [r["final"].get(metric) for r in self.records]
+        values = [v for v in values if v is not None and math.isfinite(v)]
+        best = (max(values) if mode == "max" else min(values)) if values else math.nan
+        with tempfile.TemporaryDirectory(prefix="ksweep-cohort-") as folder:
+            for position, member in enumerate(cohort.members):
+                if member.status == "running":
+                    cohort.save_checkpoint(member, Path(folder) / f"member_{self.running[position]}.pt")
+            (Path(folder) / MEMBERS_FILE).write_text(json.dumps(self.records))
+            tune.report({metric: best, "cohort_size": float(len(self.records)),
+                         COHORT_MEMBERS_KEY: json.dumps([progress_record(r) for r in self.records])},
+                        checkpoint=tune.Checkpoint.from_directory(folder))
+
+    def stop_running(self, cohort: Cohort, error: BaseException | None) -> None:
+        """End the runs of members still running: stopped early (Tune's stop) or failed."""
+        self.close_ended(cohort)
+        for position, member in enumerate(cohort.members):
+            if member.status != "running" or self.records[self.running[position]]["state"] in ENDED:
+                continue
+            run = self.runs[position]
+            if run is None:
+                continue
+            if error is None:
+                run.logger.set_tags({STOPPED_EARLY_TAG: "true"})
+                run.logger.finish("FINISHED")
+            else:
+                member.status, member.error = "failed", failure_text(error)
+                _close(member, run)
+
+
+def train_cohort(params: dict[str, Any], *, spec_json: str, context: dict[str, Any]) -> None:
+    """Tune function trainable of a cohort. ``params[members]``: each member's lone params."""
+    from sweeps.spec import SweepSpec
+
+    spec = SweepSpec.model_validate_json(spec_json)
+    trial = _CohortTrial(params, spec, context)
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder:
+            cohort = trial.open(Path(folder))
+    else:
+        cohort = trial.open(None)
+    if cohort is None:
+        return
+    try:
+        while cohort.active:
+            trial.epoch(cohort)
+            trial.report(cohort, spec.primary_metric, spec.primary_mode)
+            trial.close_ended(cohort)
+    except SystemExit:  # Tune stopped the trial (time budget, cancel): as a lone trial
+        trial.stop_running(cohort, None)
+        raise
+    except Exception as error:
+        trial.stop_running(cohort, error)
+        raise
+
+
+def train_sweep_trial(params: dict[str, Any], *, spec_json: str, context: dict[str, Any]) -> None:
+    """The sweep's Tune function trainable: a cohort of K > 1 by :func:`train_cohort`, a lone
+    trial (cohort size 1, or a cohort of one) by :func:`sweeps.tune.trainable.train_trial`."""
+    if is_cohort(params):
+        train_cohort(params, spec_json=spec_json, context=context)
+    else:
+        train_trial(lone_params(params), spec_json=spec_json, context=context)

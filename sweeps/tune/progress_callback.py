@@ -1,0 +1,193 @@
+"""From Tune's trial list to the sweep's progress record, published while the sweep runs.
+
+A Tune callback is pickled into the experiment state, and the driver's live sinks (a rich
+view, an MLflow client, the service store) cannot be; so the callback names its sweep, and
+the driver that runs the sweep registers the status and sinks under that id in
+:data:`LIVE`. A callback restored in a new driver process finds that process's sinks.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any
+
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+from ray import tune
+
+from sweeps.tune.cohort_results import member_views
+from sweeps.tune.search_space import MEMBERS, is_cohort
+from sweeps.tune.status import ProgressSink, SweepStatus, publish
+from workers.contract import METRIC_NAMES, SEARCH_AXES, STOPPED_EARLY_TAG
+
+log = logging.getLogger("ksweep.runner")
+
+
+class LiveProgress:
+    """The running sweeps of this process: sweep id -> (status, sinks)."""
+
+    def __init__(self) -> None:
+        self._sweeps: dict[str, tuple[SweepStatus, list[ProgressSink]]] = {}
+
+    def register(self, status: SweepStatus, sinks: list[ProgressSink]) -> None:
+        self._sweeps[status.sweep_id] = (status, sinks)
+
+    def unregister(self, sweep_id: str) -> None:
+        self._sweeps.pop(sweep_id, None)
+
+    def get(self, sweep_id: str) -> tuple[SweepStatus, list[ProgressSink]] | None:
+        return self._sweeps.get(sweep_id)
+
+
+LIVE = LiveProgress()
+
+
+class ProgressCallback(tune.Callback):
+    """Recomputes the sweep's counters from Tune's trial list and publishes them."""
+
+    def __init__(self, sweep_id: str, epochs: int, metric: str, mode: str, tracking_uri: str,
+                 interval_s: float = 1.0):
+        self.sweep_id, self.epochs = sweep_id, epochs
+        self.metric, self.mode, self.tracking_uri = metric, mode, tracking_uri
+        self.interval_s = interval_s
+        self._last = 0.0
+        self._durations: dict[str, float] = {}
+        self._started: dict[str, float] = {}
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self._started.setdefault(trial.trial_id, time.time())
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self._finish(trial)
+        self._close_run(trial, "FINISHED")
+        self._publish(trials, force=True)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self._finish(trial)
+        self._close_run(trial, "FAILED")
+        self._publish(trials, force=True)
+
+    def _close_run(self, trial, status: str) -> None:
+        """Backstop for a trial process that ended before closing its MLflow run (a trial
+        the scheduler stopped is ended with sys.exit, and its actor may be killed)."""
+        result = trial.last_result or {}
+        if is_cohort(trial.config):  # each member's run (the cohort's own stop closes them first)
+            for view in member_views(trial.trial_id, trial.config, result, "RUNNING", self.epochs):
+                self._close_one(view["trial_id"], view["result"], status)
+        else:
+            self._close_one(trial.trial_id, result, status)
+
+    def _close_one(self, trial_id: str, result: dict[str, Any], status: str) -> None:
+        run_id = result.get("mlflow_run_id")
+        if not run_id:
+            return
+        try:
+            client = MlflowClient(tracking_uri=self.tracking_uri)
+            if client.get_run(run_id).info.status != "RUNNING":
+                return
+            if status == "FINISHED" and result.get("training_iteration", 0) < self.epochs:
+                client.set_tag(run_id, STOPPED_EARLY_TAG, "true")
+            client.set_terminated(run_id, status)
+        except (MlflowException, OSError):  # the run's state is cosmetic next to the sweep's progress
+            log.warning("could not close the MLflow run %s of trial %s", run_id, trial_id,
+                        exc_info=True)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self._publish(trials)
+
+    def on_step_end(self, iteration, trials, **info):
+        self._publish(trials)
+
+    def _finish(self, trial) -> None:
+        if trial.trial_id in self._started:
+            self._durations[trial.trial_id] = time.time() - self._started[trial.trial_id]
+
+    def _publish(self, trials, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last < self.interval_s:
+            return
+        self._last = now
+        live = LIVE.get(self.sweep_id)
+        if live is None:
+            return
+        status, sinks = live
+        update_status_from_trials(status, trials, self.epochs, self.metric, self.mode)
+        if self._durations:
+            # Durations are per Tune trial; a cohort Tune trial trains len(members) trials.
+            mean = sum(self._durations.values()) / len(self._durations)
+            sizes = [len(t.config[MEMBERS]) if is_cohort(t.config) else 1 for t in trials]
+            per_tune_trial = sum(sizes) / len(sizes) if sizes else 1.0
+            slots = max(1, sum(t.status in ("RUNNING", "PAUSED") for t in trials))
+            status.eta_seconds = mean * (status.pending + status.running) / per_tune_trial / slots
+        publish(sinks, status)
+
+
+def finished_state(errored: bool, reached: int, epochs: int) -> str:
+    """A finished trial failed, ran its whole budget (done) or was stopped early by ASHA."""
+    if errored:
+        return "failed"
+    return "done" if reached >= epochs else "stopped"
+
+
+def _trial_state(trial, epochs: int) -> str:
+    status = trial.status
+    if status in ("ERROR", "TERMINATED"):
+        reached = (trial.last_result or {}).get("training_iteration", 0)
+        return finished_state(status == "ERROR", reached, epochs)
+    if status in ("RUNNING", "PAUSED"):
+        return "running"
+    return "pending"
+
+
+def trial_record(trial_id: str, state: str, config: dict[str, Any], result: dict[str, Any],
+                 error: str | None = None) -> dict[str, Any]:
+    """The per-trial entry of :attr:`SweepStatus.trials` (finite contract metrics only)."""
+    metrics = {name: float(result[name]) for name in METRIC_NAMES
+               if isinstance(result.get(name), int | float) and math.isfinite(result[name])}
+    return {
+        "trial_id": str(trial_id), "state": state,
+        "config": {k: config.get(k) for k in SEARCH_AXES}, "metrics": metrics,
+        "epochs": int(result.get("training_iteration", 0) or 0),
+        "mlflow_run_id": result.get("mlflow_run_id"), "error": error,
+    }
+
+
+def _views(trials, epochs: int):
+    """(trial_id, state, config, last result) per trial; a cohort's members one by one."""
+    for trial in trials:
+        if is_cohort(trial.config):
+            for view in member_views(trial.trial_id, trial.config, trial.last_result,
+                                     trial.status, epochs):
+                yield view["trial_id"], view["state"], view["config"], view["result"]
+        else:
+            yield trial.trial_id, _trial_state(trial, epochs), trial.config, trial.last_result or {}
+
+
+def update_status_from_trials(status: SweepStatus, trials, epochs: int, metric: str, mode: str) -> None:
+    """Counters, per-trial records and best-so-far from Tune's trials (the same after a restore).
+
+    A cohort Tune trial counts as its members: each is a trial with its own state and record."""
+    counts = {"done": 0, "failed": 0, "stopped": 0, "running": 0, "pending": 0}
+    best_value, best_trial, best_config = None, None, None
+    records = []
+    for trial_id, state, config, result in _views(trials, epochs):
+        counts[state] += 1
+        # The error text is read once, from the results, when the sweep ends.
+        records.append(trial_record(trial_id, state, config, result))
+        value = result.get(metric)
+        if value is not None and isinstance(value, int | float) and math.isfinite(value) and (
+            best_value is None or (value > best_value if mode == "max" else value < best_value)
+        ):
+            best_value, best_trial = float(value), trial_id
+            best_config = {k: config.get(k) for k in SEARCH_AXES}
+    started = counts["done"] + counts["failed"] + counts["stopped"] + counts["running"]
+    status.done, status.failed, status.stopped = counts["done"], counts["failed"], counts["stopped"]
+    status.running = counts["running"]
+    status.pending = max(0, status.total - started)
+    status.best_metric, status.best_value = metric, best_value
+    status.best_trial, status.best_config = best_trial, best_config
+    status.trials = records
+
+

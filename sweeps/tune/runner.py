@@ -1,0 +1,290 @@
+"""The Ray Tune driver: one spec in, a complete, comparable sweep out.
+
+Tune state lives under ``<sweep_root>/<sweep_id>/tune``; started again for a sweep
+whose state exists, the driver restores it and finishes the sweep without re-running
+completed trials (their MLflow runs are kept, never duplicated).
+
+:func:`run_sweep` is a sequence of named steps: prepare the sweep's folder, open (or find)
+the MLflow parent run, start publishing progress, fit the Tuner (``sweeps/tune/setup.py``,
+progress from ``sweeps/tune/progress_callback.py``), then collect the trials' outcomes, write the
+report and publish the final status. Every MLflow write is retried while the tracking server
+is down (``workers/mlflow_retry.py``), so a sweep waits out an outage of up to
+``KSWEEP_MLFLOW_OUTAGE_S``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlflow.tracking import MlflowClient
+from ray import tune
+
+from sweeps.plan.build import build_plan
+from sweeps.report.build import (
+    TrialOutcome,
+    build_report,
+    report_markdown,
+    summary_metrics,
+    write_report_plots,
+)
+from sweeps.report.summary_runs import publish_summary
+from sweeps.spec import SweepSpec
+from sweeps.tune.cohort_results import member_state, saved_members
+from sweeps.tune.cohort_trainable import train_sweep_trial
+from sweeps.tune.progress_callback import LIVE, ProgressCallback, finished_state, trial_record
+from sweeps.tune.search_space import MEMBERS, is_cohort
+from sweeps.tune.setup import TUNE_FOLDER, ensure_ray, make_tuner, param_space
+from sweeps.tune.status import MlflowTagSink, ProgressSink, StatusFileSink, SweepStatus, publish
+from workers.contract import (
+    FAILURE_TAG,
+    MAX_ERROR_CHARS,
+    NOTE_TAG,
+    RUN_KIND_SWEEP,
+    RUN_KIND_TAG,
+    SEARCH_AXES,
+    SWEEP_ID_TAG,
+    TUNE_ENV,
+    failure_text,
+    member_trial_id,
+    runs_with_tag_filter,
+)
+from workers.mlflow_retry import retrying
+from workers.tracking import RunLogger, ensure_experiment, flatten_config
+
+__all__ = ["STATUS_FILE", "TUNE_ENV", "SweepOutcome", "ensure_ray", "param_space", "run_sweep",
+           "sweep_dir"]
+
+STATUS_FILE = "status.json"
+
+log = logging.getLogger("ksweep.runner")
+
+
+def sweep_dir(sweep_root: Path | str, sweep_id: str) -> Path:
+    return Path(sweep_root).resolve() / sweep_id
+
+
+@dataclass
+class SweepOutcome:
+    """What a finished driver returns."""
+
+    sweep_id: str
+    status: SweepStatus
+    report: dict[str, Any]
+    parent_run_id: str
+    experiment_id: str
+    outcomes: list[TrialOutcome] = field(default_factory=list)
+
+
+def _parent_run(client: MlflowClient, tracking_uri: str, spec: SweepSpec, sweep_id: str,
+                experiment_name: str) -> RunLogger:
+    """The sweep's parent run: found by its sweep id on a resume, else created and described."""
+    experiment_id = ensure_experiment(client, experiment_name)
+    existing = retrying(lambda: client.search_runs(
+        [experiment_id],
+        filter_string=runs_with_tag_filter(**{SWEEP_ID_TAG: sweep_id, RUN_KIND_TAG: RUN_KIND_SWEEP}),
+    ), "search_runs (the parent run)")
+    if existing:
+        return RunLogger.attach(tracking_uri, existing[0].info.run_id)
+    logger = RunLogger.start(
+        tracking_uri, experiment_name, f"sweep-{spec.name}-{sweep_id[:8]}",
+        tags={SWEEP_ID_TAG: sweep_id, RUN_KIND_TAG: RUN_KIND_SWEEP, NOTE_TAG: spec.description,
+              **{f"tag.{k}": v for k, v in spec.tags.items()}},
+    )
+    logger.log_params({
+        "sweep.name": spec.name, "sweep.search": spec.search.kind,
+        "sweep.scheduler": spec.scheduler.kind, "sweep.trials": spec.trial_count(),
+        "sweep.cohort_size": build_plan(spec).cohort_size,
+        "sweep.objective": ",".join(spec.objective.metrics),
+        "sweep.alpha": json.dumps(spec.alpha if isinstance(spec.alpha, list)
+                                  else spec.alpha.model_dump()),
+        "sweep.loss_stacks": ",".join(spec.stack_labels()), "sweep.models": ",".join(spec.models),
+        "sweep.seeds": ",".join(str(s) for s in spec.seed_list()),
+        **{f"template.{k}": v for k, v in flatten_config(
+            spec.template.model_dump(mode="json", exclude={"loss_stack", "seed", "name"})).items()},
+    })
+    logger.log_dict_json(json.loads(spec.canonical_json()), "spec.json")
+    return logger
+
+
+def _member_outcomes(result, epochs: int) -> list[TrialOutcome]:
+    """A cohort's members as trial outcomes, from its last checkpoint's member records."""
+    records: list[dict[str, Any]] = []
+    if result.checkpoint is not None:
+        with result.checkpoint.as_directory() as path:
+            records = saved_members(path)
+    error = None if result.error is None else str(result.error).strip()[-2000:]
+    tune_state = "ERROR" if result.error is not None else "TERMINATED"
+    cohort_id = str((result.metrics or {}).get("trial_id") or Path(result.path).name)
+    outcomes = []
+    for k, params in enumerate((result.config or {})[MEMBERS]):
+        record = records[k] if k < len(records) else {}
+        reached = int(record.get("epochs", 0))
+        state = member_state(record.get("state"), tune_state, reached, epochs)
+        outcomes.append(TrialOutcome(
+            trial_id=record.get("trial_id") or member_trial_id(cohort_id, k),
+            params={key: params.get(key) for key in SEARCH_AXES}, state=state,
+            final=dict(record.get("final", {})), history=dict(record.get("history", {})),
+            epochs=reached, error=record.get("error") or (error if state == "failed" else None),
+            run_id=record.get("run_id"),
+        ))
+    return outcomes
+
+
+def _outcomes(results, epochs: int) -> list[TrialOutcome]:
+    from sweeps.report.build import REPORT_METRICS
+
+    outcomes = []
+    for result in results:
+        metrics = result.metrics or {}
+        config = result.config or {}
+        if is_cohort(config):
+            outcomes.extend(_member_outcomes(result, epochs))
+            continue
+        trial_id = metrics.get("trial_id") or Path(result.path).name
+        history: dict[str, list[float]] = {}
+        frame = result.metrics_dataframe
+        if frame is not None and len(frame):
+            for name in REPORT_METRICS:
+                if name in frame:
+                    history[name] = [float(v) for v in frame[name].tolist()]
+        reached = int(metrics.get("training_iteration", 0) or 0)
+        state = finished_state(result.error is not None, reached, epochs)
+        outcomes.append(TrialOutcome(
+            trial_id=str(trial_id), params={k: config.get(k) for k in SEARCH_AXES}, state=state,
+            final={k: float(v) for k, v in metrics.items()
+                   if isinstance(v, int | float) and not isinstance(v, bool)},
+            history=history, epochs=reached,
+            error=None if result.error is None else str(result.error).strip()[-2000:],
+            run_id=metrics.get("mlflow_run_id"),
+        ))
+    return outcomes
+
+
+def _prepare_folder(spec: SweepSpec, sweep_root: Path | str, sweep_id: str) -> Path:
+    """``<sweep_root>/<sweep_id>`` with the spec in it."""
+    folder = sweep_dir(sweep_root, sweep_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "spec.json").write_text(spec.canonical_json())
+    return folder
+
+
+def _fit(spec: SweepSpec, folder: Path, context: dict[str, Any], callback: ProgressCallback) -> Any:
+    """Run (or resume) the Tuner to the end; returns Tune's result grid."""
+    trainable = tune.with_resources(
+        tune.with_parameters(train_sweep_trial, spec_json=spec.canonical_json(), context=context),
+        {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu},
+    )
+    run_config = tune.RunConfig(
+        name=TUNE_FOLDER, storage_path=str(folder), verbose=0, callbacks=[callback],
+        failure_config=tune.FailureConfig(max_failures=spec.budget.max_failures_per_trial),
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+    )
+    return make_tuner(spec, trainable, run_config, folder / TUNE_FOLDER).fit()
+
+
+def _log_report(parent: RunLogger, report: dict[str, Any], outcomes: list[TrialOutcome],
+                folder: Path) -> None:
+    """report.json, report.md and the plots on the parent run; report.json in the folder."""
+    with tempfile.TemporaryDirectory(prefix="ksweep-report-") as tmp:
+        (Path(tmp) / "report.json").write_text(json.dumps(report, indent=2, allow_nan=False))
+        (Path(tmp) / "report.md").write_text(report_markdown(report))
+        parent.log_artifact(Path(tmp) / "report.json")
+        parent.log_artifact(Path(tmp) / "report.md")
+        for path in write_report_plots(report, outcomes, Path(tmp) / "plots"):
+            parent.log_png(path)
+    (folder / "report.json").write_text(json.dumps(report, indent=2, allow_nan=False))
+    parent.log_metrics(summary_metrics(report), step=0)
+
+
+def _final_status(status: SweepStatus, spec: SweepSpec, outcomes: list[TrialOutcome]) -> None:
+    """Counters and records from the outcomes; failed when no trial got anywhere."""
+    status.done = sum(o.state == "done" for o in outcomes)
+    status.failed = sum(o.state == "failed" for o in outcomes)
+    status.stopped = sum(o.state == "stopped" for o in outcomes)
+    status.running = 0
+    status.total = max(status.total, len(outcomes)) if spec.search.kind != "optuna" else len(outcomes)
+    status.pending = 0
+    status.eta_seconds = 0.0
+    status.trials = [
+        trial_record(o.trial_id, o.state, o.params,
+                     {**o.final, "training_iteration": o.epochs, "mlflow_run_id": o.run_id}, o.error)
+        for o in outcomes
+    ]
+    if outcomes and status.done + status.stopped == 0:
+        first = next((o.error for o in outcomes if o.error), "unknown error")
+        status.state = "failed"
+        status.error = f"all {len(outcomes)} trials failed; first error: {first}"[:MAX_ERROR_CHARS]
+    else:
+        status.state = "succeeded"
+
+
+def run_sweep(
+    spec: SweepSpec,
+    *,
+    sweep_id: str,
+    sweep_root: Path | str,
+    tracking_uri: str,
+    num_cpus: int | None = None,
+    ray_address: str | None = None,
+    sinks: Sequence[ProgressSink] = (),
+    experiment_name: str | None = None,
+) -> SweepOutcome:
+    """Run (or resume) a sweep to the end and write its report to the parent run.
+
+    The driver process should carry :data:`TUNE_ENV` in its environment (the launchers and
+    ``ksweep sweep run`` see to it); this function reads no environment variable itself
+    beyond what Ray and Tune read.
+    """
+    folder = _prepare_folder(spec, sweep_root, sweep_id)
+    experiment_name = experiment_name or spec.name
+    client = MlflowClient(tracking_uri=tracking_uri)
+    parent = _parent_run(client, tracking_uri, spec, sweep_id, experiment_name)
+    status = SweepStatus(sweep_id=sweep_id, total=spec.trial_count(), pending=spec.trial_count(),
+                         parent_run_id=parent.run_id, experiment_id=parent.experiment_id)
+    all_sinks: list[ProgressSink] = [StatusFileSink(folder / STATUS_FILE),
+                                     MlflowTagSink(client, parent.run_id), *sinks]
+    publish(all_sinks, status)
+    ensure_ray(num_cpus, ray_address)
+    context = {
+        "tracking_uri": tracking_uri, "experiment_name": experiment_name, "sweep_id": sweep_id,
+        "parent_run_id": parent.run_id, "cache_root": str(Path(sweep_root).resolve()),
+    }
+    epochs = spec.template.training.epochs
+    callback = ProgressCallback(sweep_id, epochs, spec.primary_metric, spec.primary_mode, tracking_uri)
+    LIVE.register(status, all_sinks)
+    try:
+        try:
+            results = _fit(spec, folder, context, callback)
+        finally:
+            LIVE.unregister(sweep_id)
+        outcomes = _outcomes(results, epochs)
+        report = build_report(spec, sweep_id, outcomes)
+        # Run again whole after a failure: it replaces the summary runs it had made.
+        report["mlflow_views"] = retrying(lambda: publish_summary(
+            tracking_uri, experiment_name, parent.run_id, parent.experiment_id, report),
+            "publish_summary")
+        _log_report(parent, report, outcomes, folder)
+        _final_status(status, spec, outcomes)
+        if status.state == "failed":
+            parent.set_tags({FAILURE_TAG: status.error})
+        publish(all_sinks, status)
+    except Exception as error:
+        # The parent run ends FAILED with the reason whatever failed, the status file
+        # included (a full disk under the sweep root): MLflow may live elsewhere.
+        status.state, status.error = "failed", failure_text(error)
+        parent.set_tags({FAILURE_TAG: status.error})
+        parent.finish("FAILED")
+        try:
+            publish(all_sinks, status)
+        except Exception:
+            log.warning("could not publish the failed status of sweep %s", sweep_id,
+                        exc_info=True)
+        raise
+    parent.finish("FINISHED" if status.state == "succeeded" else "FAILED")
+    return SweepOutcome(sweep_id, status, report, parent.run_id, parent.experiment_id, outcomes)

@@ -1,0 +1,98 @@
+"""Ray and Tune set-up for a sweep: the cluster connection, the search space, searcher,
+scheduler and the Tuner (new, or restored from the sweep's Tune state).
+
+Tune reads a few knobs only from the driver process's environment;
+:data:`workers.contract.TUNE_ENV` lists them, and whoever starts a driver process passes
+them (the launchers put them in the driver's environment, ``ksweep sweep run`` sets them
+as it starts). Nothing here writes ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray import tune
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+
+from sweeps.spec import SweepSpec
+from sweeps.tune.search_space import param_space
+
+TUNE_FOLDER = "tune"
+
+
+def ensure_ray(num_cpus: int | None = None, address: str | None = None) -> None:
+    """Connect to RAY_ADDRESS / ``address``, or start a local Ray sized with ``num_cpus``."""
+    if ray.is_initialized():
+        return
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address:
+        ray.init(address=address, log_to_driver=False)
+    else:
+        ray.init(num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False,
+                 log_to_driver=False, configure_logging=False)
+
+
+def _search_alg(spec: SweepSpec):
+    if spec.search.kind != "optuna":
+        return None
+    import optuna
+    from ray.tune.search import ConcurrencyLimiter
+    from ray.tune.search.optuna import OptunaSearch
+
+    seed = spec.search.seed
+    sampler = {
+        "tpe": lambda: optuna.samplers.TPESampler(seed=seed),
+        "cmaes": lambda: optuna.samplers.CmaEsSampler(seed=seed),
+        "nsga2": lambda: optuna.samplers.NSGAIISampler(seed=seed),
+    }[spec.search.sampler]()
+    metrics, modes = spec.objective.metrics, spec.objective_modes()
+    multi = len(metrics) > 1
+    searcher = OptunaSearch(
+        metric=list(metrics) if multi else metrics[0], mode=list(modes) if multi else modes[0],
+        sampler=sampler, seed=seed,
+    )
+    limit = spec.budget.max_concurrent_trials or spec.trial_count()
+    return ConcurrencyLimiter(searcher, max_concurrent=max(1, limit))
+
+
+def _scheduler(spec: SweepSpec):
+    if spec.scheduler.kind == "asha":
+        return ASHAScheduler(
+            time_attr="training_iteration", metric=spec.primary_metric, mode=spec.primary_mode,
+            max_t=spec.scheduler.max_t or spec.template.training.epochs,
+            grace_period=spec.scheduler.grace_period, reduction_factor=spec.scheduler.reduction_factor,
+        )
+    return FIFOScheduler()
+
+
+def make_tuner(spec: SweepSpec, trainable: Any, run_config: tune.RunConfig, tune_path: Path) -> tune.Tuner:
+    """The sweep's Tuner: restored from ``tune_path`` when a driver ran before (finished
+    trials are not re-run, unfinished ones resume from their checkpoints), else new."""
+    if tune.Tuner.can_restore(str(tune_path)):
+        # The param space again: a grid trial created but not started before the kill keeps
+        # placeholders for its sample_from params, which only the original space resolves.
+        return tune.Tuner.restore(str(tune_path), trainable=trainable, resume_unfinished=True,
+                                  resume_errored=False, restart_errored=False,
+                                  param_space=param_space(spec))
+    multi = len(spec.objective.metrics) > 1
+    single_metric = not multi and spec.search.kind != "optuna"
+    return tune.Tuner(
+        trainable,
+        param_space=param_space(spec),
+        tune_config=tune.TuneConfig(
+            metric=spec.primary_metric if single_metric else None,
+            mode=spec.primary_mode if single_metric else None,
+            search_alg=_search_alg(spec), scheduler=_scheduler(spec),
+            num_samples=spec.search.num_samples if spec.search.kind == "optuna" else 1,
+            max_concurrent_trials=spec.budget.max_concurrent_trials,
+            # A slot's next trial runs in the finished one's process: its ~4-10 s of imports
+            # and first-trial set-up are paid once per slot. Safe across a kill -9: a trial
+            # Tune restores after its run FINISHED touches nothing (sweeps/tune/trainable.py).
+            reuse_actors=True,
+            time_budget_s=spec.budget.time_budget_s,
+        ),
+        run_config=run_config,
+    )

@@ -1,0 +1,372 @@
+"""A cohort: K trials of one shape trained as one vectorized computation on one worker.
+
+Each member is a lone :class:`~workers.train.loop.Trainer` (built by ``Trainer.create``
+from its own config: seeding, data, base model, model init, kappa summaries), so it keeps
+its own model, history and checkpoints, and every epoch-end read-out runs the lone code:
+the cohort only replaces the train pass. There the members' parameters are stacked on a
+leading axis and one batched forward (workers/models/functional.py) and one backward run
+per step for all of them; each member draws its own batch order from its own generator,
+its own noise from its own stream, computes its own loss stack (its mean; the members'
+losses are summed for the backward, which leaves them independent), is clipped by its own
+gradient norm and stepped by its own AdamW state (cohort_optim.py). A member that
+diverges fails with the lone trainer's message, one that stops improving leaves; the
+others go on, re-stacked without it. Same seed, same config: the same losses as alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import torch
+from torch.func import stack_module_state
+
+from objectives import LossInputs
+from workers.cohort.member import Member, MemberCallback, capture, check_cohort, own_rng
+from workers.cohort.optim import StackedAdamW, clip_per_member
+from workers.models import CVAEOutput
+from workers.models.backbone import upcast
+from workers.models.functional import cvae_forward
+from workers.train.config import TrialConfig
+from workers.train.loop import Trainer, TrialCheckFailed
+
+OUTPUTS = ("token_nll", "kl", "bow_logits")
+SPLIT_FIELDS = ("context", "target", "mask")
+
+
+class Cohort:
+    """Build with :meth:`create`, then :meth:`run` (or :meth:`run_epoch` yourself)."""
+
+    def __init__(self, members: list[Member]) -> None:
+        self.members = members
+        lead = members[0].trainer
+        self.device, self.model_config = lead.device, lead.model.config
+        self.num_categories = lead.model.num_categories
+        self.step = lead.step
+        self._deps: dict[str, frozenset[str]] | None = None
+        self._stack()
+
+    @classmethod
+    def create(cls, configs: Sequence[TrialConfig], cache_root: Path | str = ".ksweep",
+               checkpoints: Mapping[int, Path | str] | None = None) -> Cohort:
+        """One lone Trainer per config (resumed from ``checkpoints[i]`` if given), then stacked."""
+        check_cohort(configs)
+        members = []
+        for position, config in enumerate(configs):
+            trainer = Trainer.create(config, cache_root)
+            if checkpoints and checkpoints.get(position):
+                trainer.load_checkpoint(checkpoints[position])
+            members.append(capture(position, trainer))
+        if len({(m.trainer.epoch, m.trainer.step) for m in members}) > 1:
+            raise ValueError("cohort members resume from different epochs; resume them alone")
+        return cls(members)
+
+    @property
+    def active(self) -> list[Member]:
+        return [m for m in self.members if m.status == "running"]
+
+    @property
+    def epoch(self) -> int:
+        return min((m.trainer.epoch for m in self.members), default=0)
+
+    # -- stacking ---------------------------------------------------------------------------
+
+    def _stack(self) -> None:
+        """(Re)stack the running members from their trainers (models and AdamW states)."""
+        active = self.active
+        if not active:
+            return
+        self.params, _ = stack_module_state([m.trainer.model for m in active])
+        as_tensor = lambda values: torch.tensor(values, dtype=torch.float64, device=self.device)  # noqa: E731
+        training = [m.config.training for m in active]
+        self.max_norm = as_tensor([t.grad_clip if t.grad_clip is not None else math.inf for t in training])
+        self.optimizer = StackedAdamW(self.params, as_tensor([t.learning_rate for t in training]),
+                                      as_tensor([t.weight_decay for t in training]))
+        for index, member in enumerate(active):
+            state = member.trainer.optimizer.state
+            for name, param in member.trainer.model.named_parameters():
+                if param in state and state[param]:
+                    self.optimizer.load_member_state(name, index, state[param])
+        splits, source = {}, []  # members with the same train split share one stacked copy
+        for member in active:
+            key = _fingerprint(member.trainer.train_data)
+            source.append(list(splits).index(key) if key in splits else len(splits))
+            splits.setdefault(key, member.trainer.train_data)
+        self._source = torch.tensor(source, device=self.device)
+        datas = list(splits.values())
+        shapes = {tuple(getattr(d.split, f).shape for f in SPLIT_FIELDS) for d in datas}
+        if len(shapes) > 1:
+            raise ValueError(f"cohort members' train splits differ in shape {sorted(shapes)}; "
+                             "give them the same data sizes and lengths")
+        self._data = {f: torch.stack([getattr(d.split, f) for d in datas]) for f in SPLIT_FIELDS}
+        self._data["decoder_input"] = torch.stack([d.decoder_input for d in datas])
+        self._data["base_nll"] = torch.stack([d.base_nll for d in datas])
+        self._used_cache: dict[tuple, dict[str, torch.Tensor]] = {}
+
+    def _sync_trainers(self) -> None:
+        """Write each running member's slice back to its trainer (model and AdamW state)."""
+        for index, member in enumerate(self.active):
+            trainer = member.trainer
+            trainer.step = trainer.model.step = self.step
+            with torch.no_grad():
+                for name, param in trainer.model.named_parameters():
+                    param.copy_(self.params[name][index])
+                    state = self.optimizer.member_state(name, index)
+                    if state is not None:
+                        trainer.optimizer.state[param] = state
+
+    def _dependencies(self) -> dict[str, frozenset[str]]:
+        """Which parameters each model output reaches (static: a property of the model graph)."""
+        if self._deps is None:
+            probe = {n: p[:1].detach().requires_grad_() for n, p in self.params.items()}
+            data = {k: v[:1, :2] for k, v in self._data.items()}
+            out = cvae_forward(probe, self.model_config, self.num_categories, data["context"],
+                               data["decoder_input"], data["target"], data["mask"],
+                               self._noise([torch.Generator(self.device)], 2), 1.0)
+            names = list(probe)
+            self._deps = {}
+            for key in OUTPUTS:
+                grads = torch.autograd.grad(out[key].sum(), [probe[n] for n in names],
+                                            allow_unused=True, retain_graph=True)
+                self._deps[key] = frozenset(n for n, g in zip(names, grads, strict=True) if g is not None)
+        return self._deps
+
+    def _used(self, reached: dict[str, list[bool]]) -> dict[str, torch.Tensor]:
+        """Per parameter, ``[K]``: did member k's loss reach it (a lone run's grad is not None)."""
+        key = tuple(tuple(v) for v in reached.values())
+        if key not in self._used_cache:
+            deps = self._dependencies()
+            self._used_cache[key] = {
+                name: torch.tensor([any(reached[o][k] and name in deps[o] for o in OUTPUTS)
+                                    for k in range(len(self.active))], device=self.device)
+                for name in self.params
+            }
+        return self._used_cache[key]
+
+    def _noise(self, generators: list[torch.Generator], batch: int) -> torch.Tensor | None:
+        """Each member's draws, from its own stream, as its lone forward would make them."""
+        config, dtype = self.model_config, upcast(next(iter(self.params.values()))).dtype
+        if self.members[0].config.training.bf16 and self.device.type == "cuda":
+            dtype = torch.float32
+        if config.family == "continuous":
+            return torch.stack([torch.randn((batch, config.latent_dim), dtype=dtype, device=self.device,
+                                            generator=g) for g in generators])
+        if config.discrete_estimator == "gumbel":
+            return torch.stack([-torch.empty((batch, self.num_categories), dtype=dtype, device=self.device)
+                                .exponential_(generator=g).log() for g in generators])
+        return None
+
+    # -- one epoch --------------------------------------------------------------------------
+
+    def _loss_groups(self, active: list[Member]) -> list[tuple[torch.Tensor, list[int], Callable]]:
+        """Members with one loss stack (and c_base) share one vmapped loss: ``(index, positions, fn)``."""
+        groups: dict[tuple, list[int]] = {}
+        for k, member in enumerate(active):
+            key = (member.config.loss_stack.model_dump_json(), member.trainer.c_base)
+            groups.setdefault(key, []).append(k)
+        result = []
+        for indices in groups.values():
+            stack, diagnostics = active[indices[0]].trainer._stacks()
+
+            def member_loss(token_nll, base_nll, mask, kl, bow_logits, targets, step, stack=stack,
+                            diagnostics=diagnostics):
+                """The lone train step's loss and batch metrics for one member (vmapped)."""
+                inputs = LossInputs(token_nll=token_nll, base_nll=base_nll, mask=mask, kl=kl,
+                                    bow_logits=bow_logits, targets=targets, step=step)
+                out = stack(inputs)
+                diag_out = diagnostics(LossInputs(token_nll.detach(), base_nll, mask))
+                output = CVAEOutput(token_nll, kl, bow_logits)
+                values, count = Trainer._batch_values(out, diag_out, output, mask)
+                return out.total, {k: v.detach() for k, v in out.terms.items()}, values, count
+
+            result.append((torch.tensor(indices, device=self.device), indices, member_loss))
+        return result
+
+    def _train_pass(self, active: list[Member]):
+        """One pass over the train split for all running members; per-member tensors back."""
+        training = active[0].config.training
+        groups = self._loss_groups(active)
+        size = self._data["target"].shape[1]
+        order = torch.stack([torch.randperm(size, generator=m.trainer._generator) for m in active])
+        inject = [m.config.training.inject_nan_at_step for m in active]
+        sums = [{} for _ in groups]
+        counts = [0 for _ in groups]
+        losses: list[list[torch.Tensor]] = [[] for _ in groups]
+        terms: list[list[dict[str, torch.Tensor]]] = [[] for _ in groups]
+        autocast = (torch.autocast("cuda", dtype=torch.bfloat16)
+                    if training.bf16 and self.device.type == "cuda" else contextlib.nullcontext())
+        lead = active[0].trainer.model
+        for indices in order.split(training.batch_size, dim=1):
+            indices = indices.to(self.device)
+            batch = {key: value[self._source.unsqueeze(1), indices] for key, value in self._data.items()}
+            lead.step = self.step
+            with autocast:
+                out = cvae_forward(self.params, self.model_config, self.num_categories,
+                                   batch["context"], batch["decoder_input"], batch["target"],
+                                   batch["mask"], self._noise([m.generator for m in active], indices.shape[1]),
+                                   lead.gumbel_temperature())
+            leaves = [{key: upcast(out[key])[index].detach().requires_grad_() for key in OUTPUTS}
+                      for index, _, _ in groups]
+            totals = []
+            for g, (index, positions, member_loss) in enumerate(groups):
+                total, term_values, values, count = torch.func.vmap(member_loss, in_dims=(0,) * 6 + (None,))(
+                    leaves[g]["token_nll"], batch["base_nll"][index], batch["mask"][index], leaves[g]["kl"],
+                    leaves[g]["bow_logits"], batch["target"][index], self.step)
+                if any(inject[k] == self.step for k in positions):
+                    total = total * torch.tensor([math.nan if inject[k] == self.step else 1.0
+                                                  for k in positions], dtype=total.dtype, device=total.device)
+                totals.append(total.sum())
+                values["loss"] = total.detach()
+                for key, value in values.items():
+                    sums[g][key] = sums[g].get(key, 0.0) + value * count
+                counts[g] = counts[g] + count
+                losses[g].append(total.detach())
+                terms[g].append(term_values)
+            torch.stack(totals).sum().backward()
+            self._backward(out, groups, leaves, len(active))
+            self.step += 1
+        return self._per_member(active, groups, sums, counts, losses, terms)
+
+    def _backward(self, out, groups, leaves, members: int) -> None:
+        """Backpropagate the members' output gradients through the model, clip, step."""
+        reached, tensors, grads = {}, [], []
+        for key in OUTPUTS:
+            grad = torch.zeros_like(out[key], dtype=upcast(out[key]).dtype)
+            reached[key] = [False] * members
+            for (index, positions, _), leaf in zip(groups, leaves, strict=True):
+                if leaf[key].grad is not None:
+                    grad[index] = leaf[key].grad
+                    for k in positions:
+                        reached[key][k] = True
+            if any(reached[key]):
+                tensors.append(out[key])
+                grads.append(grad.to(out[key].dtype))
+        torch.autograd.backward(tensors, grads)
+        param_grads = {n: p.grad for n, p in self.params.items() if p.grad is not None}
+        clip_per_member(param_grads, self.max_norm)
+        self.optimizer.step(param_grads, self._used(reached))
+        for param in self.params.values():
+            param.grad = None
+
+    @staticmethod
+    def _per_member(active, groups, sums, counts, losses, terms):
+        """Group-stacked epoch tensors -> member k's sums, count, step losses and step terms."""
+        result = [None] * len(active)
+        for g, (_, positions, _) in enumerate(groups):
+            step_losses = torch.stack(losses[g], dim=1)
+            step_terms = {key: torch.stack([t[key] for t in terms[g]], dim=1) for key in terms[g][0]}
+            for j, k in enumerate(positions):
+                result[k] = ({key: v[j] for key, v in sums[g].items()}, counts[g][j], step_losses[j],
+                             {key: v[j] for key, v in step_terms.items()})
+        return [list(column) for column in zip(*result, strict=True)]
+
+    def run_epoch(self, patience: int | None = None, monitor: str = "val/loss") -> dict[int, dict[str, float]]:
+        """Train one epoch for every running member, then each one's lone epoch-end code.
+
+        Returns the epoch's metrics by member position (members that failed this epoch are
+        absent; their ``status`` is 'failed' and ``error`` says why). With ``patience``, a
+        member whose ``monitor`` (minimised) has not improved for that many epochs stops.
+        """
+        active = self.active
+        first_step, started = self.step, time.perf_counter()
+        sums, counts, losses, terms = self._train_pass(active)
+        elapsed = time.perf_counter() - started  # logging point: per-member syncs from here on
+        self._sync_trainers()
+        results: dict[int, dict[str, float]] = {}
+        for k, member in enumerate(active):
+            trainer = member.trainer
+            step_losses = losses[k]
+            finite = torch.isfinite(step_losses)
+            if not bool(finite.all()):
+                bad = int((~finite).nonzero()[0])
+                detail = ", ".join(f"{key}={float(v[bad]):.6g}" for key, v in terms[k].items())
+                self._fail(member, f"TrialDiverged: loss became {float(step_losses[bad])} at step "
+                           f"{first_step + bad} (epoch {trainer.epoch + 1}); terms: {detail}")
+                continue
+            member.step_losses.extend(step_losses.tolist())
+            count = max(1, int(counts[k]))
+            train = {f"train/{key}": float(v) / count for key, v in sums[k].items()}
+            train.update({f"train/{key}": v for key, v in trainer._kappa_metrics["train"].items()})
+            train["perf/epoch_seconds"] = elapsed
+            train["perf/tokens_per_second"] = int(trainer.train_data.split.mask.sum()) / elapsed
+            train["perf/cohort_size"] = float(len(active))
+            trainer.train_epoch = lambda metrics=train: metrics  # the lone run_epoch, minus its pass
+            try:
+                with own_rng(member):
+                    results[member.position] = trainer.run_epoch()
+            except TrialCheckFailed as error:
+                self._fail(member, f"{type(error).__name__}: {error}")
+                continue
+            finally:
+                del trainer.train_epoch
+            self._after_epoch(member, results[member.position], patience, monitor)
+        if len(self.active) != len(active):
+            self._stack()
+        return results
+
+    def _fail(self, member: Member, reason: str) -> None:
+        member.status, member.error = "failed", reason
+
+    @staticmethod
+    def _after_epoch(member: Member, metrics: dict[str, float], patience: int | None, monitor: str) -> None:
+        value = metrics.get(monitor, math.nan)
+        if value < member.best:
+            member.best, member.since_best = value, 0
+        else:
+            member.since_best += 1
+        trainer = member.trainer  # the lone trainer's own early stopping, where it has one
+        stopped = bool(getattr(getattr(trainer, "selection", None), "stopped", False))
+        if trainer.epoch >= member.config.training.epochs:
+            member.status = "finished"
+        elif stopped or (patience is not None and member.since_best >= patience):
+            member.status = "stopped"
+
+    def stop(self, member: Member, reason: str = "stopped") -> None:
+        """Take a running member out (e.g. a scheduler's decision); the others go on."""
+        if member.status == "running":
+            member.status, member.error = "stopped", reason
+            self._stack()
+
+    def run(self, on_epoch: MemberCallback | None = None, patience: int | None = None,
+            monitor: str = "val/loss") -> list[Member]:
+        """Train until every member finished, failed or stopped; returns the members.
+
+        ``on_epoch(member, epoch, metrics)`` runs after each member's epoch (report, checkpoint);
+        a truthy return stops that member.
+        """
+        while self.active:
+            for position, metrics in self.run_epoch(patience, monitor).items():
+                member = self.members[position]
+                if on_epoch is not None and on_epoch(member, member.trainer.epoch, metrics):
+                    self.stop(member, "stopped by on_epoch")
+        for member in self.members:  # the lone run's end-of-run step, where the trainer has one
+            finalize = getattr(member.trainer, "finalize", None)
+            if member.status != "failed" and finalize is not None:
+                with own_rng(member):
+                    finalize()
+        return self.members
+
+    def save_checkpoint(self, member: Member, path: Path | str) -> Path:
+        """The member's lone-trainer checkpoint (a lone Trainer or a cohort can resume from it)."""
+        with own_rng(member):
+            return member.trainer.save_checkpoint(path)
+
+
+def _fingerprint(data) -> str:
+    """A digest of a split's training tensors (equal digests: the same data)."""
+    digest = hashlib.sha1()
+    for tensor in (data.split.context, data.split.target, data.split.mask, data.base_nll):
+        digest.update(str(tuple(tensor.shape)).encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def run_cohort(configs: Sequence[TrialConfig], cache_root: Path | str = ".ksweep", *,
+               on_epoch: MemberCallback | None = None, patience: int | None = None,
+               checkpoints: Mapping[int, Path | str] | None = None) -> list[Member]:
+    """Train ``configs`` as one cohort; per member: ``trainer`` (history, checkpoints), ``status``, ``error``."""
+    return Cohort.create(configs, cache_root, checkpoints).run(on_epoch=on_epoch, patience=patience)
