@@ -7,8 +7,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-SweepState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
-TrialState = Literal["pending", "running", "done", "stopped", "failed"]
+from workers import contract
+
+# Literals of the contract's enums' values: the OpenAPI document keeps its inline string enums.
+SweepState = Literal[tuple(s.value for s in contract.SweepState)]  # type: ignore[valid-type]
+TrialState = Literal[tuple(s.value for s in contract.TrialState)]  # type: ignore[valid-type]
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 

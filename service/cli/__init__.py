@@ -16,6 +16,7 @@ from service.cli.client import (
     watch_command,
 )
 from service.cli.common import validate_command
+from service.cli.datasets import data_app
 from service.cli.server import serve_command
 from service.cli.training import sweep_app, train_command
 
@@ -29,6 +30,7 @@ app.command("status")(status_command)
 app.command("watch")(watch_command)
 app.command("cancel")(cancel_command)
 app.command("report")(report_command)
+app.add_typer(data_app, name="data")
 
 
 @app.command("objectives")

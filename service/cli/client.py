@@ -19,11 +19,11 @@ from rich.table import Table
 
 from service.cli.common import format_eta, load_spec_or_exit
 from service.settings import Settings, get_settings
+from workers.contract import TERMINAL_SWEEP_STATES, SweepState
 
 console = Console()
-TERMINAL = ("succeeded", "failed", "cancelled")
 # `ksweep watch` exits with the outcome: scripts can tell success from failure or cancel.
-EXIT_CODES = {"succeeded": 0, "failed": 1, "cancelled": 3}
+EXIT_CODES = {SweepState.SUCCEEDED: 0, SweepState.FAILED: 1, SweepState.CANCELLED: 3}
 
 
 class ServiceClient:
@@ -139,7 +139,7 @@ def watch_command(
             progress.update(task, description=sweep["name"], total=c["total"] or None,
                             completed=c["done"] + c["stopped"] + c["failed"], state=sweep["state"],
                             best=_best(sweep), eta=format_eta(sweep["eta_seconds"]))
-            if sweep["state"] in TERMINAL:
+            if sweep["state"] in TERMINAL_SWEEP_STATES:
                 break
             time.sleep(interval)
     console.print(f"sweep {sweep_id} {sweep['state']}: {_counter_line(sweep)}")
