@@ -13,6 +13,8 @@ import os
 import shutil
 import tempfile
 
+import pytest
+
 # The one xdist group of the suite (``--dist loadgroup`` runs its tests on one worker, one at
 # a time): tests that kill whole process trees, restart Postgres or the MLflow server, start a
 # Ray head or a cluster, or run Docker / chromium.
@@ -32,3 +34,24 @@ def pytest_configure(config) -> None:
 def pytest_unconfigure(config) -> None:
     if _ray_tmp is not None:
         shutil.rmtree(_ray_tmp, ignore_errors=True)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items) -> None:
+    """Give grouped tests their ``@group`` node-id suffix where pytest-xdist could not.
+
+    ``--dist loadgroup`` groups tests by that suffix, which the worker adds by writing
+    ``item._nodeid``; pytest 9.2 keeps node ids in ``item._id``, so the write is lost and the
+    group's tests are spread over all workers (pytest-xdist issue 1386). Where the suffix is
+    already there (older pytest, or a fixed xdist) this does nothing.
+    """
+    if not getattr(config.option, "loadgroup", False):  # set on xdist workers of loadgroup
+        return
+    from _pytest.nodeid import NodeId  # pytest >= 9.2 only, where the suffix goes missing
+
+    for item in items:
+        names = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                        for mark in item.iter_markers("xdist_group")})
+        suffix = "@" + "_".join(names)
+        if names and not item.nodeid.endswith(suffix):
+            item._id = NodeId.parse(item.nodeid + suffix)
