@@ -24,7 +24,7 @@ from service.api.dataset_upload import (
 from service.api.deps import Services, get_services, may_act_on, read_access, require_owner
 from service.api.errors import ProblemError
 from service.api.schemas import PROBLEM_MEDIA_TYPE, Problem
-from workers.contract import SweepState
+from workers.contract import ACTIVE_SWEEP_STATES
 from workers.data.dataset_limits import DatasetError
 from workers.data.dataset_store import (
     NAME_PATTERN,
@@ -38,7 +38,6 @@ from workers.data.dataset_store import (
 
 router = APIRouter(tags=["datasets"])
 DatasetName = Annotated[str, Path(description=f"The dataset's name ({NAME_PATTERN}).")]
-ACTIVE_STATES = (SweepState.QUEUED.value, SweepState.RUNNING.value)
 
 
 def _problem(description: str) -> dict[str, Any]:
@@ -189,7 +188,7 @@ def remove_dataset(name: DatasetName, owner: str = Depends(require_owner),
     if not may_act_on(owner, record.owner):
         raise ProblemError(403, "Forbidden", f"dataset {name!r} belongs to {record.owner!r}",
                            kind="dataset-forbidden")
-    users = [row.id for state in ACTIVE_STATES for row in services.store.sweeps_in_state(state)
+    users = [row.id for state in ACTIVE_SWEEP_STATES for row in services.store.sweeps_in_state(state)
              if spec_dataset(row.spec or {}) == name]
     if users:
         raise ProblemError(409, "Dataset in use", f"dataset {name!r} is named by the queued or "
