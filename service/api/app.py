@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
-from service.api import health, objectives, sweeps
+from service.api import health, history, objectives, sweeps
 from service.api.deps import PageCache, Services
 from service.api.errors import BodySizeLimit, install_error_handlers
 from service.api.hot_reads import HotReads
@@ -90,7 +90,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
-    for router in (sweeps.router, objectives.router, health.router):
+    for router in (sweeps.router, history.router, objectives.router, health.router):
         app.include_router(router, prefix=API_PREFIX)
     generate = app.openapi
     app.openapi = lambda: add_links(generate(), API_PREFIX)  # type: ignore[method-assign]

@@ -10,6 +10,7 @@ import typer
 
 from service.cli.client import (
     cancel_command,
+    export_command,
     report_command,
     status_command,
     submit_command,
@@ -29,6 +30,7 @@ app.command("status")(status_command)
 app.command("watch")(watch_command)
 app.command("cancel")(cancel_command)
 app.command("report")(report_command)
+app.command("export")(export_command)
 
 
 @app.command("objectives")

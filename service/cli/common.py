@@ -1,5 +1,5 @@
 """What every ``ksweep`` command shares: the console, spec loading with field-path errors,
-ETA formatting, and ``ksweep validate SPEC`` (the dry-run plan). Torch-free."""
+and ``ksweep validate SPEC`` (the dry-run plan). Torch-free."""
 
 from __future__ import annotations
 
@@ -43,14 +43,6 @@ def load_spec_or_exit(path: Path) -> SweepSpec:
     except (ValueError, OSError) as error:
         console.print(f"[red]{path}: {error}[/red]")
         raise typer.Exit(2) from None
-
-
-def format_eta(seconds: float | None) -> str:
-    """``3m05s``, ``42s``, or ``-`` when unknown."""
-    if seconds is None:
-        return "-"
-    minutes, secs = divmod(int(seconds), 60)
-    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
 def validate_command(
