@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -111,9 +112,20 @@ def load_report(tracking_uri: str, parent_run_id: str) -> dict[str, Any] | None:
     names = {item.path for item in client.list_artifacts(parent_run_id)}
     if REPORT_ARTIFACT not in names:
         return None
-    with tempfile.TemporaryDirectory() as tmp:
-        path = client.download_artifacts(parent_run_id, REPORT_ARTIFACT, tmp)
-        report: dict[str, Any] = json.loads(Path(path).read_text())
+    from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR
+
+    previous = os.environ.get(MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name)
+    # One small file: no "Downloading artifacts" bar in the caller's notebook or terminal.
+    os.environ[MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name] = "false"
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = client.download_artifacts(parent_run_id, REPORT_ARTIFACT, tmp)
+            report: dict[str, Any] = json.loads(Path(path).read_text())
+    finally:
+        if previous is None:
+            os.environ.pop(MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name, None)
+        else:
+            os.environ[MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name] = previous
     return report
 
 
