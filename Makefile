@@ -25,8 +25,9 @@ lint: $(STAMP)
 test: lint
 	$(PY) -m pytest
 
+# DEMO_ARGS=--ui also starts the MLflow UI on the demo's store at the end.
 demo: $(STAMP)
-	$(PY) -m examples.demo
+	$(PY) -m examples.demo $(DEMO_ARGS)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks
