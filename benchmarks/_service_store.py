@@ -14,7 +14,7 @@ from sqlalchemy import insert
 
 from service.store.db import SweepRow, TrialRow
 from service.store.queries import Store
-from sweeps.report import TrialOutcome, build_report
+from sweeps.report.build import TrialOutcome, build_report
 from sweeps.spec import SweepSpec, load_sweep_spec
 from workers.contract import METRIC_NAMES
 

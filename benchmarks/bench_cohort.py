@@ -24,8 +24,8 @@ import torch
 import yaml
 
 from objectives import LossStackSpec
+from workers.cohort.trainer import run_cohort
 from workers.train import Trainer, TrialConfig
-from workers.train.cohort import run_cohort
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "sweeps" / "examples" / "quickstart.yaml"

@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from sweeps.plan import build_plan
+from sweeps.plan.build import build_plan
 from sweeps.spec import SweepSpec, load_sweep_spec
 from sweeps.spec.sections import ResourcesSpec
 

@@ -7,7 +7,7 @@ with one CPU each. The bare variant is a plain Tune function trainable
 as a hand-written script would): the trial config from ``spec.trial_config``,
 ``Trainer.run_epoch`` and ``tune.report`` per epoch, no checkpoint, no MLflow, with the same
 actor reuse as the driver (so the ratio prices the driver's own work, not a different Tune
-set-up), under Tune's defaults. The ksweep variant is ``sweeps.runner.run_sweep`` (MLflow
+set-up), under Tune's defaults. The ksweep variant is ``sweeps.tune.runner.run_sweep`` (MLflow
 parent and child runs, per-epoch checkpoints, PNGs, report) under the Tune settings a real
 driver runs with (``workers.contract.TUNE_ENV``, as ``ksweep sweep run`` and the launchers set
 them). They run in turn after one warm-up of each, so machine drift hits both alike.
@@ -40,11 +40,11 @@ import ray
 from mlflow.tracking import MlflowClient
 from ray import tune
 
-import sweeps.runner
+import sweeps.tune.runner
 from benchmarks import sweep_profile
 from benchmarks.bare_trial import bare_trial
-from sweeps.runner import run_sweep
 from sweeps.spec import SweepSpec, load_sweep_spec
+from sweeps.tune.runner import run_sweep
 from workers.contract import TUNE_ENV
 from workers.tracking import ensure_experiment
 
@@ -132,7 +132,7 @@ def _driver_environ() -> Iterator[None]:
 @contextmanager
 def _timed_fit(seconds: list[float]) -> Iterator[None]:
     """Time run_sweep's Tuner.fit, so the driver's own time around it can be told apart."""
-    fit = sweeps.runner._fit
+    fit = sweeps.tune.runner._fit
 
     def timed(*args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter()
@@ -141,22 +141,22 @@ def _timed_fit(seconds: list[float]) -> Iterator[None]:
         finally:
             seconds.append(time.perf_counter() - started)
 
-    sweeps.runner._fit = timed
+    sweeps.tune.runner._fit = timed
     try:
         yield
     finally:
-        sweeps.runner._fit = fit
+        sweeps.tune.runner._fit = fit
 
 
 @contextmanager
 def _profiled_trainable(profile: bool) -> Iterator[None]:
-    trainable = sweeps.runner.train_sweep_trial
+    trainable = sweeps.tune.runner.train_sweep_trial
     if profile:
-        sweeps.runner.train_sweep_trial = sweep_profile.profiled_sweep_trial
+        sweeps.tune.runner.train_sweep_trial = sweep_profile.profiled_sweep_trial
     try:
         yield
     finally:
-        sweeps.runner.train_sweep_trial = trainable
+        sweeps.tune.runner.train_sweep_trial = trainable
 
 
 def run_ksweep(spec: SweepSpec, root: Path, tracking_uri: str, sweep_id: str,

@@ -3,7 +3,7 @@
 For GPU machines: ``python -m benchmarks.gpu_trial`` (about 8 minutes at most). It needs
 torch and the project's pure-Python dependencies (pydantic, numpy, pyyaml, scikit-learn),
 no Ray and no MLflow: every worker is a plain ``python -m benchmarks.gpu_trial --worker``
-process that trains one cohort (workers/train/cohort.py) with bf16 autocast and prints
+process that trains one cohort (workers/cohort/trainer.py) with bf16 autocast and prints
 one JSON line. For each W in 1, 2, 4 and K in 1, 8, 32, 128 the W workers start together;
 trials/GPU-hour = W x K / wall, counted two ways: from the workers' first to last training
 second (steady) and from the launch to the last exit (with process start, CUDA init and
@@ -35,7 +35,7 @@ def worker(size: int, epochs: int, train_size: int, batch_size: int, device: str
     import torch
 
     from benchmarks.bench_cohort import sweep_configs
-    from workers.train.cohort import run_cohort
+    from workers.cohort.trainer import run_cohort
 
     torch.set_num_threads(1)
     configs = sweep_configs(size, epochs, train_size, batch_size=batch_size, device=device,

@@ -41,7 +41,7 @@ _TRAINER_PHASES = (
 _KSWEEP_PHASES = (
     ("workers.train.loop", "Trainer.save_checkpoint", "checkpoint file"),
     ("workers.train.loop", "Trainer.load_checkpoint", "checkpoint load"),
-    ("sweeps.trainable", "open_trial_run", "mlflow: start the run"),
+    ("sweeps.tune.trainable", "open_trial_run", "mlflow: start the run"),
     ("workers.tracking", "RunLogger.log_metrics", "mlflow: epoch metrics"),
     ("workers.trial", "log_trial_plots", "five PNGs"),
     ("workers.tracking", "RunLogger.finish", "mlflow: end the run"),
@@ -124,7 +124,7 @@ def profiled_bare_trial(params: dict[str, Any], **kwargs: Any) -> None:
 
 
 def profiled_sweep_trial(params: dict[str, Any], **kwargs: Any) -> None:
-    from sweeps.cohort_trainable import train_sweep_trial
+    from sweeps.tune.cohort_trainable import train_sweep_trial
 
     _profiled("ksweep", lambda: train_sweep_trial(params, **kwargs), ksweep=True)
 

@@ -50,7 +50,7 @@ def spec_body(spec: SpecLike) -> dict[str, Any]:
         return dict(spec)
     # The spec models import numpy and the plan's tables: loaded only to check a file.
     from sweeps.spec import SweepSpec
-    from sweeps.yaml_loader import read_spec_file
+    from workers.yaml_loader import read_spec_file
 
     path = Path(spec)
     try:

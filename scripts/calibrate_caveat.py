@@ -17,7 +17,7 @@ for the table, never read to choose.
     python scripts/calibrate_caveat.py cohort-table   # one line per recorded cohort member
 
 ``cohort`` trains many (stack, alpha, beta, seed[, free bits[, family]]) points of one task as
-one cohort (workers/train/cohort.py: each member exactly its lone trial), which is how the
+one cohort (workers/cohort/trainer.py: each member exactly its lone trial), which is how the
 second round of calibration scanned stacks, betas and seeds at a few CPU-seconds per trial.
 """
 
@@ -124,7 +124,7 @@ COHORT_CURVES = ("val/loss", *(f"{split}/{group}latent_nmi" for split in ("val",
 def cohort(args: argparse.Namespace) -> None:
     """Train ``--member stack:alpha:beta:seed[:free_bits[:family]]`` points as one cohort for
     ``--epochs`` (the spec's own early stopping applies unless overridden), record each."""
-    from workers.train.cohort import run_cohort
+    from workers.cohort.trainer import run_cohort
 
     spec = _spec_with(args.spec, [*args.set, f"template.training.epochs={args.epochs}"])
     configs = []

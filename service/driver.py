@@ -1,11 +1,11 @@
 """``python -m service.driver SWEEP_ID``: the entry point launchers, compose and Ray Jobs name.
 
-The driver lives in :mod:`service.orchestrator.driver`; this module only keeps the command.
+The driver lives in :mod:`service.orchestrator.sweep_process`; this module only keeps the command.
 """
 
 import sys
 
-from service.orchestrator.driver import main
+from service.orchestrator.sweep_process import main
 
 if __name__ == "__main__":
     sys.exit(main())

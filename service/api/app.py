@@ -11,11 +11,11 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
-from service.api import health, history, objectives, sweeps
 from service.api.deps import PageCache, Services
 from service.api.errors import BodySizeLimit, install_error_handlers
 from service.api.hot_reads import HotReads
 from service.api.links import add_links
+from service.api.routes import health, history, objectives, sweeps
 from service.orchestrator.launchers import make_launcher
 from service.orchestrator.supervisor import Supervisor
 from service.settings import Settings, get_settings, hash_token

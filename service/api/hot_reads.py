@@ -5,7 +5,7 @@ Dashboards and ``ksweep status``/``watch`` poll these two far more than anything
 FastAPI a small read spends about half of its server CPU in the layers around the endpoint
 (ten ASGI middleware and routing frames, dependency solving, request objects); here an ordinary
 request is recognised from its scope and answered directly, with the same bytes and headers
-the FastAPI routes give (both call the same body functions in :mod:`service.api.sweeps`).
+the FastAPI routes give (both call the same body functions in :mod:`service.api.routes.sweeps`).
 
 The store is read off the event loop, by a few threads of this module's own
 (:class:`ReadThreads`) rather than through ``anyio.to_thread``: anyio's hand-off (capacity
@@ -39,8 +39,8 @@ from fastapi.security import HTTPAuthorizationCredentials
 from starlette.types import Scope, Send
 
 from service.api.deps import Services, _owner_of
+from service.api.routes.sweeps import list_page_body, sweep_body
 from service.api.schemas import SweepState
-from service.api.sweeps import list_page_body, sweep_body
 
 log = logging.getLogger("ksweep.service")
 

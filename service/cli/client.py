@@ -142,7 +142,7 @@ def report_command(
         print(json.dumps(report, indent=2))
         return
     if format is ReportFormat.md:
-        from sweeps.report_text import report_markdown
+        from sweeps.report.text import report_markdown
 
         print(report_markdown(report), end="")
     else:

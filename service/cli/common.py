@@ -31,9 +31,9 @@ def format_validation_error(error: ValidationError) -> str:
 
 
 def load_spec_or_exit(path: Path) -> SweepSpec:
-    """Load a spec file (YAML 1.2 or JSON, bounded: :mod:`sweeps.yaml_loader`) and validate it
+    """Load a spec file (YAML 1.2 or JSON, bounded: :mod:`workers.yaml_loader`) and validate it
     as strictly as the API does, printing every problem with its field path (exit 2)."""
-    from sweeps.yaml_loader import read_spec_file
+    from workers.yaml_loader import read_spec_file
 
     try:
         return SweepSpec.model_validate(read_spec_file(path), strict=True)
@@ -50,7 +50,7 @@ def validate_command(
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
 ) -> None:
     """Validate a spec and print its trial plan (count, epoch budget, resources); runs nothing."""
-    from sweeps.plan import build_plan, render_plan
+    from sweeps.plan.build import build_plan, render_plan
 
     spec = load_spec_or_exit(spec_path)
     plan = build_plan(spec)

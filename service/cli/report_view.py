@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from sweeps.report_text import ALL, _beta, _interval, headline
+from sweeps.report.text import ALL, _beta, _interval, headline
 
 
 def _alpha_table(report: Mapping[str, Any], metric: str) -> Table:

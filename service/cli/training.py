@@ -137,8 +137,8 @@ def run_command(
     # local Ray started here listens on loopback only (both before Ray is imported).
     for name, value in (TUNE_ENV | ({} if os.environ.get("RAY_ADDRESS") else LOOPBACK_RAY_ENV)).items():
         os.environ.setdefault(name, value)
-    from sweeps.report import report_markdown
-    from sweeps.runner import run_sweep
+    from sweeps.report.build import report_markdown
+    from sweeps.tune.runner import run_sweep
 
     spec = load_spec_or_exit(spec_path)
     sweep_id = sweep_id or uuid.uuid4().hex[:12]

@@ -40,7 +40,7 @@ from service.store.db import (
     migrate,
     utcnow,
 )
-from sweeps.progress import SweepStatus
+from sweeps.tune.status import SweepStatus
 
 _COUNTERS = ("total", "pending", "running", "done", "failed", "stopped")
 

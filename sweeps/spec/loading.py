@@ -6,10 +6,8 @@ import json
 from pathlib import Path
 from typing import Literal
 
-import yaml
-
 from sweeps.spec.sweep import SweepSpec
-from sweeps.yaml_loader import load_yaml
+from workers.yaml_loader import load_yaml
 
 __all__ = ["load_sweep_spec", "parse_sweep_spec"]
 
@@ -25,10 +23,10 @@ def parse_sweep_spec(text: str, format: Literal["yaml", "json"] = "yaml") -> Swe
         if format == "json":
             data = json.loads(text)
         elif format == "yaml":
-            data = load_yaml(text)  # YAML 1.2, bounded (sweeps.yaml_loader)
+            data = load_yaml(text)  # YAML 1.2, bounded (workers.yaml_loader)
         else:
             raise ValueError(f"format must be 'yaml' or 'json', got {format!r}")
-    except (json.JSONDecodeError, yaml.YAMLError) as error:
+    except json.JSONDecodeError as error:  # YAML errors: load_yaml's SpecFileError, a ValueError
         raise ValueError(f"the sweep spec is not valid {format.upper()}: {error}") from None
     if not isinstance(data, dict):
         raise ValueError(f"a sweep spec must be a mapping, got {type(data).__name__}")

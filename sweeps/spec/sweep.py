@@ -5,7 +5,7 @@ A spec is one pydantic model that rejects unknown fields at every level, so a ty
 Contradictions between sections (a grid of alphas with Optuna, several objective
 metrics with ASHA, free bits that switch the KL off, a plan over the trial budget) are
 rejected too, each with a message that names the fields involved (``sweeps.spec.checks``).
-The axes are expanded in one place only, :mod:`sweeps.plan`.
+The axes are expanded in one place only, :mod:`sweeps.plan.build`.
 """
 
 from __future__ import annotations
@@ -318,7 +318,7 @@ class SweepSpec(BaseModel):
 
     def trial_count(self) -> int:
         """Trials the sweep runs, after objective-equivalent rows are merged (the plan's count)."""
-        from sweeps.plan import build_plan
+        from sweeps.plan.build import build_plan
 
         return build_plan(self).trial_count
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sweeps.spec import SweepSpec
-from sweeps.yaml_loader import SpecFileError, load_yaml, read_spec_file
+from workers.yaml_loader import SpecFileError, load_yaml, read_spec_file
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "sweeps" / "examples").glob("*.yaml"))
@@ -64,7 +64,7 @@ def test_an_alias_bomb_is_refused_before_it_is_built():
 def test_oversized_files_duplicate_keys_and_non_mappings_are_refused(tmp_path):
     big = tmp_path / "big.yaml"
     big.write_text("name: big\ndescription: " + "x" * 1_100_000 + "\n")
-    with pytest.raises(SpecFileError, match="more than a spec file may hold"):
+    with pytest.raises(SpecFileError, match="more than a sweep spec file may hold"):
         read_spec_file(big)
     with pytest.raises(SpecFileError, match="not valid YAML"):
         load_yaml("name: a\nname: b\n")

@@ -16,7 +16,7 @@ from collections import Counter
 
 import pytest
 
-from sweeps.progress import read_status
+from sweeps.tune.status import read_status
 from tests.sweeps.test_runner import _runs, _sweep, _write_spec
 
 pytestmark = pytest.mark.slow

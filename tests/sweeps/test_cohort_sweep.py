@@ -14,9 +14,9 @@ import pytest
 import yaml
 from test_runner import _runs, _sweep, _write_spec
 
-from sweeps.plan import build_plan
-from sweeps.progress import read_status
+from sweeps.plan.build import build_plan
 from sweeps.spec import load_sweep_spec
+from sweeps.tune.status import read_status
 from workers.contract import COHORT_TAG, SWEEP_ID_TAG, TRIAL_ID_TAG
 from workers.tracking import CREATE_TOKEN_TAG
 

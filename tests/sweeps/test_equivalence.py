@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from objectives import LossStackSpec
 from sweeps import SweepSpec, build_plan
-from sweeps.equivalence import effective_beta, objective_signature, reconstruction_scale
+from sweeps.plan.equivalence import effective_beta, objective_signature, reconstruction_scale
 
 CC = {"name": "concentration_corrected", "terms": {"concentration_corrected": 1.0}}
 
@@ -123,7 +123,7 @@ def test_analysis_names_swept_stacks():
 def test_grid_param_space_runs_the_deduplicated_trials(cohort_size):
     from ray.tune.search.variant_generator import generate_variants
 
-    from sweeps.search_space import param_space
+    from sweeps.tune.search_space import param_space
 
     sweep = spec(alpha=[0, 1, 2], beta=[0.5, 1.0], seeds=2, resources={"cohort_size": cohort_size})
     plan = build_plan(sweep)
@@ -143,7 +143,7 @@ def test_grid_param_space_runs_the_deduplicated_trials(cohort_size):
 def test_a_cohort_of_one_is_a_lone_tune_trial():
     from ray.tune.search.variant_generator import generate_variants
 
-    from sweeps.search_space import is_cohort, lone_params, param_space
+    from sweeps.tune.search_space import is_cohort, lone_params, param_space
 
     sweep = spec(alpha=[0, 1, 2], beta=[0.5, 1.0], seeds=2, resources={"cohort_size": 5})
     plan = build_plan(sweep)

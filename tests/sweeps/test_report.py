@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from sweeps import SweepSpec, build_plan
-from sweeps.readouts import TrialOutcome
-from sweeps.report import build_report, report_markdown, summary_metrics, write_report_plots
-from sweeps.report_text import headline
+from sweeps.report.build import build_report, report_markdown, summary_metrics, write_report_plots
+from sweeps.report.readout_table import TrialOutcome
+from sweeps.report.text import headline
 
 CC = {"name": "concentration_corrected", "terms": {"concentration_corrected": 1.0}}
 SEEDS = (0, 1, 2)
@@ -265,7 +265,7 @@ def test_markdown_plots_and_summary_metrics(tmp_path):
 def test_curve_readouts_are_read_beside_the_selected_values() -> None:
     """The worker logs selected/{split}/... per epoch metric and {split}/nmi_auc once per trial
     (the names in workers.train.selection): the report reads both, and nothing else plain."""
-    from sweeps.readouts import trial_readouts
+    from sweeps.report.readout_table import trial_readouts
 
     final = {"selected/epoch": 4, "selected/test/latent_nmi": 0.75, "test/latent_nmi": 0.2,
              "test/nmi_auc": 0.5, "test/prefix/nmi_auc": 0.25, "val/epochs_to_nmi90": 7.0,

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from sweeps import METRIC_NAMES, SweepPlan, SweepSpec, build_plan, load_sweep_spec, parse_sweep_spec
-from sweeps.plan import render_plan
+from sweeps.plan.build import render_plan
 from workers.train import TrialConfig
 
 ROOT = Path(__file__).resolve().parents[2]

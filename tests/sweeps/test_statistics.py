@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from sweeps.statistics import (
+from sweeps.report.statistics import (
     holm,
     interpolate_log,
     mean_interval,

@@ -10,7 +10,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import INTERNAL_ERROR
 from mlflow.tracking import MlflowClient
 
-import sweeps.trainable as trainable
+import sweeps.tune.trainable as trainable
 from workers.contract import SWEEP_ID_TAG, TRIAL_ID_TAG
 from workers.tracking import ensure_experiment
 

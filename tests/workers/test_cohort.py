@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from objectives import LossStackSpec
-from workers.cohorts import cohort_key, group_cohorts
+from workers.cohort.grouping import cohort_key, group_cohorts
+from workers.cohort.trainer import Cohort, check_cohort, run_cohort
 from workers.train import Trainer, TrialConfig, load_trial_config
-from workers.train.cohort import Cohort, check_cohort, run_cohort
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "workers" / "examples"
@@ -199,7 +199,7 @@ def test_gpu_trial_smoke_runs_on_cpu():
 def test_each_member_is_its_own_mlflow_run(tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from workers.cohort_trial import run_logged_cohort
+    from workers.cohort.trial import run_logged_cohort
     from workers.contract import FAILURE_TAG
     from workers.tracking import metric_history
 

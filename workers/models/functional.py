@@ -1,6 +1,6 @@
 """The CVAE's training-mode forward pass for K stacked parameter sets at once.
 
-A cohort (workers/train/cohort.py) keeps K members' parameters stacked on a leading axis
+A cohort (workers/cohort/trainer.py) keeps K members' parameters stacked on a leading axis
 (``torch.func.stack_module_state`` of K :class:`~workers.models.CVAE` modules) and runs
 this forward once per step for all of them: every matmul is one batched ``baddbmm`` over
 the members, the GRUs are unrolled over the (short) sequences with one batched step per

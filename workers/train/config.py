@@ -6,12 +6,12 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from objectives.spec import LossStackSpec
 from workers.data.config import SyntheticTaskConfig
 from workers.models.config import BaseModelConfig, ModelConfig
+from workers.yaml_loader import read_mapping_file
 
 
 class TrainingConfig(BaseModel):
@@ -159,9 +159,9 @@ class TrialConfig(BaseModel):
 
 
 def load_trial_config(path: str | Path) -> TrialConfig:
-    """Load a TrialConfig from a YAML or JSON file (unknown fields are rejected)."""
-    text = Path(path).read_text()
-    data = yaml.safe_load(text) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: a trial config must be a mapping, got {type(data).__name__}")
-    return TrialConfig.model_validate(data)
+    """Load a TrialConfig from a YAML 1.2 or JSON file (unknown fields are rejected).
+
+    An empty file is the default config. Raises ``workers.yaml_loader.SpecFileError`` (a
+    ``ValueError``) for a file too large, not YAML/JSON or not a mapping.
+    """
+    return TrialConfig.model_validate(read_mapping_file(path, what="a trial config", empty=True))

@@ -20,10 +20,10 @@ import numpy as np
 import torch
 
 from objectives import KappaSummaryAccumulator, LossInputs, baseline_self_check
-from workers.base import BaseSurprisal, load_or_train_base, score_split
 from workers.data import generate_splits
 from workers.models import CVAE, CVAEOutput
 from workers.models.backbone import upcast
+from workers.models.zfree_base import BaseSurprisal, load_or_train_base, score_split
 from workers.readouts.evaluate import (
     DIAGNOSTIC_TERMS,
     SplitData,

@@ -13,7 +13,7 @@ from typing import Any
 
 from ray import tune
 
-from sweeps.plan import TRIAL_AXES, build_plan
+from sweeps.plan.build import TRIAL_AXES, build_plan
 from sweeps.spec import SweepSpec, ValueRange
 
 __all__ = ["COHORT_INDEX", "MEMBERS", "TRIAL_INDEX", "is_cohort", "lone_params", "param_space"]

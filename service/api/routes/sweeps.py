@@ -29,7 +29,7 @@ from service.api.schemas import (
 from service.api.strict_body import StrictRoute, strict_body
 from service.store.db import SweepRow
 from service.store.queries import IdempotencyConflict
-from sweeps.plan import SweepPlan, build_plan
+from sweeps.plan.build import SweepPlan, build_plan
 from sweeps.spec import SweepSpec, load_sweep_spec
 
 # Spec bodies are parsed strictly (service.api.strict_body); `_schema` only documents them.

@@ -1,8 +1,8 @@
 """The Ray Tune trainable of a cohort: one Tune trial trains K trials of one shape together.
 
-The members are trained by :class:`workers.train.cohort.Cohort` (one vectorized train pass,
+The members are trained by :class:`workers.cohort.trainer.Cohort` (one vectorized train pass,
 each member's lone epoch-end code) and each keeps everything a lone trial has: its own
-MLflow child run, opened by :func:`sweeps.trainable.open_trial_run` with the lone trial's
+MLflow child run, opened by :func:`sweeps.tune.trainable.open_trial_run` with the lone trial's
 tags (a per-member ``ksweep.trial_id``, plus ``ksweep.cohort``), one metric point per epoch,
 ``selected/*`` logged with its last epoch, its plots and its end state; its own checkpoint.
 
@@ -12,7 +12,7 @@ epochs, error, its last metrics with ``selected/*`` and ``c_base``, the report c
 restored cohort re-runs no member that ended (only the running ones are rebuilt, from their
 files, into their own runs), and a fresh start deletes a member's leftover run first, so no
 member ever has two runs. The report and the progress read the members from there
-(:mod:`sweeps.cohort_results`).
+(:mod:`sweeps.tune.cohort_results`).
 """
 
 from __future__ import annotations
@@ -26,8 +26,10 @@ from typing import Any
 from mlflow.tracking import MlflowClient
 from ray import tune
 
-from sweeps.search_space import MEMBERS, is_cohort, lone_params
-from sweeps.trainable import train_trial
+from sweeps.tune.search_space import MEMBERS, is_cohort, lone_params
+from sweeps.tune.trainable import train_trial
+from workers.cohort.member import own_rng
+from workers.cohort.trainer import Cohort, Member
 from workers.contract import (
     C_BASE_PARAM,
     COHORT_MEMBERS_KEY,
@@ -38,13 +40,11 @@ from workers.contract import (
     failure_text,
     member_trial_id,
 )
-from workers.train.cohort import Cohort, Member
-from workers.train.cohort_member import own_rng
 from workers.trial import TrialRun, log_trial_plots
 
 MEMBERS_FILE = "members.json"
 HISTORY_METRICS = ("val/latent_nmi", "val/latent_ari", "val/loss", "val/kl", "val/kappa_mean")
-"""The per-epoch curves kept per member (sweeps.report.REPORT_METRICS, read by its plots)."""
+"""The per-epoch curves kept per member (sweeps.report.build.REPORT_METRICS, read by its plots)."""
 ENDED = ("finished", "stopped", "failed")
 
 
@@ -113,7 +113,7 @@ class _CohortTrial:
                        if folder is not None else None)
         cohort = Cohort.create([self.configs[k] for k in self.running], self.context["cache_root"],
                                checkpoints)
-        from sweeps.trainable import open_trial_run
+        from sweeps.tune.trainable import open_trial_run
 
         self.runs = []
         client = MlflowClient(tracking_uri=self.context["tracking_uri"])
@@ -121,7 +121,7 @@ class _CohortTrial:
             record = self.records[k]
             if record["run_id"] and client.get_run(record["run_id"]).info.status != "RUNNING":
                 # Its run ended under a driver killed before Tune saw the checkpoint that
-                # says so (as sweeps/trainable.py's lone trial): the run is whole, so the
+                # says so (as sweeps/tune/trainable.py's lone trial): the run is whole, so the
                 # member only replays its last epochs from the checkpoint's exact state for
                 # its record, and touches nothing in MLflow.
                 record["final"][C_BASE_PARAM] = member.trainer.c_base
@@ -226,7 +226,7 @@ def train_cohort(params: dict[str, Any], *, spec_json: str, context: dict[str, A
 
 def train_sweep_trial(params: dict[str, Any], *, spec_json: str, context: dict[str, Any]) -> None:
     """The sweep's Tune function trainable: a cohort of K > 1 by :func:`train_cohort`, a lone
-    trial (cohort size 1, or a cohort of one) by :func:`sweeps.trainable.train_trial`."""
+    trial (cohort size 1, or a cohort of one) by :func:`sweeps.tune.trainable.train_trial`."""
     if is_cohort(params):
         train_cohort(params, spec_json=spec_json, context=context)
     else:

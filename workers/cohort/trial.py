@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from workers.cohort.trainer import Cohort, Member, MemberCallback
 from workers.contract import FAILURE_TAG, MAX_ERROR_CHARS, STOPPED_EARLY_TAG, failure_text
-from workers.train.cohort import Cohort, Member, MemberCallback
 from workers.train.config import TrialConfig
 from workers.trial import TrialRun, default_run_name, log_trial_plots
 

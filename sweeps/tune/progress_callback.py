@@ -17,9 +17,9 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from ray import tune
 
-from sweeps.cohort_results import member_views
-from sweeps.progress import ProgressSink, SweepStatus, publish
-from sweeps.search_space import MEMBERS, is_cohort
+from sweeps.tune.cohort_results import member_views
+from sweeps.tune.search_space import MEMBERS, is_cohort
+from sweeps.tune.status import ProgressSink, SweepStatus, publish
 from workers.contract import METRIC_NAMES, SEARCH_AXES, STOPPED_EARLY_TAG
 
 log = logging.getLogger("ksweep.runner")

@@ -7,7 +7,7 @@ without the prefix and read beside them. FALLBACK (runs from before the trial pr
 trial without any ``selected/`` metric is read at its final epoch from ``{split}/{name}``,
 and the report says so in its words (``readout_source = final_epoch``).
 
-A trial that stands in several requested rows (see :mod:`sweeps.plan`) gives its values to
+A trial that stands in several requested rows (see :mod:`sweeps.plan.build`) gives its values to
 every one of them, so every row of the grid has its numbers.
 """
 
@@ -19,8 +19,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sweeps.equivalence import effective_beta, kl_weight
-from sweeps.plan import SweepPlan, row_label, trial_key
+from sweeps.plan.build import SweepPlan, row_label, trial_key
+from sweeps.plan.equivalence import effective_beta, kl_weight
 from sweeps.spec import SweepSpec
 
 __all__ = ["KINDS", "RowResult", "TrialOutcome", "expand_outcomes", "trial_readouts"]

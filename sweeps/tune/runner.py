@@ -5,8 +5,8 @@ whose state exists, the driver restores it and finishes the sweep without re-run
 completed trials (their MLflow runs are kept, never duplicated).
 
 :func:`run_sweep` is a sequence of named steps: prepare the sweep's folder, open (or find)
-the MLflow parent run, start publishing progress, fit the Tuner (``sweeps/tune_setup.py``,
-progress from ``sweeps/tune_progress.py``), then collect the trials' outcomes, write the
+the MLflow parent run, start publishing progress, fit the Tuner (``sweeps/tune/setup.py``,
+progress from ``sweeps/tune/progress_callback.py``), then collect the trials' outcomes, write the
 report and publish the final status. Every MLflow write is retried while the tracking server
 is down (``workers/mlflow_retry.py``), so a sweep waits out an outage of up to
 ``KSWEEP_MLFLOW_OUTAGE_S``.
@@ -25,22 +25,22 @@ from typing import Any
 from mlflow.tracking import MlflowClient
 from ray import tune
 
-from sweeps.cohort_results import member_state, saved_members
-from sweeps.cohort_trainable import train_sweep_trial
-from sweeps.plan import build_plan
-from sweeps.progress import MlflowTagSink, ProgressSink, StatusFileSink, SweepStatus, publish
-from sweeps.report import (
+from sweeps.plan.build import build_plan
+from sweeps.report.build import (
     TrialOutcome,
     build_report,
     report_markdown,
     summary_metrics,
     write_report_plots,
 )
-from sweeps.search_space import MEMBERS, is_cohort
+from sweeps.report.summary_runs import publish_summary
 from sweeps.spec import SweepSpec
-from sweeps.summary_runs import publish_summary
-from sweeps.tune_progress import LIVE, ProgressCallback, finished_state, trial_record
-from sweeps.tune_setup import TUNE_FOLDER, ensure_ray, make_tuner, param_space
+from sweeps.tune.cohort_results import member_state, saved_members
+from sweeps.tune.cohort_trainable import train_sweep_trial
+from sweeps.tune.progress_callback import LIVE, ProgressCallback, finished_state, trial_record
+from sweeps.tune.search_space import MEMBERS, is_cohort
+from sweeps.tune.setup import TUNE_FOLDER, ensure_ray, make_tuner, param_space
+from sweeps.tune.status import MlflowTagSink, ProgressSink, StatusFileSink, SweepStatus, publish
 from workers.contract import (
     FAILURE_TAG,
     MAX_ERROR_CHARS,
@@ -137,7 +137,7 @@ def _member_outcomes(result, epochs: int) -> list[TrialOutcome]:
 
 
 def _outcomes(results, epochs: int) -> list[TrialOutcome]:
-    from sweeps.report import REPORT_METRICS
+    from sweeps.report.build import REPORT_METRICS
 
     outcomes = []
     for result in results:

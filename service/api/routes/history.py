@@ -15,8 +15,8 @@ from fastapi import APIRouter, Depends, Query
 
 from service.api.deps import Services, get_services, read_access
 from service.api.errors import ProblemError
+from service.api.routes.sweeps import INVALID, NOT_FOUND, UNAUTHORIZED, SweepId, _problem
 from service.api.schemas import FieldProblem, History, HistoryPoint, TrialRun
-from service.api.sweeps import INVALID, NOT_FOUND, UNAUTHORIZED, SweepId, _problem
 from workers import run_reads
 
 router = APIRouter(tags=["sweeps"])

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from workers.cohorts import cohort_key, cohort_problem
+from workers.cohort.grouping import cohort_key, cohort_problem
 from workers.train.config import TrialConfig
 from workers.train.loop import Trainer
 
@@ -84,5 +84,5 @@ def check_cohort(configs: Sequence[TrialConfig]) -> None:
             raise ValueError(
                 f"cohort member {index} differs from member 0 in a shape or budget field (data "
                 "except seed, base, model, or training besides learning_rate, weight_decay, "
-                "grad_clip); group trials with workers.cohorts.group_cohorts"
+                "grad_clip); group trials with workers.cohort.grouping.group_cohorts"
             )

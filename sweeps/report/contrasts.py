@@ -1,10 +1,10 @@
 """Paired contrasts between stacks at matched effective beta, the caveat contrasts, Holm.
 
-Matching. Stacks are compared at matched *effective* beta (:mod:`sweeps.equivalence`),
+Matching. Stacks are compared at matched *effective* beta (:mod:`sweeps.plan.equivalence`),
 never at one shared nominal beta. For each baseline row (alpha, model, free bits, beta)
 and seed, the treated stack's value is read at the baseline's effective beta by linear
 interpolation in log(effective beta) between the treated stack's own grid points of the
-same alpha, model, free bits and seed (:func:`sweeps.statistics.interpolate_log`). An exact
+same alpha, model, free bits and seed (:func:`sweeps.report.statistics.interpolate_log`). An exact
 grid point is used as is (``beta_matching = exact``: e.g. two undivided stacks at one beta);
 a baseline effective beta outside the treated stack's range is not matched (no
 extrapolation) and that seed is counted in ``n_unmatched``.
@@ -24,15 +24,15 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from sweeps.readouts import ALL_KINDS, RowResult
-from sweeps.spec import SweepSpec
-from sweeps.statistics import (
+from sweeps.report.readout_table import ALL_KINDS, RowResult
+from sweeps.report.statistics import (
     MIN_PAIRS_FOR_CLAIM,
     holm,
     interpolate_log,
     metric_range,
     paired_difference,
 )
+from sweeps.spec import SweepSpec
 
 __all__ = ["SIGNIFICANCE", "build_contrasts", "claim_words", "default_pairs"]
 

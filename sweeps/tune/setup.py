@@ -17,8 +17,8 @@ import ray
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
-from sweeps.search_space import param_space
 from sweeps.spec import SweepSpec
+from sweeps.tune.search_space import param_space
 
 TUNE_FOLDER = "tune"
 
@@ -90,7 +90,7 @@ def make_tuner(spec: SweepSpec, trainable: Any, run_config: tune.RunConfig, tune
             max_concurrent_trials=spec.budget.max_concurrent_trials,
             # A slot's next trial runs in the finished one's process: its ~4-10 s of imports
             # and first-trial set-up are paid once per slot. Safe across a kill -9: a trial
-            # Tune restores after its run FINISHED touches nothing (sweeps/trainable.py).
+            # Tune restores after its run FINISHED touches nothing (sweeps/tune/trainable.py).
             reuse_actors=True,
             time_budget_s=spec.budget.time_budget_s,
         ),

@@ -1,4 +1,4 @@
-"""The one YAML loader for spec files: YAML 1.2 (ruamel.yaml), bounded in size and expansion.
+"""The one YAML loader, for sweep specs and trial configs: YAML 1.2 (ruamel.yaml), bounded.
 
 PyYAML implements YAML 1.1, where ``3e-4`` and ``1e3`` are strings, ``on``/``no`` are
 booleans and ``1:30`` is 90; strict validation then refuses an ordinary spec. YAML 1.2 (the
@@ -29,7 +29,8 @@ MAX_YAML_NODES = 100_000
 
 
 class SpecFileError(ValueError):
-    """A spec file that is too large, an alias bomb, or not YAML; the message says which."""
+    """A spec or trial-config file that is too large, an alias bomb, or not YAML; the message
+    says which."""
 
 
 def _yaml() -> YAML:
@@ -76,14 +77,17 @@ def load_yaml(text: str, *, max_nodes: int = MAX_YAML_NODES, source: str = "the 
         raise SpecFileError(f"{source} is not valid YAML: {error}") from None
 
 
-def read_spec_file(path: str | Path, *, max_bytes: int = MAX_YAML_BYTES) -> dict[str, Any]:
-    """The mapping in a spec file (``.json`` as JSON, anything else as YAML 1.2), refused
-    unread when it is larger than ``max_bytes``."""
+def read_mapping_file(
+    path: str | Path, *, what: str, max_bytes: int = MAX_YAML_BYTES, empty: bool = False,
+) -> dict[str, Any]:
+    """The mapping in a file (``.json`` as JSON, anything else as YAML 1.2), refused unread when
+    it is larger than ``max_bytes``; ``what`` names it in errors ("a sweep spec"). An empty
+    document is ``{}`` when ``empty`` is true, and refused otherwise."""
     path = Path(path)
     size = path.stat().st_size
     if size > max_bytes:
         raise SpecFileError(
-            f"{path}: {size} bytes is more than a spec file may hold ({max_bytes} bytes)")
+            f"{path}: {size} bytes is more than {what} file may hold ({max_bytes} bytes)")
     text = path.read_text(encoding="utf-8")
     if path.suffix.lower() == ".json":
         try:
@@ -92,6 +96,13 @@ def read_spec_file(path: str | Path, *, max_bytes: int = MAX_YAML_BYTES) -> dict
             raise SpecFileError(f"{path} is not valid JSON: {error}") from None
     else:
         data = load_yaml(text, source=str(path))
+    if data is None and empty:
+        return {}
     if not isinstance(data, dict):
-        raise SpecFileError(f"{path}: a sweep spec must be a mapping, got {type(data).__name__}")
+        raise SpecFileError(f"{path}: {what} must be a mapping, got {type(data).__name__}")
     return data
+
+
+def read_spec_file(path: str | Path, *, max_bytes: int = MAX_YAML_BYTES) -> dict[str, Any]:
+    """The mapping in a sweep spec file (:func:`read_mapping_file`)."""
+    return read_mapping_file(path, what="a sweep spec", max_bytes=max_bytes)

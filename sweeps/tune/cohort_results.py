@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sweeps.cohort_trainable import MEMBERS_FILE
-from sweeps.search_space import MEMBERS
+from sweeps.tune.cohort_trainable import MEMBERS_FILE
+from sweeps.tune.search_space import MEMBERS
 from workers.contract import COHORT_MEMBERS_KEY, SEARCH_AXES, member_trial_id
 
 __all__ = ["member_state", "member_views", "saved_members"]

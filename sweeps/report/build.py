@@ -2,7 +2,7 @@
 
 - ``cells``: per (alpha, loss_stack, model, beta, free_bits, kind, metric, split): mean,
   clipped Student t 95% interval over seeds, n, per-seed values (NaN counted in ``n_nan``).
-- ``contrasts``: paired by seed at matched effective beta (:mod:`sweeps.contrasts`).
+- ``contrasts``: paired by seed at matched effective beta (:mod:`sweeps.report.contrasts`).
 - ``best``: one per (model, beta, free_bits), chosen on val, its test value beside it;
   never "the best beta" (the smallest beta always wins on NMI).
 - ``collapse``: per stack, the largest beta whose mean val NMI >= the threshold.
@@ -18,13 +18,13 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sweeps.contrasts import build_contrasts
-from sweeps.plan import SweepPlan, build_plan
-from sweeps.readouts import ALL_KINDS, RowResult, TrialOutcome, expand_outcomes
-from sweeps.report_plots import write_report_plots
-from sweeps.report_text import report_markdown
+from sweeps.plan.build import SweepPlan, build_plan
+from sweeps.report.contrasts import build_contrasts
+from sweeps.report.plots import write_report_plots
+from sweeps.report.readout_table import ALL_KINDS, RowResult, TrialOutcome, expand_outcomes
+from sweeps.report.statistics import MIN_PAIRS_FOR_CLAIM, mean_interval, metric_range
+from sweeps.report.text import report_markdown
 from sweeps.spec import SweepSpec
-from sweeps.statistics import MIN_PAIRS_FOR_CLAIM, mean_interval, metric_range
 
 __all__ = ["TrialOutcome", "build_report", "metric_mode", "report_markdown", "summary_metrics",
            "write_report_plots"]

@@ -2,7 +2,7 @@
 
 This is the one place the axes are expanded. The requested rows are every point of
 alpha x loss stack x model x beta x free bits x seed; rows whose objective is identical
-(:func:`sweeps.equivalence.objective_signature`) for the same model and seed run as one
+(:func:`sweeps.plan.equivalence.objective_signature`) for the same model and seed run as one
 trial, which stands in every row it belongs to. ``SweepSpec.trial_count``, the runner's
 Tune search space and the report all read this plan.
 """
@@ -19,9 +19,9 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from sweeps.equivalence import objective_signature
+from sweeps.plan.equivalence import objective_signature
 from sweeps.spec import SweepSpec, ValueRange
-from workers.cohorts import group_cohorts
+from workers.cohort.grouping import group_cohorts
 
 __all__ = ["TRIAL_AXES", "SweepPlan", "build_plan", "cohort_size_for", "render_plan", "row_label",
            "trial_key"]
@@ -69,7 +69,7 @@ class SweepPlan:
             (``stack@alpha=a``) each stands for when it stands for more than one.
         cohort_size: the resolved ``resources.cohort_size`` (``auto`` made a number).
         cohorts: the trials (indices into ``trials``) each worker trains together, one Tune
-            trial per cohort (:func:`workers.cohorts.group_cohorts`: members share every
+            trial per cohort (:func:`workers.cohort.grouping.group_cohorts`: members share every
             shape); ``[[0], [1], ...]`` at cohort size 1.
         epochs_per_trial: the most epochs one trial runs (ASHA may stop it sooner).
         total_epochs: epochs of the whole sweep if no trial stops early (the upper bound).

@@ -20,9 +20,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from service.settings import get_settings
 from service.store.queries import Store
 from service.store.retry import store_retrying
-from sweeps.progress import SweepStatus
-from sweeps.runner import run_sweep, sweep_dir
 from sweeps.spec import SweepSpec
+from sweeps.tune.runner import run_sweep, sweep_dir
+from sweeps.tune.status import SweepStatus
 
 
 class StoreSink:

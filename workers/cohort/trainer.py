@@ -26,11 +26,11 @@ import torch
 from torch.func import stack_module_state
 
 from objectives import LossInputs
+from workers.cohort.member import Member, MemberCallback, capture, check_cohort, own_rng
+from workers.cohort.optim import StackedAdamW, clip_per_member
 from workers.models import CVAEOutput
 from workers.models.backbone import upcast
 from workers.models.functional import cvae_forward
-from workers.train.cohort_member import Member, MemberCallback, capture, check_cohort, own_rng
-from workers.train.cohort_optim import StackedAdamW, clip_per_member
 from workers.train.config import TrialConfig
 from workers.train.loop import Trainer, TrialCheckFailed
 

@@ -1,6 +1,6 @@
 """Which trials can share a cohort (torch-free: the planner and ``ksweep validate`` use it).
 
-A cohort trains K trials as one vectorized computation (workers/train/cohort.py), so its
+A cohort trains K trials as one vectorized computation (workers/cohort/trainer.py), so its
 members must agree on every shape and on the recipe's budget; they may differ in the loss
 stack (alpha, terms, beta, free bits), the optimiser's learning rate, weight decay and
 clipping, the seed, the run name and the NaN-injection testing aid.

@@ -1,0 +1,1 @@
+"""The sweep report: read-out table, statistics, contrasts, text, plots and MLflow summary runs."""
