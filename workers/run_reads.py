@@ -8,6 +8,7 @@ read the same way. MLflow is imported when a function runs (the module itself is
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -51,7 +52,10 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
+@functools.lru_cache(maxsize=8)
 def _client(tracking_uri: str) -> Any:
+    # One client per store and process: building a sqlite store checks its schema (seconds
+    # on a loaded machine), which every history request would otherwise pay again.
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri)

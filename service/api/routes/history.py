@@ -62,6 +62,8 @@ def get_history(
     row = services.store.get_sweep_summary(sweep_id)
     if row is None:
         raise ProblemError(404, "Sweep not found", f"no sweep with id {sweep_id!r}", kind="not-found")
+    if row.experiment_id is None:  # not started: no trial has logged anything yet
+        return History(sweep_id=sweep_id, metrics=names, runs=[], points=[])
     uri = services.settings.mlflow_tracking_uri
     try:
         runs = run_reads.trial_runs(uri, sweep_id, row.experiment_id)
