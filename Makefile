@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint demo bench compose-smoke clean
+.PHONY: install test lint docs demo bench compose-smoke clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,11 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 
-test: lint
+# The documentation site (mkdocs.yml, docs/) into site/, warnings as errors; no network needed.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(VENV)/bin/mkdocs build --strict
+
+test: lint docs
 	$(PY) -m pytest
 
 # DEMO_ARGS=--ui also starts the MLflow UI on the demo's store at the end.
@@ -32,10 +36,10 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m benchmarks
 
-# The docker-compose cluster built and run for real (README, "Local cluster"): needs a Docker
+# The docker-compose cluster built and run for real (docs/operations.md, "The smoke run"): needs a Docker
 # engine, or root on Debian to start one. COMPOSE_SMOKE_ARGS=--local-bases forces the stand-ins.
 compose-smoke: $(STAMP)
 	scripts/compose-smoke $(COMPOSE_SMOKE_ARGS)
 
 clean:
-	rm -rf .pytest_cache .ruff_cache .mypy_cache .hypothesis
+	rm -rf .pytest_cache .ruff_cache .mypy_cache .hypothesis site

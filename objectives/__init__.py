@@ -1,7 +1,7 @@
 """The shared objective library: token-weighted reconstruction losses for CVAEs.
 
 Pure torch (no Ray, MLflow or FastAPI); the declarative specs (:mod:`objectives.spec`)
-import without torch, and the names below load on first use (``lazy_loader``). See OBJECTIVE.md for the mathematics and
+import without torch, and the names below load on first use (``lazy_loader``). See docs/concepts/objectives.md for the mathematics and
 the conventions (log space, alpha = 0 continuity, zero, all-zero and empty rows).
 """
 

@@ -158,7 +158,7 @@ def baseline_self_check(
 ) -> BaselineSelfCheck:
     """Check that with ``l = b`` the batch mean of R^ is 1 when c_base is measured on the batch.
 
-    This is the identity E[R^_base] = E[b_u] / c_base = 1 of OBJECTIVE.md, evaluated
+    This is the identity E[R^_base] = E[b_u] / c_base = 1 (docs/concepts/objectives.md), evaluated
     through the same code path the losses use; a failure means the weighting or the
     normalisation is broken for these inputs (e.g. non-finite surprisal). Host sync:
     call it at logging points.

@@ -1,6 +1,6 @@
 """Tempered surprisal-share token weights and the reconstructions built on them.
 
-Notation follows OBJECTIVE.md: for one example with active tokens S (n = |S|),
+Notation follows docs/concepts/objectives.md: for one example with active tokens S (n = |S|),
 ``b_t`` is the z-free base surprisal, ``l_t`` the CVAE token loss,
 ``m_r = (1/n) sum_S b_t^r``, ``pi_t = b_t^alpha / sum_S b_s^alpha`` and
 ``kappa = m_{alpha+1} / (m_alpha m_1)``.
@@ -11,7 +11,7 @@ float32 at b = 100, alpha = 20 and underflows for b < 1e-20, while the [B, T]
 tensors involved are tiny next to the decoder's logits, so the extra precision
 costs nothing measurable. Results are cast back to the inputs' dtype.
 
-Conventions (OBJECTIVE.md):
+Conventions (docs/concepts/objectives.md, "Numerical conventions"):
   * alpha = 0 is exactly uniform, also where b_t = 0 (``xlogy(0, 0) = 0``).
   * alpha > 0 and b_t = 0: that token gets weight 0. If every active b_t of a
     row is 0 the row falls back to uniform weights and kappa = 1, the limit of

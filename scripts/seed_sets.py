@@ -1,4 +1,4 @@
-"""Does a preset's headline agree across disjoint seed sets? (issue 11; README, "Science").
+"""Does a preset's headline agree across disjoint seed sets? (docs/science/index.md, "The example specs").
 
 Runs the spec once per seed set with ``ksweep sweep run`` (in-process Ray, a sqlite MLflow
 store under --workdir) and prints, per set, the primary contrasts' mean differences with their

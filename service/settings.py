@@ -1,7 +1,7 @@
 """Every setting of the service, its drivers and the CLI client: read once from the environment.
 
 Each field is one environment variable (``KSWEEP_<FIELD>`` unless an alias says otherwise);
-the README lists them all. Defaults are the embedded set-up: a SQLite store and the local
+docs/operations.md ("Settings") lists them all. Defaults are the embedded set-up: a SQLite store and the local
 sqlite MLflow store under the working directory, one local driver process per sweep.
 """
 

@@ -48,7 +48,7 @@ VAL_BASELINE_SELF_CHECK = metric_name(VAL, "baseline_self_check")
 PERF_EPOCH_SECONDS = "perf/epoch_seconds"
 PERF_TOKENS_PER_SECOND = "perf/tokens_per_second"
 
-# The metrics a sweep may optimise or report on (DESIGN.md).
+# The metrics a sweep may optimise or report on (docs/concepts/design.md, "What a trial records").
 METRIC_NAMES: tuple[str, ...] = (
     *(metric_name(split, name) for split in SPLITS for name in SPLIT_METRICS),
     *(metric_name(VAL, name) for name in LATENT_METRICS),
@@ -220,7 +220,7 @@ class SweepStatus:
     trials: list[dict[str, Any]] = field(default_factory=list)
     """One dict per trial Tune knows of, in creation order: ``trial_id``, ``state``
     (pending | running | done | stopped | failed), ``config`` (alpha, loss_stack, model,
-    seed), ``metrics`` (the latest finite DESIGN.md metrics), ``epochs``,
+    seed), ``metrics`` (the latest finite metrics named here), ``epochs``,
     ``mlflow_run_id`` and ``error``."""
 
     @property

@@ -5,7 +5,7 @@ tracking URI. The fluent API (``mlflow.start_run``) keeps one active run in proc
 state, which breaks when Ray reuses a worker process for several trials or when a driver
 holds a parent run while children are logged elsewhere.
 
-Metric names and tags follow the contract in DESIGN.md ("metric names"): ``step`` is the
+Metric names and tags follow workers/contract.py (docs/concepts/design.md, "What a trial records"): ``step`` is the
 epoch, children carry ``mlflow.parentRunId``, and experiments carry
 ``mlflow.experimentKind = custom_model_development`` so MLflow 3's UI opens them on the
 runs table rather than the GenAI traces overview.

@@ -28,7 +28,7 @@ EpochHook = Callable[[Trainer, int, dict[str, float]], None]
 
 
 def trial_params(trainer: Trainer) -> dict[str, Any]:
-    """The params of a trial run: the named ones of DESIGN.md plus the flattened config."""
+    """The params of a trial run: the named ones (docs/concepts/design.md) plus the flattened config."""
     config = trainer.config
     params: dict[str, Any] = flatten_config(config.model_dump(mode="json"))
     params.update(config.summary_params())

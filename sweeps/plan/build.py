@@ -213,7 +213,7 @@ def cohort_size_for(spec: SweepSpec, trial_count: int) -> int:
     if size != "auto":
         return int(size)
     if spec.search.kind == "optuna" or spec.scheduler.kind == "asha":
-        return 1  # these decide trial by trial (README: "Throughput: cohorts")
+        return 1  # these decide trial by trial (docs/performance.md, "Cohorts")
     workers = spec.budget.max_concurrent_trials or AUTO_WORKERS
     return max(1, min(AUTO_COHORT_MAX, math.ceil(trial_count / workers)))
 

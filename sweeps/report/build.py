@@ -1,4 +1,4 @@
-"""The sweep report (report.json, DESIGN.md): cells, contrasts, best, collapse beta, words.
+"""The sweep report (report.json, docs/science/index.md): cells, contrasts, best, collapse beta, words.
 
 - ``cells``: per (alpha, loss_stack, model, beta, free_bits, kind, metric, split): mean,
   clipped Student t 95% interval over seeds, n, per-seed values (NaN counted in ``n_nan``).

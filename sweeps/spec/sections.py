@@ -25,7 +25,7 @@ __all__ = [
     "ValueRange",
 ]
 
-# Every metric a trial reports per epoch (DESIGN.md), i.e. every valid objective metric, and
+# Every metric a trial reports per epoch (docs/concepts/design.md, "What a trial records"), i.e. every valid objective metric, and
 # which of them are better when higher: workers/contract.py.
 _MAXIMISED = MAXIMISED_METRICS
 MAX_COHORT_SIZE = 256

@@ -143,7 +143,7 @@ def _trial_state(trial, epochs: int) -> str:
 
 def trial_record(trial_id: str, state: str, config: dict[str, Any], result: dict[str, Any],
                  error: str | None = None) -> dict[str, Any]:
-    """The per-trial entry of :attr:`SweepStatus.trials` (finite DESIGN.md metrics only)."""
+    """The per-trial entry of :attr:`SweepStatus.trials` (finite contract metrics only)."""
     metrics = {name: float(result[name]) for name in METRIC_NAMES
                if isinstance(result.get(name), int | float) and math.isfinite(result[name])}
     return {

@@ -2,8 +2,8 @@
 
 The RayCluster is a custom resource (checked field by field here); the core objects
 (Deployment, Service, Secret, PersistentVolumeClaim) are validated against the Kubernetes
-schemas shipped by kubernetes-validate. No cluster runs here: see the README's "Existing Ray
-cluster" section for what stays unrun.
+schemas shipped by kubernetes-validate. No cluster runs here: see docs/operations.md, "An
+existing Ray cluster", for what stays unrun.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""An independent high-precision reference for the objective family of OBJECTIVE.md.
+"""An independent high-precision reference for the objective family (docs/concepts/objectives.md).
 
 Everything here is computed straight from the formulas with mpmath (60 significant
 digits), so powers such as ``(1e-30) ** 20`` or ``100 ** 21`` neither overflow nor
@@ -32,13 +32,13 @@ class RowReference:
 
 
 class Reference:
-    """Direct evaluation of OBJECTIVE.md's quantities, one example at a time."""
+    """Direct evaluation of the quantities of docs/concepts/objectives.md, one example at a time."""
 
     @staticmethod
     def row(b_active: list[float], l_active: list[float] | None, alpha: float) -> RowReference:
         """All per-example values from the active b (and l) of one row.
 
-        Conventions (OBJECTIVE.md): alpha = 0 is exactly uniform (0^0 = 1); alpha > 0
+        Conventions (docs/concepts/objectives.md): alpha = 0 is exactly uniform (0^0 = 1); alpha > 0
         gives b_t = 0 weight 0; an all-zero row falls back to uniform weights and
         kappa = 1; an empty row gives 0 everywhere.
         """

@@ -1,6 +1,6 @@
 """Values of the token-weighted objectives against the reference, properties and edge cases.
 
-The reference (``ref`` fixture, conftest.py) evaluates OBJECTIVE.md's formulas in
+The reference (``ref`` fixture, conftest.py) evaluates the formulas of docs/concepts/objectives.md in
 60-digit arithmetic; nothing here reuses the library's own log-space computation.
 """
 

@@ -1,4 +1,4 @@
-"""Rows of the fault matrix (README "Reliability") with real processes on loopback."""
+"""Rows of the fault matrix (docs/reliability.md) with real processes on loopback."""
 
 from __future__ import annotations
 

@@ -52,7 +52,7 @@ def test_cohort_members_match_lone_trials_early_stopping_included(tmp_path):
         started = time.monotonic()
         process = _sweep(tmp_path, spec, sweep_id)
         output, _ = process.communicate(timeout=1700)
-        print(f"{sweep_id} wall time {time.monotonic() - started:.0f} s")  # README figure
+        print(f"{sweep_id} wall time {time.monotonic() - started:.0f} s")  # a figure for docs/bench/
         assert process.returncode == 0, output
     _check_same_trials(tmp_path)
 

@@ -1,4 +1,4 @@
-"""The fault matrix's Ray rows (README, issue 13), on real processes: a sweep run by the CLI on
+"""The fault matrix's Ray rows (docs/reliability.md), on real processes: a sweep run by the CLI on
 local Ray with a temporary sqlite MLflow store, and a real SIGKILL of Ray's own processes."""
 
 import contextlib

@@ -67,7 +67,7 @@ def test_quickstart_sweep_end_to_end(tmp_path):
     started = time.monotonic()
     process = _sweep(tmp_path, QUICKSTART, "qs1")
     output, _ = process.communicate(timeout=1700)
-    print(f"quickstart wall time {time.monotonic() - started:.0f} s")  # README figure; no assert
+    print(f"quickstart wall time {time.monotonic() - started:.0f} s")  # a figure for docs/bench/; no assert
     assert process.returncode == 0, output
     client, exp, parents, children = _runs(tmp_path, "quickstart", "qs1")
     assert exp.tags["mlflow.experimentKind"] == "custom_model_development"

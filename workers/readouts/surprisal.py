@@ -1,7 +1,7 @@
 """Read-outs that depend on the surprisal only: b_t (z-free) and h_t (given the true s).
 
 For one group of examples (a split, or one kind of it), with pi_t, kappa and b_u of
-OBJECTIVE.md at the trial's alpha:
+docs/concepts/objectives.md at the trial's alpha:
 
 - ``kappa_mean``, ``kappa_p10``, ``kappa_p50``, ``kappa_p90``; the same of 1/kappa
   (``inv_kappa_*``), the implicit example weight R~ gives an example relative to R_tok.

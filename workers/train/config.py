@@ -65,7 +65,7 @@ class TrainingConfig(BaseModel):
 
 
 class ReadoutConfig(BaseModel):
-    """What the epoch-end evaluation reads out (workers/readouts; README "Read-outs")."""
+    """What the epoch-end evaluation reads out (workers/readouts; docs/concepts/trials.md "Read-outs")."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -113,13 +113,14 @@ class TrialConfig(BaseModel):
     )
     training: TrainingConfig = Field(default_factory=TrainingConfig, description="The recipe.")
     readouts: ReadoutConfig = Field(
-        default_factory=ReadoutConfig, description="The epoch-end read-outs (README: Read-outs)."
+        default_factory=ReadoutConfig, description="The epoch-end read-outs (docs/concepts/trials.md: Read-outs)."
     )
     allow_free_bits_above_log_k: bool = Field(
         False,
         description="Accept a discrete-latent trial whose KL free_bits is >= log K. Off: such a "
         "config is rejected, because z can then carry the whole strategy (log K nats) without KL "
-        "pressure and every stack recovers it for free (SCIENCE.md: free bits below log K or none).",
+        "pressure and every stack recovers it for free (docs/science/index.md, rules of evidence: "
+        "free bits below log K or none).",
     )
 
     @model_validator(mode="after")
@@ -149,7 +150,7 @@ class TrialConfig(BaseModel):
         return self.loss_stack.alpha
 
     def summary_params(self) -> dict[str, Any]:
-        """The params every trial run carries by name (DESIGN.md), besides the flattened config."""
+        """The params every trial run carries by name (docs/concepts/design.md), besides the flattened config."""
         return {
             "alpha": self.loss_stack.alpha,
             "loss_stack": self.loss_stack.label,

@@ -47,7 +47,7 @@ class TrialDiverged(RuntimeError):
 
 
 class TrialCheckFailed(RuntimeError):
-    """The baseline self-check of OBJECTIVE.md failed."""
+    """The baseline self-check (docs/concepts/objectives.md, the R^ section) failed."""
 
 
 def resolve_device(name: str) -> torch.device:
