@@ -10,7 +10,7 @@ import builtins
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import httpx
 from pydantic import BaseModel, ValidationError
@@ -32,8 +32,9 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from ksweep.tables import Frames
+    from sweeps.spec import SweepSpec
 
-SpecLike = "SweepSpec | Mapping[str, Any] | str | Path"
+SpecLike: TypeAlias = "SweepSpec | Mapping[str, Any] | str | Path"
 TABLES = ("trials", "cells", "contrasts", "history")
 
 
@@ -45,7 +46,7 @@ def spec_body(spec: SpecLike) -> dict[str, Any]:
         SpecError: the file is missing, unreadable, too large or invalid (every field named).
     """
     if isinstance(spec, BaseModel):
-        return spec.model_dump(mode="json")
+        return dict(spec.model_dump(mode="json"))
     if isinstance(spec, Mapping):
         return dict(spec)
     # The spec models import numpy and the plan's tables: loaded only to check a file.

@@ -17,6 +17,7 @@ from dataclasses import asdict
 from ksweep.tables import Frames, build_frames
 from service.api.schemas import Report
 from workers import run_reads
+from workers.contract import SWEEP_ID_TAG
 
 __all__ = ["Frames", "from_mlflow"]
 
@@ -36,7 +37,7 @@ def from_mlflow(tracking_uri: str, experiment_or_sweep_id: str,
         ValueError: a metric no trial logged (named).
     """
     parent = run_reads.find_parent_run(tracking_uri, experiment_or_sweep_id)
-    sweep_id = parent.data.tags[run_reads.SWEEP_ID_TAG]
+    sweep_id = parent.data.tags[SWEEP_ID_TAG]
     report = run_reads.load_report(tracking_uri, parent.info.run_id)
     if report is None:
         raise run_reads.SweepNotInMlflow(
