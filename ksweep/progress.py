@@ -41,14 +41,20 @@ class WaitBar:
     sweep's state, best value and the API's ETA (not tqdm's own rate estimate)."""
 
     def __init__(self, sweep_id: str) -> None:
-        from tqdm.auto import tqdm
+        import importlib.util
+
+        # tqdm.auto wants ipywidgets for its notebook widget and warns without it: text then.
+        if importlib.util.find_spec("ipywidgets") is not None:
+            from tqdm.auto import tqdm
+        else:
+            from tqdm import tqdm
 
         self.bar: Any = tqdm(total=None, desc=sweep_id, unit="trial", dynamic_ncols=True,
                              bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} "
                                         "[{elapsed}{postfix}]")
 
     def update(self, sweep: Sweep) -> None:
-        self.bar.set_description(f"{sweep.name} ({sweep.id})", refresh=False)
+        self.bar.set_description_str(f"{sweep.name} ({sweep.id})", refresh=False)
         if sweep.counters.total and self.bar.total != sweep.counters.total:
             self.bar.total = sweep.counters.total
         self.bar.n = finished(sweep)
