@@ -182,3 +182,24 @@ def test_watch_ends_with_one_line(ended_sweep, service_env):
     assert lines[-1] == f"sweep {ended_sweep['id']} succeeded: 3/3 trials ended (3 done, " \
                         "0 stopped, 0 failed)"
     assert not any(line.startswith("of ") for line in lines)
+
+
+def test_from_mlflow_reads_a_sweep_run_without_the_service(tmp_path):
+    spec = tmp_path / "cli.yaml"
+    spec.write_text(yaml.safe_dump(tiny_spec("cli-run", **{"template.training.epochs": 2})))
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    env = {**os.environ, "PYTHONPATH": str(repo_root()), "MLFLOW_TRACKING_URI": uri,
+           "KSWEEP_SWEEP_ROOT": str(tmp_path / "root"), "RAY_ADDRESS": ""}
+    run = subprocess.run([sys.executable, "-m", "service.cli", "sweep", "run", str(spec),
+                          "--sweep-id", "clirun01", "--num-cpus", "2"], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=540)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    frames = from_mlflow(uri, "clirun01")
+    assert list(frames.trials["state"]) == ["done"] * 3
+    assert frames.trials["mlflow_run_id"].notna().all()
+    # The default curves: train/loss, val/loss, val/latent_nmi, val/kl at epochs 1 and 2.
+    assert len(frames.history) == 3 * 2 * 4
+    nmi = frames.cells.query("metric == 'latent_nmi' and kind == 'all' and split == 'test'")
+    assert len(nmi) == 4 and nmi["mean"].between(0, 1).all()
+    by_experiment = from_mlflow(uri, "cli-run")
+    pdt.assert_frame_equal(by_experiment.cells, frames.cells)
