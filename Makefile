@@ -26,8 +26,11 @@ lint: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(VENV)/bin/mkdocs build --strict
 
+# The suite on TEST_WORKERS pytest-xdist workers; tests marked xdist_group("exclusive") run
+# one after another on one of them (docs/development.md). TEST_WORKERS=0 runs it in-process.
+TEST_WORKERS ?= 3
 test: lint docs
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30
 
 # DEMO_ARGS=--ui also starts the MLflow UI on the demo's store at the end.
 demo: $(STAMP)

@@ -5,6 +5,7 @@ import sys
 
 from benchmarks import (
     bench_cohort,
+    bench_datasets,
     bench_headline,
     bench_objectives,
     bench_plots,
@@ -20,6 +21,7 @@ def main() -> None:
     bench_training.main()
     bench_plots.main()
     bench_cohort.main()
+    bench_datasets.main([])
     gpu_trial.main()
     bench_sweep.main([])
     bench_service.main()

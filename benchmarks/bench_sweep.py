@@ -43,6 +43,7 @@ from ray import tune
 import sweeps.tune.runner
 from benchmarks import sweep_profile
 from benchmarks.bare_trial import bare_trial
+from sweeps.plan.build import build_plan
 from sweeps.spec import SweepSpec, load_sweep_spec
 from sweeps.tune.runner import run_sweep
 from workers.contract import TUNE_ENV
@@ -164,7 +165,7 @@ def run_ksweep(spec: SweepSpec, root: Path, tracking_uri: str, sweep_id: str,
     fit_s: list[float] = []
     with _driver_environ(), _timed_fit(fit_s), _profiled_trainable(profile):
         started_at, started, cpu = time.time(), time.perf_counter(), time.process_time()
-        outcome = run_sweep(spec, sweep_id=sweep_id, sweep_root=root, tracking_uri=tracking_uri,
+        outcome = run_sweep(spec, build_plan(spec), sweep_id=sweep_id, sweep_root=root, tracking_uri=tracking_uri,
                             num_cpus=NUM_CPUS)
         wall = time.perf_counter() - started
         cpu = time.process_time() - cpu

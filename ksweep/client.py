@@ -16,7 +16,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from ksweep.errors import ServiceUnreachable, SpecError, WaitTimeout, error_for
-from ksweep.progress import TERMINAL, WaitBar
+from ksweep.progress import WaitBar
 from service.api.schemas import (
     FieldProblem,
     History,
@@ -27,6 +27,7 @@ from service.api.schemas import (
     Trial,
     TrialPage,
 )
+from workers.contract import TERMINAL_SWEEP_STATES
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -163,7 +164,7 @@ class Client:
                 sweep = self.get(sweep_id)
                 if bar is not None:
                     bar.update(sweep)
-                if sweep.state in TERMINAL:
+                if sweep.state in TERMINAL_SWEEP_STATES:
                     return sweep
                 if deadline is not None and time.monotonic() >= deadline:
                     raise WaitTimeout(f"sweep {sweep_id} is still {sweep.state} after "
@@ -197,7 +198,7 @@ class Client:
 
     def history(self, sweep_id: str, metrics: Sequence[str] | None = None) -> History:
         """Per-epoch curves of every trial (from MLflow, through the service); ``metrics``
-        default to train/loss, val/loss, val/latent_nmi and val/kl."""
+        default to the report's curves (workers.contract.HISTORY_METRICS)."""
         params = {"metrics": ",".join(metrics)} if metrics else {}
         return History.model_validate_json(
             self.request("GET", f"/sweeps/{sweep_id}/history", params=params).content)

@@ -29,7 +29,8 @@ def from_mlflow(tracking_uri: str, experiment_or_sweep_id: str,
     Args:
         tracking_uri: the MLflow store (``sqlite:///.../mlflow.db``, ``http://host:5000``).
         experiment_or_sweep_id: a sweep id, or an experiment id or name holding one sweep.
-        metrics: the history's metrics (default train/loss, val/loss, val/latent_nmi, val/kl).
+        metrics: the history's metrics (default the report's curves,
+            ``workers.contract.HISTORY_METRICS``).
 
     Raises:
         LookupError: no such sweep, several sweeps in the experiment (their ids are listed),

@@ -6,8 +6,6 @@ from typing import Any
 
 from service.api.schemas import Sweep
 
-TERMINAL = ("succeeded", "failed", "cancelled")
-
 
 def format_eta(seconds: float | None) -> str:
     """``3m05s``, ``42s``, or ``-`` when unknown."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from service.api.schemas import Report
+from workers.contract import SELECTED_EPOCH
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
 __all__ = ["Frames", "build_frames"]
 
 _TRIAL_KEYS = ("trial_id", "state", "epochs", "error", "mlflow_run_id")
-SELECTED_EPOCH = "selected/epoch"
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from workers.contract import default_tracking_uri
+from workers.contract import LOCAL_MLFLOW_UI, default_tracking_uri
 
 ADMIN_OWNER = "admin"
 LOCAL_TOKEN_FILE = "api-token"
@@ -50,7 +50,7 @@ class Settings(BaseSettings):
         description="Where drivers and trials log (default sqlite:///$PWD/mlflow.db).",
     )
     mlflow_ui_url: str = Field(
-        "http://127.0.0.1:5000",
+        LOCAL_MLFLOW_UI,
         description="Base URL of the MLflow UI, for the links the API returns.",
     )
     launcher: Literal["local", "ray"] = Field(
@@ -98,6 +98,34 @@ class Settings(BaseSettings):
         "mostly records polls; unexpected errors are logged either way.",
     )
     cancel_grace_s: float = Field(10.0, ge=0, description="SIGTERM-to-SIGKILL wait on cancel.")
+    data_root: Path | None = Field(
+        None, description="The dataset registry (docs/guide/datasets.md); default "
+        "<sweep_root>/datasets. Drivers and workers get it passed down with the trial config.",
+    )
+    max_dataset_bytes: int = Field(
+        1 << 30, ge=1024, description="Largest dataset upload (POST /datasets): Content-Length "
+        "checked first, the stream cut at this + 1 byte (413).",
+    )
+    max_dataset_rows: int = Field(
+        2_000_000, ge=1, description="Rows of one dataset (from the Parquet footer before any "
+        "data is read; while reading for Arrow and JSONL).",
+    )
+    max_dataset_tokens: int = Field(
+        200_000_000, ge=1, description="Token ids in x plus y over one dataset's rows.",
+    )
+    max_dataset_line_bytes: int = Field(
+        8 << 20, ge=1024, description="Longest JSONL line of a dataset upload (422 naming the row).",
+    )
+    dataset_quota_bytes: int = Field(
+        8 << 30, ge=0, description="Stored (canonical, zstd Parquet) bytes of datasets per owner.",
+    )
+    dataset_validate_memory_bytes: int = Field(
+        4 << 30, ge=0, description="Address-space limit (RLIMIT_AS) of the subprocess that "
+        "validates an upload; 0: none. Below ~600 MB pyarrow itself cannot load.",
+    )
+    dataset_validate_timeout_s: float = Field(
+        300.0, gt=0, description="The validation subprocess is killed after this long (422).",
+    )
     url: str = Field("http://127.0.0.1:8000", description="Service URL for the CLI client.")
     token: str | None = Field(None, repr=False, description="Bearer token for the CLI client.")
 
@@ -110,6 +138,12 @@ class Settings(BaseSettings):
     @property
     def store_url(self) -> str:
         return self.database_url or f"sqlite:///{self.sweep_root / 'service.db'}"
+
+    @property
+    def dataset_root(self) -> Path:
+        """Where the dataset registry lives (KSWEEP_DATA_ROOT, default <sweep_root>/datasets)."""
+        return (self.data_root.expanduser().resolve() if self.data_root is not None
+                else self.sweep_root / "datasets")
 
     @property
     def local_token_path(self) -> Path:

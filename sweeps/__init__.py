@@ -1,14 +1,13 @@
-"""Sweeps: the spec schema, its expansion into a plan, and (elsewhere) the Ray Tune driver."""
+"""Sweeps: the spec (``spec/``), its plan (``plan/``), the Ray Tune driver (``tune/``) and the
+report (``report/``).
 
-from sweeps.plan.build import SweepPlan, build_plan, render_plan
-from sweeps.spec import METRIC_NAMES, SweepSpec, load_sweep_spec, parse_sweep_spec
+Names load on first use (``lazy_loader``), so importing one subpackage (the API imports
+``sweeps.spec`` and ``sweeps.tune.status``) does not import the others.
+"""
 
-__all__ = [
-    "METRIC_NAMES",
-    "SweepPlan",
-    "SweepSpec",
-    "build_plan",
-    "load_sweep_spec",
-    "parse_sweep_spec",
-    "render_plan",
-]
+import lazy_loader
+
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "plan.build": ["SweepPlan", "build_plan", "render_plan"],
+    "spec": ["METRIC_NAMES", "SweepSpec", "load_sweep_spec", "parse_sweep_spec"],
+})

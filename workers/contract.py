@@ -15,6 +15,7 @@ import math
 import os
 import time
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,11 @@ from typing import Any
 
 TRAIN = "train"
 VAL = "val"
-SPLITS: tuple[str, ...] = (TRAIN, VAL)
+TEST = "test"
+SPLITS: tuple[str, ...] = (TRAIN, VAL, TEST)
+"""Every split of the task (the data generator's, the read-outs')."""
+EPOCH_SPLITS: tuple[str, ...] = (TRAIN, VAL)
+"""The splits the training loop logs :data:`SPLIT_METRICS` on every epoch."""
 
 # Logged on every split by the training loop.
 SPLIT_METRICS: tuple[str, ...] = (
@@ -47,10 +52,15 @@ TRAIN_LOSS = metric_name(TRAIN, "loss")
 VAL_BASELINE_SELF_CHECK = metric_name(VAL, "baseline_self_check")
 PERF_EPOCH_SECONDS = "perf/epoch_seconds"
 PERF_TOKENS_PER_SECOND = "perf/tokens_per_second"
+VAL_KL = metric_name(VAL, "kl")
+VAL_KAPPA_MEAN = metric_name(VAL, "kappa_mean")
+
+# The per-epoch curves a trial's outcome keeps (the report's plots; a cohort keeps them per member).
+HISTORY_METRICS: tuple[str, ...] = (VAL_LATENT_NMI, VAL_LATENT_ARI, VAL_LOSS, VAL_KL, VAL_KAPPA_MEAN)
 
 # The metrics a sweep may optimise or report on (docs/concepts/design.md, "What a trial records").
 METRIC_NAMES: tuple[str, ...] = (
-    *(metric_name(split, name) for split in SPLITS for name in SPLIT_METRICS),
+    *(metric_name(split, name) for split in EPOCH_SPLITS for name in SPLIT_METRICS),
     *(metric_name(VAL, name) for name in LATENT_METRICS),
 )
 DEFAULT_OBJECTIVE_METRIC = VAL_LATENT_NMI
@@ -185,9 +195,31 @@ LOOPBACK_RAY_ENV: dict[str, str] = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
 # --- the progress record ------------------------------------------------------------------
 
-SWEEP_STATES: tuple[str, ...] = ("queued", "running", "succeeded", "failed", "cancelled")
-TERMINAL_STATES: tuple[str, ...] = ("succeeded", "failed", "cancelled")
-TRIAL_STATES: tuple[str, ...] = ("pending", "running", "done", "stopped", "failed")
+class SweepState(StrEnum):
+    """A sweep's state: in the store's ``state`` column, the API's documents and the CLI (the
+    values are stored and documented: never rename one)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class TrialState(StrEnum):
+    """A trial's state in the progress record, the API's trial list and the report."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+# Plain strings (``.value``): the store compares its column with them.
+ACTIVE_SWEEP_STATES: tuple[str, ...] = (SweepState.QUEUED.value, SweepState.RUNNING.value)
+TERMINAL_SWEEP_STATES: tuple[str, ...] = tuple(
+    s.value for s in SweepState if s.value not in ACTIVE_SWEEP_STATES)
 COUNTERS: tuple[str, ...] = ("total", "pending", "running", "done", "failed", "stopped")
 
 
@@ -242,11 +274,10 @@ class SweepStatus:
         return cls(**{key: value for key, value in data.items() if key in known})
 
 
-# ==== names added by sci-task (read-outs of issue 11) =====================================
-# Keep this block separate when merging with the other helpers' versions of this module.
+# --- read-outs ----------------------------------------------------------------------------
 
-READOUT_SPLITS: tuple[str, ...] = ("train", "val", "test")
 EXAMPLE_KINDS: tuple[str, ...] = ("prefix", "diffuse", "private")
+"""The task's example kinds; an example's kind id is its index here."""
 SELECTED_PREFIX = "selected/"
 SELECTED_EPOCH = "selected/epoch"
 STOP_EPOCH = "training/stop_epoch"  # epochs trained (< max when early stopping ended the run)
@@ -294,7 +325,7 @@ PROVENANCE_PARAMS: tuple[str, ...] = (
 )
 
 
-def readout_names(family: str = "discrete", splits: tuple[str, ...] = READOUT_SPLITS) -> list[str]:
+def readout_names(family: str = "discrete", splits: tuple[str, ...] = SPLITS) -> list[str]:
     """Every per-epoch read-out name of a trial of ``family``, overall and per kind."""
     names = SURPRISAL_READOUTS + MODEL_READOUTS + (
         CONTINUOUS_READOUTS if family == "continuous" else ())
@@ -311,8 +342,7 @@ def selected_name(name: str) -> str:
     return SELECTED_PREFIX + name
 
 
-# ==== names added by cohort-wire (cohorts in sweeps, issue 12) ============================
-# Keep this block separate when merging with the other helpers' versions of this module.
+# --- cohorts ------------------------------------------------------------------------------
 
 COHORT_TAG = "ksweep.cohort"
 """On a trial run trained in a cohort: the Tune trial id of its cohort (absent for a lone trial)."""

@@ -32,6 +32,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from workers.contract import EPOCH_SPLITS, metric_name
+
 __all__ = [
     "plot_kappa_histogram",
     "plot_metric_against_alpha",
@@ -39,17 +41,12 @@ __all__ = [
     "plot_reconstruction_curves",
 ]
 
-_RECONSTRUCTION_KEYS = (
-    "train/recon_uniform",
-    "val/recon_uniform",
-    "train/recon_token_weighted",
-    "val/recon_token_weighted",
-    "train/recon_cc",
-    "val/recon_cc",
-    "train/recon_ncc",
-    "val/recon_ncc",
+_RECONSTRUCTION_KEYS = tuple(
+    metric_name(split, name)
+    for name in ("recon_uniform", "recon_token_weighted", "recon_cc", "recon_ncc")
+    for split in EPOCH_SPLITS
 )
-_LOSS_KEYS = ("train/kl", "val/kl", "train/loss", "val/loss")
+_LOSS_KEYS = tuple(metric_name(split, name) for name in ("kl", "loss") for split in EPOCH_SPLITS)
 _DPI = 110
 _PNG_OPTIONS = {"compress_level": 1}  # zlib level: ~3x faster than PIL's 6, files ~1.5x larger
 # Fixed margins (figure fractions) that fit these figures' titles, labels and tick labels.

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from workers.contract import (
+    HISTORY_METRICS,
     RUN_KIND_SWEEP,
     RUN_KIND_TAG,
     RUN_KIND_TRIAL,
@@ -29,8 +30,8 @@ from workers.contract import (
 )
 
 REPORT_ARTIFACT = "report.json"
-DEFAULT_HISTORY_METRICS: tuple[str, ...] = ("train/loss", "val/loss", "val/latent_nmi", "val/kl")
-"""The curves ``/history`` returns when no ``metrics`` are asked for."""
+DEFAULT_HISTORY_METRICS: tuple[str, ...] = HISTORY_METRICS
+"""The curves ``/history`` returns when no ``metrics`` are asked for (the report's curves)."""
 MAX_HISTORY_METRICS = 50
 
 

@@ -13,16 +13,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
-from ruamel.yaml.events import (
-    AliasEvent,
-    CollectionEndEvent,
-    CollectionStartEvent,
-    NodeEvent,
-)
+if TYPE_CHECKING:  # ruamel loads on the first file read, not when the API imports spec loading
+    from ruamel.yaml import YAML
 
 MAX_YAML_BYTES = 1_048_576
 MAX_YAML_NODES = 100_000
@@ -34,6 +28,8 @@ class SpecFileError(ValueError):
 
 
 def _yaml() -> YAML:
+    from ruamel.yaml import YAML
+
     yaml = YAML(typ="safe", pure=True)
     yaml.version = (1, 2)
     return yaml
@@ -41,6 +37,8 @@ def _yaml() -> YAML:
 
 def _expanded_nodes(text: str, limit: int) -> int:
     """Nodes of the document with every alias expanded, counted from the parser's events."""
+    from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, NodeEvent
+
     sizes: dict[str, int] = {}  # anchor -> expanded size of its node
     stack: list[list[Any]] = [[None, 0]]  # [anchor, size so far] per open collection
     for event in _yaml().parse(text):
@@ -66,6 +64,8 @@ def _expanded_nodes(text: str, limit: int) -> int:
 def load_yaml(text: str, *, max_nodes: int = MAX_YAML_NODES, source: str = "the spec") -> Any:
     """The YAML 1.2 document in ``text``; :class:`SpecFileError` if it is not YAML or would
     expand past ``max_nodes`` nodes."""
+    from ruamel.yaml.error import YAMLError
+
     try:
         nodes = _expanded_nodes(text, max_nodes)
         if nodes > max_nodes:

@@ -70,7 +70,16 @@ async def get_services(request: Request) -> Services:
     return request.app.state.services
 
 
-def _owner_of(credentials: HTTPAuthorizationCredentials | None, services: Services) -> str | None:
+def bearer_credentials(authorization: str) -> HTTPAuthorizationCredentials | None:
+    """An ``Authorization`` header's scheme and token; None when either is missing."""
+    scheme, _, token = authorization.partition(" ")
+    if not scheme or not token.strip():
+        return None
+    return HTTPAuthorizationCredentials(scheme=scheme, credentials=token.strip())
+
+
+def owner_of(credentials: HTTPAuthorizationCredentials | None, services: Services) -> str | None:
+    """The owner whose bearer token this is; None without one, or for an unknown token."""
     if credentials is None or credentials.scheme.lower() != "bearer":
         return None
     # The token's hash against every known hash in constant time (no early exit, no
@@ -91,7 +100,7 @@ def _unauthorized(detail: str) -> ProblemError:
 def _require_owner(credentials: HTTPAuthorizationCredentials | None, services: Services) -> str:
     if credentials is None:
         raise _unauthorized("this request needs 'Authorization: Bearer <token>' (KSWEEP_TOKEN)")
-    owner = _owner_of(credentials, services)
+    owner = owner_of(credentials, services)
     if owner is None:
         raise _unauthorized("the bearer token is not valid")
     return owner
@@ -109,12 +118,18 @@ async def read_access(request: Request, services: Services = Depends(get_service
     The header is read by hand rather than through ``bearer`` so that the OpenAPI document
     does not claim reads need a token when, by default, they do not.
     """
-    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-    credentials = HTTPAuthorizationCredentials(scheme=scheme, credentials=token.strip()) \
-        if scheme and token.strip() else None
+    credentials = bearer_credentials(request.headers.get("Authorization", ""))
     if not services.settings.read_auth:
-        return _owner_of(credentials, services)
+        return owner_of(credentials, services)
     return _require_owner(credentials, services)
+
+
+def may_read(authorization: str, services: Services) -> bool:
+    """Whether :func:`read_access` lets a request with this ``Authorization`` header read
+    (the hot reads ask before FastAPI sees the request)."""
+    if not services.settings.read_auth:
+        return True
+    return owner_of(bearer_credentials(authorization), services) is not None
 
 
 def may_act_on(owner: str, sweep_owner: str) -> bool:

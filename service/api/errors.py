@@ -120,11 +120,14 @@ class BodySizeLimit:
     an oversized upload is refused before any handler sees a byte of it.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, streamed: tuple[str, ...] = ()) -> None:
         self.app, self.max_bytes = app, max_bytes
+        # Paths whose handlers stream and cap the body themselves (dataset uploads).
+        self.streamed = streamed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS", "DELETE"):
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS", "DELETE") \
+                or scope.get("path") in self.streamed:
             await self.app(scope, receive, send)
             return
         declared = dict(scope.get("headers") or []).get(b"content-length")

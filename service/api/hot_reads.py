@@ -5,7 +5,7 @@ Dashboards and ``ksweep status``/``watch`` poll these two far more than anything
 FastAPI a small read spends about half of its server CPU in the layers around the endpoint
 (ten ASGI middleware and routing frames, dependency solving, request objects); here an ordinary
 request is recognised from its scope and answered directly, with the same bytes and headers
-the FastAPI routes give (both call the same body functions in :mod:`service.api.routes.sweeps`).
+the FastAPI routes give (both call the same body functions in :mod:`service.api.bodies`).
 
 The store is read off the event loop, by a few threads of this module's own
 (:class:`ReadThreads`) rather than through ``anyio.to_thread``: anyio's hand-off (capacity
@@ -35,11 +35,10 @@ from collections.abc import Callable
 from typing import Any, get_args
 from urllib.parse import parse_qsl
 
-from fastapi.security import HTTPAuthorizationCredentials
 from starlette.types import Scope, Send
 
-from service.api.deps import Services, _owner_of
-from service.api.routes.sweeps import list_page_body, sweep_body
+from service.api.bodies import list_page_body, sweep_body
+from service.api.deps import Services, may_read
 from service.api.schemas import SweepState
 
 log = logging.getLogger("ksweep.service")
@@ -82,20 +81,12 @@ def list_params(query_string: bytes) -> dict[str, Any] | None:
 
 
 def _authorised(scope: Scope, services: Services) -> bool:
-    """Whether FastAPI's ``read_access`` would let this request read (no token needed unless
-    KSWEEP_READ_AUTH; then a valid bearer token, read as ``read_access`` reads it)."""
-    if not services.settings.read_auth:
+    """Whether FastAPI's ``read_access`` would let this request read (:func:`may_read`)."""
+    if not services.settings.read_auth:  # the common case: no header scan
         return True
-    header = ""
-    for name, value in scope["headers"]:
-        if name == b"authorization":
-            header = value.decode("latin-1")
-            break
-    scheme, _, token = header.partition(" ")
-    if not scheme or not token.strip():
-        return False
-    credentials = HTTPAuthorizationCredentials(scheme=scheme, credentials=token.strip())
-    return _owner_of(credentials, services) is not None
+    header = next((value.decode("latin-1") for name, value in scope["headers"]
+                   if name == b"authorization"), "")
+    return may_read(header, services)
 
 
 Job = tuple[asyncio.AbstractEventLoop, asyncio.Future, Callable[[], Any]]

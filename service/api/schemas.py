@@ -7,8 +7,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-SweepState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
-TrialState = Literal["pending", "running", "done", "stopped", "failed"]
+from workers import contract
+
+# Literals of the contract's enums' values: the OpenAPI document keeps its inline string enums.
+SweepState = Literal[tuple(s.value for s in contract.SweepState)]  # type: ignore[valid-type]
+TrialState = Literal[tuple(s.value for s in contract.TrialState)]  # type: ignore[valid-type]
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 
@@ -173,7 +176,7 @@ class HistoryPoint(BaseModel):
     """One metric of one trial at one epoch (``step``); None where the value was NaN."""
 
     trial_id: str
-    metric: str = Field(..., examples=["val/latent_nmi"])
+    metric: str = Field(..., examples=[contract.VAL_LATENT_NMI])
     step: int = Field(..., description="The epoch (1-based) or, for read-outs, the step logged.")
     value: float | None
 

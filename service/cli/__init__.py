@@ -17,6 +17,7 @@ from service.cli.client import (
     watch_command,
 )
 from service.cli.common import validate_command
+from service.cli.datasets import data_app
 from service.cli.server import serve_command
 from service.cli.training import sweep_app, train_command
 
@@ -31,6 +32,7 @@ app.command("watch")(watch_command)
 app.command("cancel")(cancel_command)
 app.command("report")(report_command)
 app.command("export")(export_command)
+app.add_typer(data_app, name="data")
 
 
 @app.command("objectives")

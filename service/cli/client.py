@@ -22,11 +22,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ksweep import ApiError, Client, KsweepError, SpecError
-from ksweep.progress import TERMINAL, best_text, counter_line, finished, format_eta
+from ksweep.progress import best_text, counter_line, finished, format_eta
+from workers.contract import TERMINAL_SWEEP_STATES, SweepState
 
 console = Console()
 # `ksweep watch` exits with the outcome: scripts can tell success from failure or cancel.
-EXIT_CODES = {"succeeded": 0, "failed": 1, "cancelled": 3}
+EXIT_CODES = {SweepState.SUCCEEDED: 0, SweepState.FAILED: 1, SweepState.CANCELLED: 3}
 BAD_INPUT = (400, 404, 409, 413, 422)
 
 
@@ -102,7 +103,7 @@ def watch_command(
             progress.update(task, description=sweep.name, total=sweep.counters.total or None,
                             completed=finished(sweep), state=sweep.state, best=best_text(sweep),
                             eta=format_eta(sweep.eta_seconds))
-            if sweep.state in TERMINAL:
+            if sweep.state in TERMINAL_SWEEP_STATES:
                 break
             time.sleep(interval)
     # One short line: the counters line wrapped at 80 columns and left "of 15" on a line of its own.
@@ -174,7 +175,8 @@ def export_command(
                                 help="The file to write; default stdout (csv, json) or "
                                      "ID-TABLE.parquet."),
     metrics: str = typer.Option(None, help="History metrics, comma-separated "
-                                           "(default train/loss,val/loss,val/latent_nmi,val/kl)."),
+                                           "(default the report's curves: val/latent_nmi, val/latent_ari, "
+                                           "val/loss, val/kl, val/kappa_mean)."),
 ) -> None:
     """Write one table of a sweep (trials, cells, contrasts, history) as CSV, Parquet or JSON
     records."""

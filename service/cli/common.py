@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from sweeps.spec import SweepSpec
+if TYPE_CHECKING:  # the spec model loads with the first command that reads a spec, not for --help
+    from sweeps.plan.build import SweepPlan
+    from sweeps.spec import SweepSpec
 
 console = Console()
 
@@ -33,6 +36,7 @@ def format_validation_error(error: ValidationError) -> str:
 def load_spec_or_exit(path: Path) -> SweepSpec:
     """Load a spec file (YAML 1.2 or JSON, bounded: :mod:`workers.yaml_loader`) and validate it
     as strictly as the API does, printing every problem with its field path (exit 2)."""
+    from sweeps.spec import SweepSpec
     from workers.yaml_loader import read_spec_file
 
     try:
@@ -45,15 +49,27 @@ def load_spec_or_exit(path: Path) -> SweepSpec:
         raise typer.Exit(2) from None
 
 
+def plan_or_exit(spec: SweepSpec, path: Path) -> SweepPlan:
+    """The spec's plan, built once; a plan over ``budget.max_trials`` is printed as
+    :func:`load_spec_or_exit` prints an invalid spec (exit 2)."""
+    from sweeps.plan.budget import build_plan_within_budget
+
+    try:
+        return build_plan_within_budget(spec)
+    except ValidationError as error:
+        console.print(f"[red]invalid sweep spec {path}:[/red]\n{format_validation_error(error)}")
+        raise typer.Exit(2) from None
+
+
 def validate_command(
     spec_path: Path = typer.Argument(..., exists=True, dir_okay=False, help="Sweep spec YAML/JSON."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
 ) -> None:
     """Validate a spec and print its trial plan (count, epoch budget, resources); runs nothing."""
-    from sweeps.plan.build import build_plan, render_plan
+    from sweeps.plan.build import render_plan
 
     spec = load_spec_or_exit(spec_path)
-    plan = build_plan(spec)
+    plan = plan_or_exit(spec, spec_path)
     if as_json:
         console.print_json(json.dumps(plan.to_dict()))
     else:

@@ -33,6 +33,7 @@ from service.cli.common import (
     default_sweep_root,
     format_validation_error,
     load_spec_or_exit,
+    plan_or_exit,
 )
 from workers.contract import (
     LOCAL_MLFLOW_UI,
@@ -137,20 +138,22 @@ def run_command(
     # local Ray started here listens on loopback only (both before Ray is imported).
     for name, value in (TUNE_ENV | ({} if os.environ.get("RAY_ADDRESS") else LOOPBACK_RAY_ENV)).items():
         os.environ.setdefault(name, value)
+    from service.settings import get_settings
     from sweeps.report.build import report_markdown
     from sweeps.tune.runner import run_sweep
 
     spec = load_spec_or_exit(spec_path)
+    plan = plan_or_exit(spec, spec_path)
     sweep_id = sweep_id or uuid.uuid4().hex[:12]
     tracking_uri = default_tracking_uri()
-    console.print(f"sweep [bold]{spec.name}[/bold] id {sweep_id}: {spec.trial_count()} trials, "
+    console.print(f"sweep [bold]{spec.name}[/bold] id {sweep_id}: {plan.trial_count} trials, "
                   f"MLflow {tracking_uri}")
-    view = LiveView(spec.trial_count(), spec.name)
+    view = LiveView(plan.trial_count, spec.name)
     started = time.perf_counter()
     with view.live:
-        outcome = run_sweep(spec, sweep_id=sweep_id, sweep_root=default_sweep_root(),
+        outcome = run_sweep(spec, plan, sweep_id=sweep_id, sweep_root=default_sweep_root(),
                             tracking_uri=tracking_uri, num_cpus=num_cpus, sinks=[view],
-                            experiment_name=experiment)
+                            experiment_name=experiment, mlflow_ui_url=get_settings().mlflow_ui_url)
     console.print(report_markdown(outcome.report))
     console.print(f"{outcome.status.state} in {time.perf_counter() - started:.1f} s; parent run "
                   f"{outcome.parent_run_id} (experiment {outcome.experiment_id})")

@@ -21,7 +21,7 @@ from service.settings import Settings
 from service.store.db import SweepRow
 from service.store.lease import Lease, new_holder_id
 from service.store.queries import Store
-from workers.contract import STATE_TAG, SWEEP_ID_TAG, runs_with_tag_filter
+from workers.contract import STATE_TAG, SWEEP_ID_TAG, SweepState, runs_with_tag_filter
 
 log = logging.getLogger("ksweep.supervisor")
 LAUNCHING = "launching"
@@ -74,14 +74,14 @@ class Supervisor:
         """One pass: deal with dead drivers, then start queued sweeps while there is room."""
         with self.lock:
             unknown = {}
-            for row in self.store.sweeps_in_state("running"):
+            for row in self.store.sweeps_in_state(SweepState.RUNNING.value):
                 if self._watch(row) == DriverHealth.UNKNOWN:
                     unknown[row.id] = row.driver_handle
             self.unknown_health = unknown
-            room = self.settings.max_concurrent_sweeps - self.store.count_in_state("running")
+            room = self.settings.max_concurrent_sweeps - self.store.count_in_state(SweepState.RUNNING.value)
             if room > 0:
-                for row in self.store.sweeps_in_state("queued")[:room]:
-                    self._launch(row.id, attempt=1, from_states=("queued",))
+                for row in self.store.sweeps_in_state(SweepState.QUEUED.value)[:room]:
+                    self._launch(row.id, attempt=1, from_states=(SweepState.QUEUED.value,))
 
     def _watch(self, row: SweepRow) -> DriverHealth | None:
         handle = row.driver_handle
@@ -93,7 +93,7 @@ class Supervisor:
                 log.info("sweep %s: driver %s health unknown; not restarting", row.id, handle)
                 return health
         fresh = self.store.get_sweep(row.id)  # the driver may have ended the sweep meanwhile
-        if fresh is None or fresh.state != "running":
+        if fresh is None or fresh.state != SweepState.RUNNING:
             return
         reason = "the API stopped while starting the driver"
         if handle and handle != LAUNCHING:
@@ -103,9 +103,9 @@ class Supervisor:
         if fresh.attempts <= self.settings.max_driver_restarts:
             log.warning("sweep %s: driver died (%s); restarting it (attempt %d)",
                         row.id, reason.splitlines()[0], fresh.attempts + 1)
-            self._launch(row.id, attempt=fresh.attempts + 1, from_states=("running",))
+            self._launch(row.id, attempt=fresh.attempts + 1, from_states=(SweepState.RUNNING.value,))
         else:
-            self.store.finish(row.id, "failed", from_states=("running",), error=(
+            self.store.finish(row.id, SweepState.FAILED.value, from_states=(SweepState.RUNNING.value,), error=(
                 f"the driver died {fresh.attempts} times (KSWEEP_MAX_DRIVER_RESTARTS="
                 f"{self.settings.max_driver_restarts}); last: {reason}"))
 
@@ -118,7 +118,7 @@ class Supervisor:
         try:
             handle = self.launcher.launch(sweep_id, attempt)
         except (OSError, RuntimeError, ValueError) as error:  # Popen, or the Jobs API refused
-            self.store.finish(sweep_id, "failed", from_states=("running",),
+            self.store.finish(sweep_id, SweepState.FAILED.value, from_states=(SweepState.RUNNING.value,),
                               error=f"could not start the driver: {type(error).__name__}: {error}")
             return
         self.store.set_driver_handle(sweep_id, handle)
@@ -128,7 +128,7 @@ class Supervisor:
         """Cancel an active sweep: the store first (so nothing restarts or revives it), then
         the driver and its trials. False when the sweep had already ended."""
         with self.lock:
-            if not self.store.finish(row.id, "cancelled", error=None):
+            if not self.store.finish(row.id, SweepState.CANCELLED.value, error=None):
                 return False
             fresh = self.store.get_sweep(row.id)
             handle = fresh.driver_handle if fresh is not None else None
@@ -148,7 +148,7 @@ def close_mlflow_runs(tracking_uri: str, experiment_id: str, sweep_id: str) -> N
         runs = client.search_runs([experiment_id], filter_string=(
             runs_with_tag_filter(**{SWEEP_ID_TAG: sweep_id}) + " and attributes.status = 'RUNNING'"))
         for run in runs:
-            client.set_tag(run.info.run_id, STATE_TAG, "cancelled")
+            client.set_tag(run.info.run_id, STATE_TAG, SweepState.CANCELLED.value)
             client.set_terminated(run.info.run_id, "KILLED")
     except Exception:  # the sweep is cancelled either way; run states are cosmetic
         log.exception("sweep %s: could not close its MLflow runs", sweep_id)

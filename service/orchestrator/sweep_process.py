@@ -12,7 +12,6 @@ and its failure are retried until the store answers again (``service/store/retry
 
 from __future__ import annotations
 
-import json
 import sys
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -20,35 +19,39 @@ from sqlalchemy.exc import SQLAlchemyError
 from service.settings import get_settings
 from service.store.queries import Store
 from service.store.retry import store_retrying
+from sweeps.plan.budget import build_plan_within_budget
 from sweeps.spec import SweepSpec
-from sweeps.tune.runner import run_sweep, sweep_dir
+from sweeps.tune.runner import run_sweep
 from sweeps.tune.status import SweepStatus
+from workers.contract import SweepState
 
 
 class StoreSink:
-    """Publishes the driver's progress into the service store."""
+    """Publishes the driver's progress into the service store. A final status is held back:
+    :func:`main` stores it with the report that ``run_sweep`` returns (:meth:`finish`), so the
+    report is in the store by the time the sweep reads as ended."""
 
-    def __init__(self, store: Store, folder) -> None:
-        self.store, self.folder = store, folder
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.final: SweepStatus | None = None
 
     def publish(self, status: SweepStatus) -> None:
-        report = None
-        if status.state in ("succeeded", "failed"):
-            # run_sweep writes report.json before its final status, so the report is in the
-            # store by the time the sweep reads as ended.
-            try:
-                report = json.loads((self.folder / "report.json").read_text())
-            except (OSError, ValueError):
-                report = None
-        if report is not None or status.state in ("succeeded", "failed"):
-            store_retrying(lambda: self.store.publish_status(status, report=report),
-                           f"final status of sweep {status.sweep_id}")
+        if status.state in (SweepState.SUCCEEDED, SweepState.FAILED):
+            self.final = status
             return
         try:
-            self.store.publish_status(status, report=report)
+            self.store.publish_status(status)
         except SQLAlchemyError as error:  # a store hiccup must not kill the sweep; next publish retries
             first = str(error).splitlines()[0][:300]
             print(f"ksweep driver: could not record progress: {first}", file=sys.stderr, flush=True)
+
+    def finish(self, status: SweepStatus | None, report: dict | None) -> None:
+        """The final status (with the report, when the sweep has one), retried through a
+        store restart."""
+        status = status or self.final
+        if status is not None:
+            store_retrying(lambda: self.store.publish_status(status, report=report),
+                           f"final status of sweep {status.sweep_id}")
 
 
 def init_tracking_store(tracking_uri: str) -> None:
@@ -76,33 +79,36 @@ def main(argv: list[str] | None = None) -> int:
     if row is None:
         print(f"ksweep driver: no sweep {sweep_id!r} in the store", file=sys.stderr)
         return 2
-    if row.state != "running":
+    if row.state != SweepState.RUNNING:
         print(f"ksweep driver: sweep {sweep_id} is {row.state}, nothing to do", file=sys.stderr)
         return 0
     try:
         spec = SweepSpec.model_validate(row.spec)
+        plan = build_plan_within_budget(spec)
     except ValueError as error:  # nothing a restart could mend: fail the sweep at once
-        store.finish(sweep_id, "failed", error=f"stored spec is invalid: {error}",
-                     from_states=("running",))
+        store.finish(sweep_id, SweepState.FAILED.value, error=f"stored spec is invalid: {error}",
+                     from_states=(SweepState.RUNNING.value,))
         return 1
-    folder = sweep_dir(settings.sweep_root, sweep_id)
     init_tracking_store(settings.mlflow_tracking_uri)
     print(f"ksweep driver: sweep {sweep_id} ({spec.name}), attempt {row.attempts}", flush=True)
+    sink = StoreSink(store)
     try:
         outcome = run_sweep(
-            spec, sweep_id=sweep_id, sweep_root=settings.sweep_root,
+            spec, plan, sweep_id=sweep_id, sweep_root=settings.sweep_root,
             tracking_uri=settings.mlflow_tracking_uri, num_cpus=settings.driver_num_cpus,
-            ray_address=settings.ray_address, sinks=[StoreSink(store, folder)],
+            ray_address=settings.ray_address, sinks=[sink], mlflow_ui_url=settings.mlflow_ui_url,
         )
     except Exception as error:
-        # run_sweep has published the failed status; make sure the store says so even if
-        # that publish was lost.
+        # run_sweep has published the failed status to the sink: store it, then make sure the
+        # store says failed even if that status was never published.
+        sink.finish(None, None)
         reason = f"{type(error).__name__}: {error}"
-        store_retrying(lambda: store.finish(sweep_id, "failed", error=reason,
-                                            from_states=("running",)), f"failing sweep {sweep_id}")
+        store_retrying(lambda: store.finish(sweep_id, SweepState.FAILED.value, error=reason,
+                                            from_states=(SweepState.RUNNING.value,)), f"failing sweep {sweep_id}")
         raise
+    sink.finish(outcome.status, outcome.report)
     print(f"ksweep driver: sweep {sweep_id} {outcome.status.state}", flush=True)
-    return 0 if outcome.status.state == "succeeded" else 1
+    return 0 if outcome.status.state == SweepState.SUCCEEDED else 1
 
 
 if __name__ == "__main__":

@@ -27,8 +27,6 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
-ACTIVE_STATES = ("queued", "running")
-
 
 def utcnow() -> datetime:
     return datetime.now(UTC)

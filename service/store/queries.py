@@ -32,7 +32,6 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from service.store.db import (
-    ACTIVE_STATES,
     SweepRow,
     TrialRow,
     make_engine,
@@ -41,8 +40,7 @@ from service.store.db import (
     utcnow,
 )
 from sweeps.tune.status import SweepStatus
-
-_COUNTERS = ("total", "pending", "running", "done", "failed", "stopped")
+from workers.contract import ACTIVE_SWEEP_STATES, COUNTERS, SweepState
 
 
 def _summary_column(column: Any) -> Any:
@@ -78,7 +76,7 @@ def _list_queries(by_state: bool, by_owner: bool, columns: tuple[Any, ...]) -> t
 # order (each column fetched costs ~0.1 us per row in the sqlite3 module, most of a page's SQL
 # time), run through :class:`_DriverQuery`.
 DOCUMENT_COLUMNS = (
-    "id", "name", "owner", "state", "total", "pending", "running", "done", "failed", "stopped",
+    "id", "name", "owner", "state", *COUNTERS,
     "best_metric", "best_value", "best_trial", "best_config", "eta_seconds", "created_at",
     "started_at", "finished_at", "updated_at", "error", "experiment_id", "parent_run_id",
     "launcher", "driver_handle", "attempts",
@@ -94,7 +92,7 @@ _BY_IDEMPOTENCY_KEY = select(SweepRow).where(SweepRow.owner == bindparam("owner"
                                              SweepRow.idempotency_key == bindparam("key"))
 _ACTIVE_OF_OWNER = select(func.count()).select_from(SweepRow).where(
     SweepRow.owner == bindparam("owner"),
-    or_(*(SweepRow.state == state for state in ACTIVE_STATES)))  # not IN: no per-call expansion
+    or_(*(SweepRow.state == state for state in ACTIVE_SWEEP_STATES)))  # not IN: no per-call expansion
 
 
 class _DriverQuery:
@@ -178,7 +176,7 @@ class Store:
         request's sweep and False for the same body, and raises :class:`IdempotencyConflict`
         for another body.
         """
-        row = SweepRow(id=sweep_id, owner=owner, name=name, state="queued", spec=spec,
+        row = SweepRow(id=sweep_id, owner=owner, name=name, state=SweepState.QUEUED.value, spec=spec,
                        request_hash=request_hash, idempotency_key=idempotency_key,
                        total=total, pending=total, attempts=0)
         try:
@@ -265,10 +263,10 @@ class Store:
             return result.rowcount == 1
 
     def mark_launched(self, sweep_id: str, *, launcher: str, handle: str, attempts: int,
-                      from_states: Sequence[str] = ("queued",)) -> bool:
+                      from_states: Sequence[str] = (SweepState.QUEUED.value,)) -> bool:
         """queued -> running (or a restart of a running sweep) with its new driver."""
         now = utcnow()
-        values: dict[str, Any] = {"state": "running", "launcher": launcher, "driver_handle": handle,
+        values: dict[str, Any] = {"state": SweepState.RUNNING.value, "launcher": launcher, "driver_handle": handle,
                                   "attempts": attempts, "heartbeat_at": now}
         row = self.get_sweep(sweep_id)
         if row is not None and row.started_at is None:
@@ -281,7 +279,7 @@ class Store:
                             .values(driver_handle=handle))
 
     def finish(self, sweep_id: str, state: str, *, error: str | None = None,
-               from_states: Sequence[str] = ACTIVE_STATES) -> bool:
+               from_states: Sequence[str] = ACTIVE_SWEEP_STATES) -> bool:
         """Move an active sweep to a terminal state (False when it was not active)."""
         values: dict[str, Any] = {"state": state, "finished_at": utcnow(), "eta_seconds": 0.0,
                                   "running": 0}
@@ -298,7 +296,7 @@ class Store:
         under the driver, which should then stop.
         """
         now = utcnow()
-        values: dict[str, Any] = {name: int(getattr(status, name)) for name in _COUNTERS}
+        values: dict[str, Any] = {name: int(getattr(status, name)) for name in COUNTERS}
         best = status.best_value
         values.update(
             best_metric=status.best_metric,
@@ -307,13 +305,13 @@ class Store:
             eta_seconds=status.eta_seconds, experiment_id=status.experiment_id,
             parent_run_id=status.parent_run_id, heartbeat_at=now, updated_at=now,
         )
-        if status.state in ("succeeded", "failed"):
+        if status.state in (SweepState.SUCCEEDED, SweepState.FAILED):
             values.update(state=status.state, finished_at=now, error=status.error, running=0)
             if report is not None:
                 values["report"] = report
         with self.writing() as session:
             result = session.execute(update(SweepRow).where(
-                SweepRow.id == status.sweep_id, SweepRow.state == "running").values(**values))
+                SweepRow.id == status.sweep_id, SweepRow.state == SweepState.RUNNING.value).values(**values))
             if result.rowcount != 1:
                 return False
             self._upsert_trials(session, status.sweep_id, status.trials, now)

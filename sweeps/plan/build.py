@@ -13,17 +13,17 @@ import dataclasses
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Any
-
-import numpy as np
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from sweeps.plan.equivalence import objective_signature
 from sweeps.spec import SweepSpec, ValueRange
 from workers.cohort.grouping import group_cohorts
 
-__all__ = ["TRIAL_AXES", "SweepPlan", "build_plan", "cohort_size_for", "render_plan", "row_label",
+if TYPE_CHECKING:  # numpy (random search) and rich (render_plan) load where used: the API
+    import numpy as np  # imports this module for SweepPlan
+    from rich.console import Console
+
+__all__ = ["SweepPlan", "build_plan", "cohort_size_for", "render_plan", "row_label",
            "trial_key"]
 
 SHOWN_ROWS = 50
@@ -32,8 +32,6 @@ AUTO_COHORT_MAX = 32
 AUTO_WORKERS = 4
 """``cohort_size: auto`` = ceil(trials / workers) capped at AUTO_COHORT_MAX, where workers is
 budget.max_concurrent_trials, else AUTO_WORKERS (the plan must not depend on the machine)."""
-TRIAL_AXES = ("alpha", "loss_stack", "model", "seed", "beta", "free_bits")
-"""The params that identify a trial (beta and free_bits only when swept)."""
 
 
 def row_label(row: dict[str, Any]) -> str:
@@ -193,6 +191,8 @@ def _draw(rng: np.random.Generator, value: ValueRange) -> float:
 def _random_rows(spec: SweepSpec) -> list[dict[str, Any]]:
     """Random search: ``num_samples`` points drawn here, seeded by ``search.seed`` (the same
     spec always gives the same rows), each run once per seed."""
+    import numpy as np
+
     rng = np.random.default_rng(spec.search.seed)
     stacks, models = spec.stack_labels(), list(spec.models)
     rows = []
@@ -272,6 +272,9 @@ def _number(value: float) -> str:
 
 def render_plan(plan: SweepPlan, console: Console | None = None) -> None:
     """Print the plan: a table of the first rows, then the trial count, epochs and resources."""
+    from rich.console import Console
+    from rich.table import Table
+
     console = console or Console()
     table = Table(title=f"sweep {plan.name}" if plan.name else "sweep plan")
     swept = [axis for axis in ("beta", "free_bits") if any(axis in row for row in plan.rows)]

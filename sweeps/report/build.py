@@ -25,12 +25,12 @@ from sweeps.report.readout_table import ALL_KINDS, RowResult, TrialOutcome, expa
 from sweeps.report.statistics import MIN_PAIRS_FOR_CLAIM, mean_interval, metric_range
 from sweeps.report.text import report_markdown
 from sweeps.spec import SweepSpec
+from workers.contract import BEST_METRIC_PREFIX
 
 __all__ = ["TrialOutcome", "build_report", "metric_mode", "report_markdown", "summary_metrics",
            "write_report_plots"]
 
 COLLAPSE_METRIC = "latent_nmi"
-REPORT_METRICS = ("val/latent_nmi", "val/latent_ari", "val/loss", "val/kl", "val/kappa_mean")
 """Per-epoch metrics the runner keeps as curves for the plots."""
 _MAXIMISED = ("latent_nmi", "latent_ari", "nmi_auc", "mutual_info", "active_units")
 _CONFIG = ("alpha", "loss_stack", "model", "beta", "free_bits")
@@ -223,7 +223,7 @@ def summary_metrics(report: dict[str, Any]) -> dict[str, float]:
     for best in report["best"]:
         if best["test"] and best["test"]["mean"] is not None:
             beta = "" if best["beta"] is None else f"/beta_{best['beta']:g}"
-            values[f"best/{split}/{metric}/{best['model']}{beta}"] = best["test"]["mean"]
+            values[f"{BEST_METRIC_PREFIX}{split}/{metric}/{best['model']}{beta}"] = best["test"]["mean"]
     for cell in report["cells"]:
         if (cell["split"], cell["kind"], cell["metric"]) == (split, ALL_KINDS, metric) and \
                 cell["mean"] is not None:

@@ -22,15 +22,15 @@ from typing import Any
 from sweeps.plan.build import SweepPlan, row_label, trial_key
 from sweeps.plan.equivalence import effective_beta, kl_weight
 from sweeps.spec import SweepSpec
+from workers.contract import EXAMPLE_KINDS, SELECTED_EPOCH, SELECTED_PREFIX, SPLITS, TEST, VAL
 
-__all__ = ["KINDS", "RowResult", "TrialOutcome", "expand_outcomes", "trial_readouts"]
+__all__ = ["RowResult", "TrialOutcome", "expand_outcomes", "trial_readouts"]
 
-KINDS = ("prefix", "diffuse", "private")
 ALL_KINDS = "all"
-_SPLITS = ("val", "test")
-_SELECTED = re.compile(r"^selected/(train|val|test)/(?:(prefix|diffuse|private)/)?([^/]+)$")
-_PLAIN = re.compile(r"^(train|val|test)/(?:(prefix|diffuse|private)/)?([^/]+)$")
-SELECTED_EPOCH = "selected/epoch"
+_SPLITS = (VAL, TEST)  # the report reads the splits no trial trains on
+_NAME = rf"({'|'.join(SPLITS)})/(?:({'|'.join(EXAMPLE_KINDS)})/)?([^/]+)$"  # split, kind, name
+_SELECTED = re.compile("^" + re.escape(SELECTED_PREFIX) + _NAME)
+_PLAIN = re.compile("^" + _NAME)
 # Trial-level read-outs of the whole curve (workers.readouts.speed): logged once, unprefixed.
 _CURVE_READOUTS = frozenset({"nmi_auc", "epochs_to_nmi90", "epochs_to_nmi90_censored"})
 
@@ -90,7 +90,7 @@ def trial_readouts(final: dict[str, Any], metrics: Sequence[str]
     absent is left out.
     """
     wanted = set(metrics)
-    selected = any(key.startswith("selected/") for key in final)
+    selected = any(key.startswith(SELECTED_PREFIX) for key in final)
     pattern, source = (_SELECTED, "selected") if selected else (_PLAIN, "final_epoch")
     values: dict[tuple[str, str, str], float | None] = {}
     for key, value in final.items():

@@ -13,7 +13,6 @@ filters the table to the summary runs and opens those line charts; its link is p
 from __future__ import annotations
 
 import json
-import os
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
@@ -26,13 +25,13 @@ from workers.contract import (
     RUN_KIND_TRIAL,
     SHARED_BY_TAG,
     SHARED_VIEW_TAG_PREFIX,
+    SWEEP_ID_TAG,
     runs_page_url,
 )
 from workers.tracking import RunLogger
 
 __all__ = ["log_summary_runs", "publish_summary", "save_view", "trials_view_state", "view_state"]
 
-SWEEP_ID_TAG = "ksweep.sweep_id"
 TRIAL_COLUMNS = ("alpha", "loss_stack", "model", "seed", "c_base")
 
 
@@ -143,12 +142,12 @@ def save_view(tracking_uri: str, experiment_id: str, key: str, state: Mapping[st
 
 
 def publish_summary(tracking_uri: str, experiment_name: str, parent_run_id: str,
-                    experiment_id: str, report: Mapping[str, Any]) -> dict[str, str]:
+                    experiment_id: str, report: Mapping[str, Any], ui_base_url: str) -> dict[str, str]:
     """Summary runs and the two saved views of a finished sweep; returns their links,
-    ``{"summary": ..., "trials": ...}`` (base URL from ``KSWEEP_MLFLOW_UI_URL``, default
-    ``http://127.0.0.1:5000``)."""
+    ``{"summary": ..., "trials": ...}``, on the MLflow UI at ``ui_base_url`` (the driver's
+    caller passes it: the service's ``KSWEEP_MLFLOW_UI_URL`` setting)."""
     log_summary_runs(tracking_uri, experiment_name, parent_run_id, report["sweep_id"], report)
-    base = os.environ.get("KSWEEP_MLFLOW_UI_URL", "http://127.0.0.1:5000")
+    base = ui_base_url
     key = f"ksweep-{report['sweep_id']}"
     return {
         "summary": save_view(tracking_uri, experiment_id, key, view_state(report), base,

@@ -150,14 +150,9 @@ def _search_problems(spec: SweepSpec) -> list[Problem]:
 
 
 def consistency_problems(spec: SweepSpec) -> list[Problem]:
-    """Every contradiction between sections, then (if none) the trial budget."""
+    """Every contradiction between sections (the trial budget is the plan's:
+    :mod:`sweeps.plan.budget`)."""
     problems = [*_axis_problems(spec), *_search_problems(spec)]
     if not problems:
         problems += _kl_problems(spec) + _analysis_problems(spec)
-    if not problems:
-        count = spec.trial_count()
-        if count > spec.budget.max_trials:
-            problems.append((("budget", "max_trials"),
-                f"the plan has {count} trials, over budget.max_trials = "
-                f"{spec.budget.max_trials}; raise the budget or shrink the axes"))
     return problems

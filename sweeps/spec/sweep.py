@@ -3,9 +3,10 @@
 A spec is one pydantic model that rejects unknown fields at every level, so a typo
 (``template.training.epochz``) fails validation instead of silently running the defaults.
 Contradictions between sections (a grid of alphas with Optuna, several objective
-metrics with ASHA, free bits that switch the KL off, a plan over the trial budget) are
-rejected too, each with a message that names the fields involved (``sweeps.spec.checks``).
-The axes are expanded in one place only, :mod:`sweeps.plan.build`.
+metrics with ASHA, free bits that switch the KL off) are rejected too, each with a message
+that names the fields involved (``sweeps.spec.checks``). The axes are expanded in one place
+only, :mod:`sweeps.plan.build`, and the trial budget is checked on that plan
+(:mod:`sweeps.plan.budget`).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from sweeps.spec.sections import (
     SearchSpec,
     ValueRange,
 )
-from workers.models.config import ModelConfig
+from sweeps.spec.trials import TrialConfigs
 from workers.train.config import TrialConfig
 
 __all__ = ["SweepSpec"]
@@ -284,33 +285,19 @@ class SweepSpec(BaseModel):
             raise ValueError("free_bits is a range; it has no list of values")
         return [None] if self.free_bits is None else list(self.free_bits)
 
+    def trial_configs(self) -> TrialConfigs:
+        """What a trial needs to build its configuration from its params (not the whole spec)."""
+        return TrialConfigs(self.template, tuple(self.models), tuple(self.loss_stacks),
+                            dict(self.common_terms))
+
     def stack_labels(self) -> list[str]:
         """The label of each loss stack, in spec order (the ``loss_stack`` param of a trial)."""
-        return [s if isinstance(s, str) else str(s.name) for s in self.loss_stacks]
+        return self.trial_configs().stack_labels()
 
     def stack_spec(self, label: str, alpha: float, beta: float | None = None,
                    free_bits: float | None = None) -> LossStackSpec:
-        """The stack called ``label`` at ``alpha``, with the common terms it lacks merged in,
-        and ``beta``/``free_bits`` (when given) applied to its kl term.
-
-        Raises:
-            KeyError: no stack has that label.
-        """
-        labels = self.stack_labels()
-        if label not in labels:
-            raise KeyError(f"no loss stack labelled {label!r}; stacks: {', '.join(labels)}")
-        entry = self.loss_stacks[labels.index(label)]
-        base = LossStackSpec(preset=entry) if isinstance(entry, str) else entry
-        own = base.resolved_terms()
-        terms = {**base.terms, **{k: v for k, v in self.common_terms.items() if k not in own}}
-        if (beta is not None or free_bits is not None) and "kl" in {**own, **terms}:
-            kl = {**own, **terms}["kl"]
-            options = dict(kl.options)
-            if free_bits is not None:
-                options["free_bits"] = float(free_bits)
-            terms["kl"] = TermSpec(weight=kl.weight if beta is None else float(beta),
-                                   options=options)
-        return LossStackSpec(name=label, preset=base.preset, alpha=alpha, terms=terms)
+        """:meth:`TrialConfigs.stack_spec <sweeps.spec.trials.TrialConfigs.stack_spec>`."""
+        return self.trial_configs().stack_spec(label, alpha, beta, free_bits)
 
     def seed_list(self) -> list[int]:
         """The trial seeds: ``0..n-1`` for a count, else the list as given."""
@@ -330,30 +317,12 @@ class SweepSpec(BaseModel):
 
     def trial_config(self, alpha: float, loss_stack: str, model: str, seed: int,
                      beta: float | None = None, free_bits: float | None = None) -> TrialConfig:
-        """The template with one point of the axes applied (and a run name that says which).
-
-        Raises:
-            KeyError: unknown stack label. ValueError: a model family not in ``models``.
-        """
-        if model not in self.models:
-            raise ValueError(f"model {model!r} is not swept; models: {', '.join(self.models)}")
-        stack = self.stack_spec(loss_stack, alpha, beta, free_bits)
-        family = ModelConfig.model_validate({**self.template.model.model_dump(), "family": model})
-        name = f"{model}-{loss_stack}-a{alpha:g}"
-        name += "" if beta is None else f"-b{beta:g}"
-        name += "" if free_bits is None else f"-fb{free_bits:g}"
-        return TrialConfig.model_validate(
-            {**dict(self.template), "name": f"{name}-s{seed}", "seed": seed, "model": family,
-             "loss_stack": stack}
-        )
+        """:meth:`TrialConfigs.trial_config <sweeps.spec.trials.TrialConfigs.trial_config>`."""
+        return self.trial_configs().trial_config(alpha, loss_stack, model, seed, beta, free_bits)
 
     def trial_config_for(self, params: Mapping[str, Any]) -> TrialConfig:
-        """:meth:`trial_config` from a trial's params (Tune's config: alpha, loss_stack, model,
-        seed, and beta/free_bits when swept)."""
-        optional = {key: None if params.get(key) is None else float(params[key])
-                    for key in ("beta", "free_bits")}
-        return self.trial_config(float(params["alpha"]), str(params["loss_stack"]),
-                                 str(params["model"]), int(params["seed"]), **optional)
+        """:meth:`TrialConfigs.trial_config_for <sweeps.spec.trials.TrialConfigs.trial_config_for>`."""
+        return self.trial_configs().trial_config_for(params)
 
     # ---- the objective ----------------------------------------------------------------------
 

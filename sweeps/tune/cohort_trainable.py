@@ -21,7 +21,7 @@ import json
 import math
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlflow.tracking import MlflowClient
 from ray import tune
@@ -35,6 +35,7 @@ from workers.contract import (
     COHORT_MEMBERS_KEY,
     COHORT_TAG,
     FAILURE_TAG,
+    HISTORY_METRICS,
     METRIC_NAMES,
     STOPPED_EARLY_TAG,
     failure_text,
@@ -42,9 +43,10 @@ from workers.contract import (
 )
 from workers.trial import TrialRun, log_trial_plots
 
+if TYPE_CHECKING:
+    from sweeps.spec.trials import TrialConfigs
+
 MEMBERS_FILE = "members.json"
-HISTORY_METRICS = ("val/latent_nmi", "val/latent_ari", "val/loss", "val/kl", "val/kappa_mean")
-"""The per-epoch curves kept per member (sweeps.report.build.REPORT_METRICS, read by its plots)."""
 ENDED = ("finished", "stopped", "failed")
 
 
@@ -84,11 +86,11 @@ def _close_leftover(client: MlflowClient, record: dict[str, Any]) -> None:
 class _CohortTrial:
     """The state of one cohort Tune trial: its members' records, runs and cohort."""
 
-    def __init__(self, params: dict[str, Any], spec: Any, context: dict[str, Any]) -> None:
+    def __init__(self, params: dict[str, Any], configs: TrialConfigs, context: dict[str, Any]) -> None:
         self.members: list[dict[str, Any]] = params[MEMBERS]
         self.context = context
         self.cohort_id = tune.get_context().get_trial_id()
-        self.configs = [spec.trial_config_for(m) for m in self.members]
+        self.configs = [configs.trial_config_for(m) for m in self.members]
         self.records: list[dict[str, Any]] = [
             {"trial_id": member_trial_id(self.cohort_id, k), "params": member, "state": "running",
              "epochs": 0, "run_id": None, "error": None, "final": {}, "history": {}}
@@ -197,12 +199,10 @@ class _CohortTrial:
                 _close(member, run)
 
 
-def train_cohort(params: dict[str, Any], *, spec_json: str, context: dict[str, Any]) -> None:
-    """Tune function trainable of a cohort. ``params[members]``: each member's lone params."""
-    from sweeps.spec import SweepSpec
-
-    spec = SweepSpec.model_validate_json(spec_json)
-    trial = _CohortTrial(params, spec, context)
+def train_cohort(params: dict[str, Any], *, configs: TrialConfigs, context: dict[str, Any]) -> None:
+    """Tune function trainable of a cohort. ``params[members]``: each member's lone params;
+    ``context``'s ``metric`` and ``mode``: what the cohort reports to Tune as its own value."""
+    trial = _CohortTrial(params, configs, context)
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
@@ -214,7 +214,7 @@ def train_cohort(params: dict[str, Any], *, spec_json: str, context: dict[str, A
     try:
         while cohort.active:
             trial.epoch(cohort)
-            trial.report(cohort, spec.primary_metric, spec.primary_mode)
+            trial.report(cohort, context["metric"], context["mode"])
             trial.close_ended(cohort)
     except SystemExit:  # Tune stopped the trial (time budget, cancel): as a lone trial
         trial.stop_running(cohort, None)
@@ -224,10 +224,11 @@ def train_cohort(params: dict[str, Any], *, spec_json: str, context: dict[str, A
         raise
 
 
-def train_sweep_trial(params: dict[str, Any], *, spec_json: str, context: dict[str, Any]) -> None:
+def train_sweep_trial(params: dict[str, Any], *, configs: TrialConfigs,
+                      context: dict[str, Any]) -> None:
     """The sweep's Tune function trainable: a cohort of K > 1 by :func:`train_cohort`, a lone
     trial (cohort size 1, or a cohort of one) by :func:`sweeps.tune.trainable.train_trial`."""
     if is_cohort(params):
-        train_cohort(params, spec_json=spec_json, context=context)
+        train_cohort(params, configs=configs, context=context)
     else:
-        train_trial(lone_params(params), spec_json=spec_json, context=context)
+        train_trial(lone_params(params), configs=configs, context=context)

@@ -25,7 +25,7 @@ from typing import Any
 from mlflow.tracking import MlflowClient
 from ray import tune
 
-from sweeps.plan.build import build_plan
+from sweeps.plan.build import SweepPlan
 from sweeps.report.build import (
     TrialOutcome,
     build_report,
@@ -43,6 +43,8 @@ from sweeps.tune.setup import TUNE_FOLDER, ensure_ray, make_tuner, param_space
 from sweeps.tune.status import MlflowTagSink, ProgressSink, StatusFileSink, SweepStatus, publish
 from workers.contract import (
     FAILURE_TAG,
+    HISTORY_METRICS,
+    LOCAL_MLFLOW_UI,
     MAX_ERROR_CHARS,
     NOTE_TAG,
     RUN_KIND_SWEEP,
@@ -81,8 +83,8 @@ class SweepOutcome:
     outcomes: list[TrialOutcome] = field(default_factory=list)
 
 
-def _parent_run(client: MlflowClient, tracking_uri: str, spec: SweepSpec, sweep_id: str,
-                experiment_name: str) -> RunLogger:
+def _parent_run(client: MlflowClient, tracking_uri: str, spec: SweepSpec, plan: SweepPlan,
+                sweep_id: str, experiment_name: str) -> RunLogger:
     """The sweep's parent run: found by its sweep id on a resume, else created and described."""
     experiment_id = ensure_experiment(client, experiment_name)
     existing = retrying(lambda: client.search_runs(
@@ -98,8 +100,8 @@ def _parent_run(client: MlflowClient, tracking_uri: str, spec: SweepSpec, sweep_
     )
     logger.log_params({
         "sweep.name": spec.name, "sweep.search": spec.search.kind,
-        "sweep.scheduler": spec.scheduler.kind, "sweep.trials": spec.trial_count(),
-        "sweep.cohort_size": build_plan(spec).cohort_size,
+        "sweep.scheduler": spec.scheduler.kind, "sweep.trials": plan.trial_count,
+        "sweep.cohort_size": plan.cohort_size,
         "sweep.objective": ",".join(spec.objective.metrics),
         "sweep.alpha": json.dumps(spec.alpha if isinstance(spec.alpha, list)
                                   else spec.alpha.model_dump()),
@@ -137,8 +139,6 @@ def _member_outcomes(result, epochs: int) -> list[TrialOutcome]:
 
 
 def _outcomes(results, epochs: int) -> list[TrialOutcome]:
-    from sweeps.report.build import REPORT_METRICS
-
     outcomes = []
     for result in results:
         metrics = result.metrics or {}
@@ -150,7 +150,7 @@ def _outcomes(results, epochs: int) -> list[TrialOutcome]:
         history: dict[str, list[float]] = {}
         frame = result.metrics_dataframe
         if frame is not None and len(frame):
-            for name in REPORT_METRICS:
+            for name in HISTORY_METRICS:
                 if name in frame:
                     history[name] = [float(v) for v in frame[name].tolist()]
         reached = int(metrics.get("training_iteration", 0) or 0)
@@ -174,10 +174,11 @@ def _prepare_folder(spec: SweepSpec, sweep_root: Path | str, sweep_id: str) -> P
     return folder
 
 
-def _fit(spec: SweepSpec, folder: Path, context: dict[str, Any], callback: ProgressCallback) -> Any:
+def _fit(spec: SweepSpec, plan: SweepPlan, folder: Path, context: dict[str, Any],
+         callback: ProgressCallback) -> Any:
     """Run (or resume) the Tuner to the end; returns Tune's result grid."""
     trainable = tune.with_resources(
-        tune.with_parameters(train_sweep_trial, spec_json=spec.canonical_json(), context=context),
+        tune.with_parameters(train_sweep_trial, configs=spec.trial_configs(), context=context),
         {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu},
     )
     run_config = tune.RunConfig(
@@ -185,7 +186,7 @@ def _fit(spec: SweepSpec, folder: Path, context: dict[str, Any], callback: Progr
         failure_config=tune.FailureConfig(max_failures=spec.budget.max_failures_per_trial),
         checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
     )
-    return make_tuner(spec, trainable, run_config, folder / TUNE_FOLDER).fit()
+    return make_tuner(spec, plan, trainable, run_config, folder / TUNE_FOLDER).fit()
 
 
 def _log_report(parent: RunLogger, report: dict[str, Any], outcomes: list[TrialOutcome],
@@ -226,6 +227,7 @@ def _final_status(status: SweepStatus, spec: SweepSpec, outcomes: list[TrialOutc
 
 def run_sweep(
     spec: SweepSpec,
+    plan: SweepPlan,
     *,
     sweep_id: str,
     sweep_root: Path | str,
@@ -234,8 +236,13 @@ def run_sweep(
     ray_address: str | None = None,
     sinks: Sequence[ProgressSink] = (),
     experiment_name: str | None = None,
+    mlflow_ui_url: str = LOCAL_MLFLOW_UI,
 ) -> SweepOutcome:
     """Run (or resume) a sweep to the end and write its report to the parent run.
+
+    ``plan`` is the spec's (:func:`~sweeps.plan.budget.build_plan_within_budget`), built once
+    by the caller; the parent run, the search space, the counters and the report all read it.
+    ``mlflow_ui_url``: the MLflow UI the report's saved-view links point at.
 
     The driver process should carry :data:`TUNE_ENV` in its environment (the launchers and
     ``ksweep sweep run`` see to it); this function reads no environment variable itself
@@ -244,8 +251,8 @@ def run_sweep(
     folder = _prepare_folder(spec, sweep_root, sweep_id)
     experiment_name = experiment_name or spec.name
     client = MlflowClient(tracking_uri=tracking_uri)
-    parent = _parent_run(client, tracking_uri, spec, sweep_id, experiment_name)
-    status = SweepStatus(sweep_id=sweep_id, total=spec.trial_count(), pending=spec.trial_count(),
+    parent = _parent_run(client, tracking_uri, spec, plan, sweep_id, experiment_name)
+    status = SweepStatus(sweep_id=sweep_id, total=plan.trial_count, pending=plan.trial_count,
                          parent_run_id=parent.run_id, experiment_id=parent.experiment_id)
     all_sinks: list[ProgressSink] = [StatusFileSink(folder / STATUS_FILE),
                                      MlflowTagSink(client, parent.run_id), *sinks]
@@ -254,20 +261,22 @@ def run_sweep(
     context = {
         "tracking_uri": tracking_uri, "experiment_name": experiment_name, "sweep_id": sweep_id,
         "parent_run_id": parent.run_id, "cache_root": str(Path(sweep_root).resolve()),
+        "metric": spec.primary_metric, "mode": spec.primary_mode,
     }
     epochs = spec.template.training.epochs
     callback = ProgressCallback(sweep_id, epochs, spec.primary_metric, spec.primary_mode, tracking_uri)
     LIVE.register(status, all_sinks)
     try:
         try:
-            results = _fit(spec, folder, context, callback)
+            results = _fit(spec, plan, folder, context, callback)
         finally:
             LIVE.unregister(sweep_id)
         outcomes = _outcomes(results, epochs)
-        report = build_report(spec, sweep_id, outcomes)
+        report = build_report(spec, sweep_id, outcomes, plan)
         # Run again whole after a failure: it replaces the summary runs it had made.
         report["mlflow_views"] = retrying(lambda: publish_summary(
-            tracking_uri, experiment_name, parent.run_id, parent.experiment_id, report),
+            tracking_uri, experiment_name, parent.run_id, parent.experiment_id, report,
+            mlflow_ui_url),
             "publish_summary")
         _log_report(parent, report, outcomes, folder)
         _final_status(status, spec, outcomes)

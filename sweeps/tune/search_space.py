@@ -13,8 +13,9 @@ from typing import Any
 
 from ray import tune
 
-from sweeps.plan.build import TRIAL_AXES, build_plan
+from sweeps.plan.build import SweepPlan
 from sweeps.spec import SweepSpec, ValueRange
+from workers.contract import SEARCH_AXES
 
 __all__ = ["COHORT_INDEX", "MEMBERS", "TRIAL_INDEX", "is_cohort", "lone_params", "param_space"]
 
@@ -58,20 +59,20 @@ def lone_params(config: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config.items() if k not in (COHORT_INDEX, MEMBERS)}
 
 
-def param_space(spec: SweepSpec) -> dict[str, Any]:
+def param_space(spec: SweepSpec, plan: SweepPlan) -> dict[str, Any]:
     """The Tune param space: ``alpha, loss_stack, model, seed`` (+ ``beta, free_bits`` when
     swept) and, for grid and random search (whose points the plan holds), ``trial_index`` and
     ``shared_by`` (the rows a shared trial stands for, comma-separated; empty when it stands
     for one). With cohorts (``plan.cohort_size > 1``): ``cohort_index`` and ``members``
-    (:func:`_cohort_space`). Optuna samples its points from the distributions as it runs."""
+    (:func:`_cohort_space`). Optuna samples its points from the distributions as it runs.
+    ``plan`` is the spec's (:func:`~sweeps.plan.build.build_plan`), built once by the driver."""
     if spec.search.kind != "optuna":
-        plan = build_plan(spec)
         trials = [
-            {**{k: trial[k] for k in TRIAL_AXES if k in trial},
+            {**{k: trial[k] for k in SEARCH_AXES if k in trial},
              SHARED_BY: ",".join(trial["shared_by"])}
             for trial in plan.trials
         ]
-        keys = [k for k in (*TRIAL_AXES, SHARED_BY) if k in trials[0]]
+        keys = [k for k in (*SEARCH_AXES, SHARED_BY) if k in trials[0]]
         if plan.cohort_size > 1:
             return _cohort_space(
                 [[{TRIAL_INDEX: i, **trials[i]} for i in members] for members in plan.cohorts], keys)

@@ -17,6 +17,7 @@ import ray
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
+from sweeps.plan.build import SweepPlan
 from sweeps.spec import SweepSpec
 from sweeps.tune.search_space import param_space
 
@@ -35,7 +36,7 @@ def ensure_ray(num_cpus: int | None = None, address: str | None = None) -> None:
                  log_to_driver=False, configure_logging=False)
 
 
-def _search_alg(spec: SweepSpec):
+def _search_alg(spec: SweepSpec, plan: SweepPlan):
     if spec.search.kind != "optuna":
         return None
     import optuna
@@ -54,7 +55,7 @@ def _search_alg(spec: SweepSpec):
         metric=list(metrics) if multi else metrics[0], mode=list(modes) if multi else modes[0],
         sampler=sampler, seed=seed,
     )
-    limit = spec.budget.max_concurrent_trials or spec.trial_count()
+    limit = spec.budget.max_concurrent_trials or plan.trial_count
     return ConcurrencyLimiter(searcher, max_concurrent=max(1, limit))
 
 
@@ -68,7 +69,8 @@ def _scheduler(spec: SweepSpec):
     return FIFOScheduler()
 
 
-def make_tuner(spec: SweepSpec, trainable: Any, run_config: tune.RunConfig, tune_path: Path) -> tune.Tuner:
+def make_tuner(spec: SweepSpec, plan: SweepPlan, trainable: Any, run_config: tune.RunConfig,
+               tune_path: Path) -> tune.Tuner:
     """The sweep's Tuner: restored from ``tune_path`` when a driver ran before (finished
     trials are not re-run, unfinished ones resume from their checkpoints), else new."""
     if tune.Tuner.can_restore(str(tune_path)):
@@ -76,16 +78,16 @@ def make_tuner(spec: SweepSpec, trainable: Any, run_config: tune.RunConfig, tune
         # placeholders for its sample_from params, which only the original space resolves.
         return tune.Tuner.restore(str(tune_path), trainable=trainable, resume_unfinished=True,
                                   resume_errored=False, restart_errored=False,
-                                  param_space=param_space(spec))
+                                  param_space=param_space(spec, plan))
     multi = len(spec.objective.metrics) > 1
     single_metric = not multi and spec.search.kind != "optuna"
     return tune.Tuner(
         trainable,
-        param_space=param_space(spec),
+        param_space=param_space(spec, plan),
         tune_config=tune.TuneConfig(
             metric=spec.primary_metric if single_metric else None,
             mode=spec.primary_mode if single_metric else None,
-            search_alg=_search_alg(spec), scheduler=_scheduler(spec),
+            search_alg=_search_alg(spec, plan), scheduler=_scheduler(spec),
             num_samples=spec.search.num_samples if spec.search.kind == "optuna" else 1,
             max_concurrent_trials=spec.budget.max_concurrent_trials,
             # A slot's next trial runs in the finished one's process: its ~4-10 s of imports

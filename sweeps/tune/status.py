@@ -10,7 +10,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from workers.contract import BEST_VALUE_TAG, COUNTERS, STATE_TAG, SweepStatus, counter_tag
+from workers.contract import (
+    BEST_VALUE_TAG,
+    COUNTERS,
+    STATE_TAG,
+    SweepState,
+    SweepStatus,
+    counter_tag,
+)
 
 __all__ = ["MlflowTagSink", "ProgressSink", "StatusFileSink", "SweepStatus", "publish", "read_status"]
 
@@ -59,7 +66,7 @@ class MlflowTagSink:
 
     def publish(self, status: SweepStatus) -> None:
         now = time.monotonic()
-        if status.state == "running" and now - self._last < max(self.interval_s, self._backoff_s):
+        if status.state == SweepState.RUNNING and now - self._last < max(self.interval_s, self._backoff_s):
             return
         self._last = now
         tags = {counter_tag(name): str(getattr(status, name)) for name in COUNTERS}
@@ -73,7 +80,7 @@ class MlflowTagSink:
         def write() -> None:
             self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
 
-        if status.state != "running":
+        if status.state != SweepState.RUNNING:
             retrying(write, f"progress tags of run {self.run_id}")
             return
         try:

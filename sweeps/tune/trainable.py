@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlflow.tracking import MlflowClient
 from ray import tune
@@ -31,6 +31,9 @@ from workers.mlflow_retry import retrying
 from workers.tracking import ensure_experiment
 from workers.train import Trainer
 from workers.trial import TrialRun
+
+if TYPE_CHECKING:
+    from sweeps.spec.trials import TrialConfigs
 
 STATE_FILE = "state.pt"
 RUN_FILE = "run.json"
@@ -72,12 +75,10 @@ def _ended_run(context: dict[str, Any], run_id: str) -> str | None:
     return "stopped" if run.data.tags.get(STOPPED_EARLY_TAG) == "true" else "finished"
 
 
-def train_trial(params: dict[str, Any], *, spec_json: str, context: dict[str, Any]) -> None:
-    """Tune function trainable. ``params``: alpha, loss_stack, model, seed."""
-    from sweeps.spec import SweepSpec
-
-    spec = SweepSpec.model_validate_json(spec_json)
-    config = spec.trial_config_for(params)
+def train_trial(params: dict[str, Any], *, configs: TrialConfigs, context: dict[str, Any]) -> None:
+    """Tune function trainable. ``params``: alpha, loss_stack, model, seed; ``configs`` builds
+    this trial's configuration from them (the sweep's template and stacks, not its spec)."""
+    config = configs.trial_config_for(params)
     trial_id = tune.get_context().get_trial_id()
     trainer = Trainer.create(config, context["cache_root"])
     checkpoint_run_id = None

@@ -197,8 +197,8 @@ def test_from_mlflow_reads_a_sweep_run_without_the_service(tmp_path):
     frames = from_mlflow(uri, "clirun01")
     assert list(frames.trials["state"]) == ["done"] * 3
     assert frames.trials["mlflow_run_id"].notna().all()
-    # The default curves: train/loss, val/loss, val/latent_nmi, val/kl at epochs 1 and 2.
-    assert len(frames.history) == 3 * 2 * 4
+    # The default curves (the report's five: NMI, ARI, loss, KL, kappa) at epochs 1 and 2.
+    assert len(frames.history) == 3 * 2 * 5
     nmi = frames.cells.query("metric == 'latent_nmi' and kind == 'all' and split == 'test'")
     assert len(nmi) == 4 and nmi["mean"].between(0, 1).all()
     by_experiment = from_mlflow(uri, "cli-run")

@@ -61,7 +61,8 @@ def test_empty_history_has_its_columns():
 
 
 def test_metrics_parsing_names_the_field():
-    assert parse_metrics(None) == ["train/loss", "val/loss", "val/latent_nmi", "val/kl"]
+    assert parse_metrics(None) == ["val/latent_nmi", "val/latent_ari", "val/loss", "val/kl",
+                                   "val/kappa_mean"]
     assert parse_metrics(["val/loss,val/kl", "val/loss"]) == ["val/loss", "val/kl"]
     with pytest.raises(ProblemError) as bad:
         parse_metrics(["val/latent nmi"])

@@ -26,6 +26,9 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
+from tests.support.groups import exclusive
+
+pytestmark = exclusive  # Docker Compose (`docker compose config`)
 ROOT = Path(__file__).resolve().parents[2]
 ENV_EXAMPLE = ROOT / ".env.example"
 PROJECT_DOCKERFILE = ROOT / "docker" / "kappa-sweep" / "Dockerfile"

@@ -22,7 +22,9 @@ import psutil
 import pytest
 import yaml
 
-pytestmark = pytest.mark.slow
+from tests.support.groups import exclusive
+
+pytestmark = [pytest.mark.slow, exclusive]  # a whole cluster: Ray head, Postgres, MLflow
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "local-cluster"

@@ -25,9 +25,10 @@ from test_faults import _readiness, _until
 
 from service.orchestrator.launchers import RayJobLauncher
 from service.store.queries import Store
+from tests.support.groups import exclusive
 from tests.support.serve_process import free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, exclusive]  # a Ray head, SIGSTOPped
 
 
 def _job_status(url: str, headers: dict[str, str], job_id: str) -> str | None:
@@ -72,14 +73,13 @@ def ray_head():
     try:
         yield url, headers, env, head
     finally:
+        # SIGKILL the whole node: a SIGTERM'd `ray start --block` stops its daemons one by one
+        # (~30 s), and nothing of this throwaway head is kept.
         for proc in psutil.Process(head.pid).children(recursive=True):
             with contextlib.suppress(psutil.Error):
-                proc.resume()
-        head.terminate()  # `ray start --block` stops its node's daemons on SIGTERM
-        try:
-            head.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            head.kill()
+                proc.kill()
+        head.kill()
+        head.wait(timeout=60)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(head.pid, signal.SIGKILL)
         log.close()

@@ -15,10 +15,11 @@ from conftest import auth, tiny_spec
 from mlflow.tracking import MlflowClient
 from sweep_checks import check_consistent, poll, trials_of
 
+from tests.support.groups import exclusive
 from tests.support.outage_servers import MlflowServer
 from workers.contract import STATE_TAG, counter_tag
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, exclusive]  # the MLflow server stopped and restarted
 
 OUTAGE_S = 60
 EPOCHS = 40  # enough that the outage begins mid-training (a tiny epoch takes ~0.5-1 s here)

@@ -16,10 +16,12 @@ import pytest
 from conftest import auth, tiny_spec
 from sweep_checks import check_consistent, poll, trials_of
 
+from tests.support.groups import exclusive
 from tests.support.outage_servers import Postgres, postgres_bin
 
 pytestmark = [
     pytest.mark.slow,
+    exclusive,  # Postgres stopped and restarted mid-sweep
     pytest.mark.skipif(postgres_bin() is None, reason="Postgres binaries not installed "
                        "(apt-get install postgresql)"),
 ]

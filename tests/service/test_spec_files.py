@@ -90,3 +90,11 @@ def test_ksweep_validate_says_what_is_wrong(tmp_path):
     assert "template.training.epochs" in strict.stdout + strict.stderr
     ok = _ksweep("validate", str(ROOT / "sweeps" / "examples" / "quickstart.yaml"))
     assert ok.returncode == 0, ok.stdout + ok.stderr
+    # The trial budget is checked on the plan, with the line the spec's own checks print.
+    assert "budget:\n  max_concurrent_trials: 2\n" in quickstart
+    over = tmp_path / "over.yaml"
+    over.write_text(quickstart.replace("budget:\n", "budget:\n  max_trials: 10\n"))
+    refused = _ksweep("validate", str(over))
+    assert refused.returncode == 2, refused.stdout
+    assert ("budget.max_trials: the plan has 15 trials, over budget.max_trials = 10"
+            in " ".join((refused.stdout + refused.stderr).split()))

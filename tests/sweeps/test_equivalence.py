@@ -127,7 +127,7 @@ def test_grid_param_space_runs_the_deduplicated_trials(cohort_size):
 
     sweep = spec(alpha=[0, 1, 2], beta=[0.5, 1.0], seeds=2, resources={"cohort_size": cohort_size})
     plan = build_plan(sweep)
-    tune_trials = [config for _, config in generate_variants(param_space(sweep))]
+    tune_trials = [config for _, config in generate_variants(param_space(sweep, plan))]
     assert len(tune_trials) == len(plan.cohorts) == (16 if cohort_size == 1 else 4)
     # Each Tune trial is a lone trial's params or a cohort's members: the plan's trials.
     variants = [m for t in tune_trials for m in (t.get("members") or [t])]
@@ -148,7 +148,7 @@ def test_a_cohort_of_one_is_a_lone_tune_trial():
     sweep = spec(alpha=[0, 1, 2], beta=[0.5, 1.0], seeds=2, resources={"cohort_size": 5})
     plan = build_plan(sweep)
     assert [len(c) for c in plan.cohorts] == [5, 5, 5, 1]
-    tune_trials = [config for _, config in generate_variants(param_space(sweep))]
+    tune_trials = [config for _, config in generate_variants(param_space(sweep, plan))]
     assert [is_cohort(t) for t in tune_trials] == [True, True, True, False]
     assert all(t["alpha"] is None and t["trial_index"] is None for t in tune_trials[:3])
     (index,) = plan.cohorts[3]

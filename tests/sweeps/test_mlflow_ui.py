@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 from test_runner import _env, _write_spec
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+from tests.support.groups import exclusive
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800), exclusive]  # headless Chromium
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SCREENSHOT_COPY = Path("/tmp/ksweep-mlflow-ui.png")  # for a person to look at; not asserted
 

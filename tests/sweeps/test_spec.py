@@ -309,13 +309,27 @@ def test_optuna_single_seed():
     assert spec(alpha=RANGE, search={"kind": "optuna"}, seeds=[4]).seed_list() == [4]
 
 
+def over_budget(**fields: Any) -> str:
+    """The budget error of a spec that parses: one ``budget.max_trials: message`` line."""
+    from sweeps.plan.budget import build_plan_within_budget
+
+    with pytest.raises(ValidationError) as caught:
+        build_plan_within_budget(spec(**fields))
+    (error,) = caught.value.errors()
+    return f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}"
+
+
 def test_over_budget():
+    from sweeps.plan.budget import build_plan_within_budget
+
     # 80 rows; dedup runs uniform once and raw_plus_ncc at 4 alphas per seed: 50 trials.
-    message = rejected(alpha=[0, 1, 2, 3], seeds=10, budget={"max_trials": 40})
-    assert "the plan has 50 trials, over budget.max_trials = 40" in message
-    assert spec(alpha=[0, 1, 2, 3], seeds=10, budget={"max_trials": 50}).trial_count() == 50
-    assert "the plan has 300 trials" in rejected(alpha=RANGE, search={"kind": "random", "num_samples": 100},
-                                                 seeds=3)
+    message = over_budget(alpha=[0, 1, 2, 3], seeds=10, budget={"max_trials": 40})
+    assert message == ("budget.max_trials: the plan has 50 trials, over budget.max_trials = 40; "
+                       "raise the budget or shrink the axes")
+    within = spec(alpha=[0, 1, 2, 3], seeds=10, budget={"max_trials": 50})
+    assert build_plan_within_budget(within).trial_count == within.trial_count() == 50
+    assert "the plan has 300 trials" in over_budget(
+        alpha=RANGE, search={"kind": "random", "num_samples": 100}, seeds=3)
 
 
 def test_max_t_within_epochs():

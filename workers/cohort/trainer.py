@@ -28,6 +28,7 @@ from torch.func import stack_module_state
 from objectives import LossInputs
 from workers.cohort.member import Member, MemberCallback, capture, check_cohort, own_rng
 from workers.cohort.optim import StackedAdamW, clip_per_member
+from workers.contract import PERF_EPOCH_SECONDS, PERF_TOKENS_PER_SECOND, VAL_LOSS
 from workers.models import CVAEOutput
 from workers.models.backbone import upcast
 from workers.models.functional import cvae_forward
@@ -264,7 +265,7 @@ class Cohort:
                              {key: v[j] for key, v in step_terms.items()})
         return [list(column) for column in zip(*result, strict=True)]
 
-    def run_epoch(self, patience: int | None = None, monitor: str = "val/loss") -> dict[int, dict[str, float]]:
+    def run_epoch(self, patience: int | None = None, monitor: str = VAL_LOSS) -> dict[int, dict[str, float]]:
         """Train one epoch for every running member, then each one's lone epoch-end code.
 
         Returns the epoch's metrics by member position (members that failed this epoch are
@@ -291,8 +292,8 @@ class Cohort:
             count = max(1, int(counts[k]))
             train = {f"train/{key}": float(v) / count for key, v in sums[k].items()}
             train.update({f"train/{key}": v for key, v in trainer._kappa_metrics["train"].items()})
-            train["perf/epoch_seconds"] = elapsed
-            train["perf/tokens_per_second"] = int(trainer.train_data.split.mask.sum()) / elapsed
+            train[PERF_EPOCH_SECONDS] = elapsed
+            train[PERF_TOKENS_PER_SECOND] = int(trainer.train_data.split.mask.sum()) / elapsed
             train["perf/cohort_size"] = float(len(active))
             trainer.train_epoch = lambda metrics=train: metrics  # the lone run_epoch, minus its pass
             try:
@@ -332,7 +333,7 @@ class Cohort:
             self._stack()
 
     def run(self, on_epoch: MemberCallback | None = None, patience: int | None = None,
-            monitor: str = "val/loss") -> list[Member]:
+            monitor: str = VAL_LOSS) -> list[Member]:
         """Train until every member finished, failed or stopped; returns the members.
 
         ``on_epoch(member, epoch, metrics)`` runs after each member's epoch (report, checkpoint);

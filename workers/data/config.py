@@ -24,15 +24,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from workers.contract import EXAMPLE_KINDS
+
 PAD_ID = 0
 BOS_ID = 1
 CONTENT_START = 2
 
-SplitName = Literal["train", "val", "test"]
-SPLITS: tuple[str, ...] = ("train", "val", "test")
-
-KINDS: tuple[str, ...] = ("prefix", "diffuse", "private")
-"""Example kinds; an example's kind id is its index here."""
+SplitName = Literal["train", "val", "test"]  # typing only: the values are contract.SPLITS
+KINDS = EXAMPLE_KINDS  # the data side's name for them; an example's kind id is its index
 
 
 class KindProportions(BaseModel):

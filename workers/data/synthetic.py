@@ -43,12 +43,12 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
+from workers.contract import SPLITS
 from workers.data.config import (
     BOS_ID,
     CONTENT_START,
     KINDS,
     PAD_ID,
-    SPLITS,
     SplitName,
     SyntheticTaskConfig,
 )

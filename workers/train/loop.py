@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from objectives import KappaSummaryAccumulator, LossInputs, baseline_self_check
+from workers.contract import PERF_EPOCH_SECONDS, PERF_TOKENS_PER_SECOND, VAL_BASELINE_SELF_CHECK
 from workers.data import generate_splits
 from workers.models import CVAE, CVAEOutput
 from workers.models.backbone import upcast
@@ -232,8 +233,8 @@ class Trainer:
         result = {f"train/{k}": float(v) / count for k, v in sums.items()}
         result.update({f"train/{k}": v for k, v in self._kappa_metrics["train"].items()})
         active_tokens = int(data.split.mask.sum())
-        result["perf/epoch_seconds"] = elapsed
-        result["perf/tokens_per_second"] = active_tokens / elapsed if elapsed > 0 else math.inf
+        result[PERF_EPOCH_SECONDS] = elapsed
+        result[PERF_TOKENS_PER_SECOND] = active_tokens / elapsed if elapsed > 0 else math.inf
         return result
 
     def evaluate_split(self, name: str) -> dict[str, float]:
@@ -286,7 +287,7 @@ class Trainer:
         result.update(self.gradient_readouts())
         data = self.val_data
         check = baseline_self_check(data.base_nll, data.split.mask, self.config.alpha)
-        result["val/baseline_self_check"] = check.deviation
+        result[VAL_BASELINE_SELF_CHECK] = check.deviation
         if not check.passed:
             raise TrialCheckFailed(check.reason)
         return result

@@ -18,6 +18,7 @@ from service.api.errors import ProblemError
 from service.api.routes.sweeps import INVALID, NOT_FOUND, UNAUTHORIZED, SweepId, _problem
 from service.api.schemas import FieldProblem, History, HistoryPoint, TrialRun
 from workers import run_reads
+from workers.contract import SELECTED_PREFIX
 
 router = APIRouter(tags=["sweeps"])
 _METRIC = re.compile(r"^[A-Za-z0-9_.\-/]{1,200}$")
@@ -51,8 +52,9 @@ def _invalid(message: str) -> ProblemError:
 def get_history(
     sweep_id: SweepId,
     metrics: Annotated[list[str] | None, Query(
-        description="Metric names, comma-separated or repeated (default train/loss, val/loss, "
-                    "val/latent_nmi, val/kl); each must be logged by the sweep's trials.",
+        description="Metric names, comma-separated or repeated (default the report's curves: "
+                    f"{', '.join(run_reads.DEFAULT_HISTORY_METRICS)}); each must be logged by "
+                    "the sweep's trials.",
         examples=["val/latent_nmi,val/loss"])] = None,
     _reader: str | None = Depends(read_access), services: Services = Depends(get_services),
 ) -> History:
@@ -70,7 +72,7 @@ def get_history(
         unknown = run_reads.unknown_metrics(runs, names)
         if unknown:
             logged = sorted({name for run in runs for name in run.final
-                             if not name.startswith("selected/")})
+                             if not name.startswith(SELECTED_PREFIX)})
             raise _invalid(f"not logged by this sweep's trials: {', '.join(unknown)}; "
                            f"logged per epoch: {', '.join(logged[:40])}")
         points = run_reads.metric_points(uri, runs, names)

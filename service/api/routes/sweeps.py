@@ -12,8 +12,10 @@ from pydantic import BaseModel
 from sqlalchemy import Row
 
 from service.api import documents
+from service.api.bodies import list_page_body, sweep_body
 from service.api.deps import Services, get_services, may_act_on, read_access, require_owner
 from service.api.errors import ProblemError, invalid_spec
+from service.api.routes.datasets import check_spec_dataset
 from service.api.schemas import (
     PROBLEM_MEDIA_TYPE,
     FieldProblem,
@@ -29,8 +31,11 @@ from service.api.schemas import (
 from service.api.strict_body import StrictRoute, strict_body
 from service.store.db import SweepRow
 from service.store.queries import IdempotencyConflict
-from sweeps.plan.build import SweepPlan, build_plan
+from sweeps.plan.budget import build_plan_within_budget
+from sweeps.plan.build import SweepPlan
 from sweeps.spec import SweepSpec, load_sweep_spec
+from workers.contract import ACTIVE_SWEEP_STATES
+from workers.contract import SweepState as SweepStates
 
 # Spec bodies are parsed strictly (service.api.strict_body); `_schema` only documents them.
 router = APIRouter(tags=["sweeps"], route_class=StrictRoute)
@@ -86,26 +91,6 @@ def _json(model: BaseModel, status_code: int = 200, headers: dict[str, str] | No
                     media_type="application/json")
 
 
-def sweep_body(services: Services, sweep_id: str) -> bytes | None:
-    """GET /sweeps/{id}'s JSON body, or None when there is no such sweep."""
-    row = services.store.summary(sweep_id)
-    return None if row is None else documents.sweep_json(row, services.settings.mlflow_ui_url)
-
-
-def list_page_body(services: Services, state: str | None, owner: str | None, limit: int,
-                   offset: int) -> bytes:
-    """GET /sweeps's JSON body (from the page cache while it holds the page)."""
-    key = (state, owner, limit, offset)
-    cached = services.pages.get(key)
-    if cached is None:
-        generation = services.store.generation
-        page = services.store.list_sweeps(state=state, owner=owner, limit=limit, offset=offset)
-        cached = documents.page_json(page.items, page.total, limit, offset,
-                                     services.settings.mlflow_ui_url)
-        services.pages.put(key, cached, generation)
-    return cached
-
-
 def _get_row(services: Services, sweep_id: str, *, with_documents: bool = False) -> SweepRow | Row:
     """The sweep or 404; its spec and report are loaded only ``with_documents``."""
     store = services.store
@@ -119,17 +104,19 @@ def _not_found(sweep_id: str) -> ProblemError:
     return ProblemError(404, "Sweep not found", f"no sweep with id {sweep_id!r}", kind="not-found")
 
 
-def _check_trial_cap(spec: SweepSpec, services: Services) -> int:
-    """The spec's trial count (expanding the plan costs ~0.5 ms: done once); 422 over the cap."""
+def _checked_plan(spec: SweepSpec, services: Services) -> SweepPlan:
+    """The spec's plan, built once; 422 over ``budget.max_trials`` (a ``ValidationError``
+    located there, answered by the app's handler) or over the service's cap."""
+    plan = build_plan_within_budget(spec)
     cap = services.settings.max_trials_per_sweep
-    count = spec.trial_count()
+    count = plan.trial_count
     if count > cap:
         raise invalid_spec([FieldProblem(
             field="budget.max_trials",
             message=f"the sweep expands to {count} trials; this service accepts at most {cap} "
                     "per sweep (KSWEEP_MAX_TRIALS_PER_SWEEP): use fewer alphas, stacks, models "
                     "or seeds, or a smaller search.num_samples")])
-    return count
+    return plan
 
 
 @router.post(
@@ -149,8 +136,9 @@ def submit_sweep(
         alias="Idempotency-Key", max_length=200, pattern=r"^[\x21-\x7e]{1,200}$",
         description="Same key and body: the same sweep again; same key, other body: 409.")] = None,
 ) -> Response:
-    trials = _check_trial_cap(spec, services)
+    trials = _checked_plan(spec, services).trial_count
     canonical = spec.canonical_json()
+    check_spec_dataset(json.loads(canonical), owner, services)
     request_hash = hashlib.sha256(canonical.encode()).hexdigest()
     store = services.store
     if idempotency_key is not None:
@@ -188,8 +176,7 @@ def submit_sweep(
              responses={**UNAUTHORIZED, **INVALID, **TOO_LARGE})
 def validate_sweep(_schema: SpecBody, _reader: str | None = Depends(read_access),
                    spec: SweepSpec = STRICT_SPEC, services: Services = Depends(get_services)) -> SweepPlan:
-    _check_trial_cap(spec, services)
-    return build_plan(spec)
+    return _checked_plan(spec, services)
 
 
 @router.get("/sweeps", response_model=SweepPage, summary="List sweeps, newest first",
@@ -242,7 +229,7 @@ def get_report(sweep_id: SweepId, _reader: str | None = Depends(read_access),
                services: Services = Depends(get_services)) -> dict[str, Any]:
     row = _get_row(services, sweep_id, with_documents=True)
     if row.report is None:
-        why = ("it was cancelled before its report was written" if row.state == "cancelled"
+        why = ("it was cancelled before its report was written" if row.state == SweepStates.CANCELLED
                else f"it is {row.state}; the report is written when it ends")
         raise ProblemError(409, "Report not available", f"sweep {sweep_id} has no report: {why}",
                            kind="report-not-ready", sweep_id=sweep_id)
@@ -254,7 +241,7 @@ def _cancel(sweep_id: str, owner: str, services: Services) -> Sweep:
     if not may_act_on(owner, row.owner):
         raise ProblemError(403, "Forbidden", f"sweep {sweep_id} belongs to {row.owner!r}; only its "
                            "owner or an admin token may cancel it", kind="forbidden")
-    if row.state in ("queued", "running"):
+    if row.state in ACTIVE_SWEEP_STATES:
         services.supervisor.cancel(row)
     return sweep_resource(_get_row(services, sweep_id), services)
 

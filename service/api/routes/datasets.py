@@ -1,0 +1,201 @@
+"""``/api/v1/datasets``: register (streamed raw upload), list, show and remove datasets.
+
+The registry is :class:`workers.data.dataset_store.DatasetStore` under ``KSWEEP_DATA_ROOT``.
+Uploads go through :mod:`service.api.dataset_upload` (size caps, a validation subprocess under a
+memory limit); this module maps the store's answers to HTTP and checks who may do what.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import PurePath
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
+
+from service.api.dataset_upload import (
+    dataset_problem,
+    receive_upload,
+    temp_upload_path,
+    upload_format,
+    validate_in_child,
+)
+from service.api.deps import Services, get_services, may_act_on, read_access, require_owner
+from service.api.errors import ProblemError
+from service.api.schemas import PROBLEM_MEDIA_TYPE, Problem
+from workers.data.dataset_limits import DatasetError
+from workers.data.dataset_store import (
+    NAME_PATTERN,
+    DatasetConflict,
+    DatasetNotFound,
+    DatasetQuotaExceeded,
+    DatasetRecord,
+    DatasetStore,
+    check_name,
+)
+
+router = APIRouter(tags=["datasets"])
+DatasetName = Annotated[str, Path(description=f"The dataset's name ({NAME_PATTERN}).")]
+ACTIVE_STATES = ("queued", "running")
+
+
+def _problem(description: str) -> dict[str, Any]:
+    return {"model": Problem, "description": description,
+            "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+
+
+def store_of(services: Services) -> DatasetStore:
+    return DatasetStore(services.settings.dataset_root)
+
+
+def _json(body: Any, status_code: int = 200) -> Response:
+    return Response(json.dumps(body), status_code=status_code, media_type="application/json")
+
+
+def _checked_name(name: str) -> str:
+    try:
+        return check_name(name)
+    except DatasetError as err:
+        raise dataset_problem(err) from None
+
+
+def _not_found(name: str) -> ProblemError:
+    return ProblemError(404, "Dataset not found", f"no dataset named {name!r}; GET "
+                        "/api/v1/datasets lists them", kind="dataset-not-found")
+
+
+def spec_dataset(spec: dict[str, Any]) -> str | None:
+    """The dataset a stored spec names (``template.data.dataset``), or None (synthetic task)."""
+    data = (spec.get("template") or {}).get("data") or {}
+    name = data.get("dataset") if isinstance(data, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def check_spec_dataset(spec: dict[str, Any], owner: str, services: Services) -> None:
+    """Refuse a sweep spec naming a dataset that is not registered (422) or not the owner's (403).
+
+    A pinned ``sha256`` must match the registered content (422). Called by POST /sweeps.
+    """
+    name = spec_dataset(spec)
+    if name is None:
+        return
+    try:
+        record = store_of(services).get(name)
+    except (DatasetNotFound, DatasetError):
+        raise ProblemError(422, "Invalid sweep spec", f"template.data.dataset: no dataset named "
+                           f"{name!r}; register it with `ksweep data add FILE --name {name}`",
+                           kind="invalid-spec") from None
+    if not may_act_on(owner, record.owner):
+        raise ProblemError(403, "Forbidden", f"dataset {name!r} belongs to {record.owner!r}; "
+                           "register your own copy", kind="dataset-forbidden")
+    pin = (spec.get("template") or {}).get("data", {}).get("sha256")
+    if pin and pin != record.sha256:
+        raise ProblemError(422, "Invalid sweep spec", f"template.data.sha256: dataset {name!r} "
+                           f"holds {record.sha256}, not {pin}; pin the current hash or drop the pin",
+                           kind="invalid-spec")
+
+
+@router.post(
+    "/datasets", status_code=201, response_model=DatasetRecord,
+    summary="Register a dataset: ONE Parquet, Arrow IPC or JSONL file as the raw request body",
+    responses={200: {"model": DatasetRecord, "description": "The name already holds this content."},
+               401: _problem("No valid bearer token."),
+               409: _problem("The name holds other content (add replace=true)."),
+               413: _problem("Over KSWEEP_MAX_DATASET_BYTES, or the owner's dataset quota."),
+               415: _problem("Multipart, an archive, or a format the Content-Type does not name."),
+               422: _problem("An invalid dataset: the file, column, first offending row and fix.")},
+    openapi_extra={"requestBody": {"required": True, "content": {
+        media: {"schema": {"type": "string", "format": "binary"}} for media in (
+            "application/vnd.apache.parquet", "application/vnd.apache.arrow.file",
+            "application/x-ndjson", "application/octet-stream")}}},
+)
+async def add_dataset(
+    request: Request,
+    name: Annotated[str, Query(description=f"The dataset's name ({NAME_PATTERN}).")],
+    replace: Annotated[bool, Query(description="Point an existing name at new content.")] = False,
+    format: Annotated[Literal["parquet", "arrow", "jsonl"] | None, Query(
+        description="The file's format, when the Content-Type does not say.")] = None,
+    filename: Annotated[str | None, Query(max_length=200, description="The file's name, for "
+                                          "error messages (default NAME.FORMAT).")] = None,
+    owner: str = Depends(require_owner), services: Services = Depends(get_services),
+) -> Response:
+    settings = services.settings
+    _checked_name(name)
+    fmt = upload_format(request.headers.get("content-type"), format, filename or name)
+    file = PurePath(filename).name if filename else f"{name}.{fmt}"
+    store = store_of(services)
+    held = await run_in_threadpool(store.owner_bytes, owner)
+    if held >= settings.dataset_quota_bytes:
+        raise ProblemError(413, "Dataset quota exceeded", f"owner {owner!r} holds {held} bytes of "
+                           f"datasets, the quota (KSWEEP_DATASET_QUOTA_BYTES) is "
+                           f"{settings.dataset_quota_bytes}; remove a dataset first",
+                           kind="dataset-quota")
+    upload = temp_upload_path(settings, fmt)
+    try:
+        await receive_upload(request, upload, settings.max_dataset_bytes, file)
+        staged = await validate_in_child(settings, upload, fmt, file)
+    finally:
+        upload.unlink(missing_ok=True)
+    try:
+        record, created = await run_in_threadpool(
+            lambda: store.commit(staged, name=name, owner=owner, replace=replace,
+                                 quota_bytes=settings.dataset_quota_bytes))
+    except DatasetConflict as err:
+        raise ProblemError(409, "Dataset name taken", f"{err}; add replace=true (ksweep data "
+                           "add --replace)", kind="dataset-conflict") from None
+    except DatasetQuotaExceeded as err:
+        raise ProblemError(413, "Dataset quota exceeded", str(err), kind="dataset-quota") from None
+    return _json(record.model_dump(mode="json"), 201 if created else 200)
+
+
+@router.get("/datasets", response_model=list[DatasetRecord], summary="Registered datasets, by name")
+def list_datasets(owner: Annotated[str | None, Query(description="Only this owner's.")] = None,
+                  _reader: str | None = Depends(read_access),
+                  services: Services = Depends(get_services)) -> Response:
+    records = [r for r in store_of(services).list() if owner is None or r.owner == owner]
+    return _json([r.model_dump(mode="json") for r in records])
+
+
+@router.get("/datasets/{name}", response_model=DatasetRecord,
+            summary="A dataset: owner, content hash, rows, summary",
+            responses={404: _problem("No dataset of that name.")})
+def get_dataset(name: DatasetName, _reader: str | None = Depends(read_access),
+                services: Services = Depends(get_services)) -> Response:
+    _checked_name(name)
+    try:
+        return _json(store_of(services).get(name).model_dump(mode="json"))
+    except DatasetNotFound:
+        raise _not_found(name) from None
+
+
+@router.delete(
+    "/datasets/{name}", response_model=DatasetRecord,
+    summary="Remove a dataset name (its content goes when no other name uses it)",
+    responses={401: _problem("No valid bearer token."),
+               403: _problem("Another owner's dataset (only it or admin may remove it)."),
+               404: _problem("No dataset of that name."),
+               409: _problem("A queued or running sweep names the dataset.")},
+)
+def remove_dataset(name: DatasetName, owner: str = Depends(require_owner),
+                   services: Services = Depends(get_services)) -> Response:
+    _checked_name(name)
+    store = store_of(services)
+    try:
+        record = store.get(name)
+    except DatasetNotFound:
+        raise _not_found(name) from None
+    if not may_act_on(owner, record.owner):
+        raise ProblemError(403, "Forbidden", f"dataset {name!r} belongs to {record.owner!r}",
+                           kind="dataset-forbidden")
+    users = [row.id for state in ACTIVE_STATES for row in services.store.sweeps_in_state(state)
+             if spec_dataset(row.spec or {}) == name]
+    if users:
+        raise ProblemError(409, "Dataset in use", f"dataset {name!r} is named by the queued or "
+                           f"running sweep(s) {', '.join(users)}; cancel them or wait",
+                           kind="dataset-in-use", sweep_id=users[0])
+    try:
+        removed = store.remove(name)
+    except DatasetNotFound:
+        raise _not_found(name) from None
+    return _json(removed.model_dump(mode="json"))

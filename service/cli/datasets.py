@@ -1,0 +1,135 @@
+"""``ksweep data add | list | show | rm``: the dataset registry over REST.
+
+``add`` streams ONE Parquet, Arrow or JSONL file as the raw request body. A Hugging Face
+``save_to_disk`` folder is first converted to Parquet here, on the client, from its Arrow files
+(:mod:`workers.data.dataset_hf`; pyarrow is imported only then).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from service.cli.client import _client, console
+from workers.data.dataset_limits import SUFFIX_FORMATS
+
+data_app = typer.Typer(help="Register, list, show and remove datasets (docs/guide/datasets.md).",
+                       no_args_is_help=True)
+MEDIA_TYPES = {"parquet": "application/vnd.apache.parquet",
+               "arrow": "application/vnd.apache.arrow.file", "jsonl": "application/x-ndjson"}
+CHUNK = 1 << 20
+
+
+def _chunks(path: Path) -> Iterator[bytes]:
+    with path.open("rb") as handle:
+        while chunk := handle.read(CHUNK):
+            yield chunk
+
+
+def _upload(path: Path, name: str, replace: bool, filename: str) -> dict:
+    fmt = SUFFIX_FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        console.print(f"[red]{path.name}: unknown file type {path.suffix!r}[/red]; give a "
+                      ".parquet, .arrow/.feather or .jsonl file, or a save_to_disk folder")
+        raise typer.Exit(2)
+    headers = {"Content-Type": MEDIA_TYPES[fmt], "Content-Length": str(path.stat().st_size)}
+    params = {"name": name, "filename": filename, **({"replace": "true"} if replace else {})}
+    client = _client()
+    response = client.request("POST", "/datasets", params=params, content=_chunks(path),
+                              headers=headers, timeout=None)
+    return response.json()
+
+
+def _print_summary(record: dict) -> None:
+    summary = record["summary"]
+    console.print(f"[bold]{record['name']}[/bold]  owner {record['owner']}  sha256 "
+                  f"{record['sha256']}  {record['rows']} rows  {record['bytes']} bytes stored"
+                  + (f"  tokenizer {record['tokenizer']}" if record.get("tokenizer") else ""))
+    table = Table("split", "rows", "y tokens", "x tokens")
+    for split, rows in summary["rows_per_split"].items():
+        tokens = summary["tokens"][split]
+        table.add_row(split, str(rows), str(tokens["y"]), str(tokens["x"]))
+    console.print(table)
+    console.print(f"vocabulary size {summary['vocab_size']}; y length "
+                  + ", ".join(f"{k} {v:g}" for k, v in summary["y_length"].items())
+                  + "; x length " + ", ".join(f"{k} {v:g}" for k, v in summary["x_length"].items()))
+    if summary.get("labels") is not None:
+        console.print(f"labels ({summary['label_classes']} classes): "
+                      + ", ".join(f"{k} {v}" for k, v in summary["labels"].items()))
+    if summary.get("groups") is not None:
+        console.print("groups: " + ", ".join(f"{k} {v}" for k, v in summary["groups"].items()))
+    console.print("base_nll: " + ("given (base.kind: precomputed possible)"
+                                  if summary["has_base_nll"] else "absent"))
+    if summary.get("ignored_columns"):
+        console.print(f"[yellow]ignored columns: {', '.join(summary['ignored_columns'])}[/yellow]")
+
+
+@data_app.command("add")
+def add_command(
+    source: Path = typer.Argument(..., exists=True, help="A .parquet, .arrow/.feather or .jsonl "
+                                  "file, or a Hugging Face save_to_disk folder."),
+    name: str = typer.Option(..., "--name", help="The dataset's name in the registry."),
+    replace: bool = typer.Option(False, "--replace", help="Point an existing name at new content."),
+    as_json: bool = typer.Option(False, "--json", help="Print the record as JSON."),
+) -> None:
+    """Validate and register a dataset (the service checks it; nothing is stored if refused)."""
+    if source.is_dir():
+        from workers.data.dataset_hf import convert_saved_folder, is_saved_folder
+        from workers.data.dataset_limits import DatasetError
+
+        if not is_saved_folder(source):
+            console.print(f"[red]{source.name}: a folder, but not a save_to_disk folder[/red] "
+                          "(no state.json or dataset_dict.json)")
+            raise typer.Exit(2)
+        with tempfile.TemporaryDirectory(prefix="ksweep-data-") as tmp:
+            try:
+                parquet = convert_saved_folder(source, Path(tmp) / f"{source.name}.parquet")
+            except DatasetError as err:
+                console.print(f"[red]{err}[/red]")
+                raise typer.Exit(2) from None
+            record = _upload(parquet, name, replace, f"{source.name}/ (save_to_disk)")
+    else:
+        record = _upload(source, name, replace, source.name)
+    if as_json:
+        print(json.dumps(record, indent=1))
+    else:
+        _print_summary(record)
+
+
+@data_app.command("list")
+def list_command(owner: str | None = typer.Option(None, help="Only this owner's."),
+                 as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """The registered datasets."""
+    records = _client().request("GET", "/datasets",
+                                params={"owner": owner} if owner else None).json()
+    if as_json:
+        print(json.dumps(records, indent=1))
+        return
+    table = Table("name", "owner", "rows", "sha256", "stored bytes", "registered")
+    for r in records:
+        table.add_row(r["name"], r["owner"], str(r["rows"]), r["sha256"][:12], str(r["bytes"]),
+                      r["created_at"][:19])
+    console.print(table)
+
+
+@data_app.command("show")
+def show_command(name: str = typer.Argument(...),
+                 as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """One dataset's record and summary."""
+    record = _client().request("GET", f"/datasets/{name}").json()
+    if as_json:
+        print(json.dumps(record, indent=1))
+    else:
+        _print_summary(record)
+
+
+@data_app.command("rm")
+def rm_command(name: str = typer.Argument(...)) -> None:
+    """Remove a dataset name (refused while a queued or running sweep names it)."""
+    record = _client().request("DELETE", f"/datasets/{name}").json()
+    console.print(f"removed {record['name']} (sha256 {record['sha256'][:12]})")

@@ -1,0 +1,73 @@
+"""Validate one uploaded file in a child process under a memory limit, and stage it.
+
+``python -m workers.data.dataset_check --input F --format parquet --source-name NAME --root R``
+caps its own address space (``RLIMIT_AS``) before pyarrow is imported, reads and canonicalizes
+the file, stages the canonical table in the store's ``tmp/`` and prints one JSON line:
+``{"ok": true, "staged": {...}}`` or ``{"ok": false, "error": {file, column, row, message, fix}}``.
+A child that dies (out of memory, killed at the timeout) prints nothing: the caller says so.
+The service (:mod:`service.api.routes.datasets`) runs it; nothing of the file runs in the service.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+
+# One thread per pool and the system allocator: the address-space cap then measures the data,
+# not thread stacks and allocator arenas reserved up front.
+CHILD_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "OMP_NUM_THREADS": "1",
+             "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2"}
+EXIT_REFUSED = 2
+EXIT_OUT_OF_MEMORY = 3
+
+
+def _emit(payload: dict[str, object]) -> None:
+    sys.stdout.write(json.dumps(payload) + "\n")
+    sys.stdout.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Validate and stage; the exit code is 0 (staged), 2 (refused) or 3 (out of memory)."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--input", required=True)
+    parser.add_argument("--format", required=True, choices=("parquet", "arrow", "jsonl"))
+    parser.add_argument("--source-name", required=True)
+    parser.add_argument("--root", required=True)
+    parser.add_argument("--limits", default="{}", help="DatasetLimits as JSON")
+    parser.add_argument("--memory-bytes", type=int, default=0, help="RLIMIT_AS; 0: none")
+    parser.add_argument("--staging-id", default=None, help="tmp/staged.<id> (32 hex digits)")
+    args = parser.parse_args(argv)
+    if args.memory_bytes > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (args.memory_bytes, args.memory_bytes))
+    os.environ.update(CHILD_ENV)
+    try:
+        import pyarrow as pa
+
+        from workers.data.dataset_limits import DatasetError, DatasetLimits
+        from workers.data.dataset_store import DatasetStore
+        from workers.data.dataset_table import canonicalize, read_table, tokenizer_of
+
+        limits = DatasetLimits.model_validate_json(args.limits)
+        try:
+            table = read_table(args.input, limits, fmt=args.format, source_name=args.source_name)
+            canonical = canonicalize(table, args.source_name, limits)
+            del table
+            staged = DatasetStore(args.root).stage(canonical, tokenizer=tokenizer_of(canonical),
+                                                   staging_id=args.staging_id)
+        except DatasetError as err:
+            _emit({"ok": False, "error": err.to_dict()})
+            return EXIT_REFUSED
+        except pa.ArrowMemoryError:
+            raise MemoryError from None
+        _emit({"ok": True, "staged": staged.model_dump(mode="json")})
+        return 0
+    except MemoryError:
+        _emit({"ok": False, "out_of_memory": True})
+        return EXIT_OUT_OF_MEMORY
+
+
+if __name__ == "__main__":
+    sys.exit(main())
