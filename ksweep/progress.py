@@ -21,10 +21,14 @@ def finished(sweep: Sweep) -> int:
     return c.done + c.stopped + c.failed
 
 
-def best_text(sweep: Sweep) -> str:
-    """``val/latent_nmi 0.8123``, or ``-`` before any trial reported."""
+def best_text(sweep: Sweep, short: bool = False) -> str:
+    """``val/latent_nmi 0.8123`` (``latent_nmi 0.8123`` when ``short``), or ``-`` before any
+    trial reported."""
     best = sweep.best
-    return "-" if best.value is None else f"{best.metric} {best.value:.4f}"
+    if best.value is None:
+        return "-"
+    metric = (best.metric or "").rsplit("/", 1)[-1] if short else best.metric
+    return f"{metric} {best.value:.4f}"
 
 
 def counter_line(sweep: Sweep) -> str:

@@ -15,7 +15,9 @@ import time
 from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
+import httpx
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -46,6 +48,13 @@ def _exits() -> Iterator[None]:
     except KsweepError as error:  # ServiceUnreachable, WaitTimeout
         console.print(f"[red]{error}[/red]", highlight=False)
         raise typer.Exit(4) from None
+
+
+def request_or_exit(method: str, path: str, **kwargs: Any) -> httpx.Response:
+    """One API call for the CLI's other command groups (``ksweep data``): the response, or
+    the problem printed and an exit as every command's."""
+    with _exits(), Client() as client:
+        return client.request(method, path, **kwargs)
 
 
 def submit_command(
@@ -101,7 +110,8 @@ def watch_command(
         while True:
             sweep = client.get(sweep_id)
             progress.update(task, description=sweep.name, total=sweep.counters.total or None,
-                            completed=finished(sweep), state=sweep.state, best=best_text(sweep),
+                            completed=finished(sweep), state=sweep.state,
+                            best=best_text(sweep, short=True),
                             eta=format_eta(sweep.eta_seconds))
             if sweep.state in TERMINAL_SWEEP_STATES:
                 break
