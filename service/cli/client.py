@@ -101,9 +101,10 @@ def watch_command(
     interval: float = typer.Option(2.0, help="Seconds between polls."),
 ) -> None:
     """A live progress bar until the sweep ends; exit 0 succeeded, 1 failed, 3 cancelled."""
-    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(bar_width=20),
+    # Sized to fit 80 columns (name, bar, 15/15, state, best metric and value, ETA, elapsed).
+    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(bar_width=12),
                         MofNCompleteColumn(), TextColumn("{task.fields[state]}"),
-                        TextColumn("best {task.fields[best]}"), TextColumn("ETA {task.fields[eta]}"),
+                        TextColumn("{task.fields[best]}"), TextColumn("ETA {task.fields[eta]}"),
                         TimeElapsedColumn(), console=console)
     with _exits(), Client() as client, progress:
         task = progress.add_task(sweep_id, total=None, state="", best="-", eta="-")

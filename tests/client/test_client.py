@@ -182,6 +182,9 @@ def test_watch_ends_with_one_line(ended_sweep, service_env):
     assert lines[-1] == f"sweep {ended_sweep['id']} succeeded: 3/3 trials ended (3 done, " \
                         "0 stopped, 0 failed)"
     assert not any(line.startswith("of ") for line in lines)
+    bar = lines[-2]  # the bar's last frame, whole within 80 columns (elapsed time at its end)
+    assert len(bar) <= 80 and bar.startswith("client") and "3/3 succeeded latent_nmi" in bar
+    assert "ETA 0s" in bar and bar.rstrip()[-7:].count(":") == 2
 
 
 def test_from_mlflow_reads_a_sweep_run_without_the_service(tmp_path):
