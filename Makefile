@@ -32,8 +32,9 @@ TEST_WORKERS ?= 3
 test: lint docs
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30
 
+# DEMO_ARGS=--ui also starts the MLflow UI on the demo's store at the end.
 demo: $(STAMP)
-	$(PY) -m examples.demo
+	$(PY) -m examples.demo $(DEMO_ARGS)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks

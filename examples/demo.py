@@ -1,16 +1,20 @@
 """``make demo``: the whole product on embedded defaults, over REST.
 
 Starts ``ksweep serve`` on 127.0.0.1, submits ``sweeps/examples/quickstart.yaml`` with
-``ksweep submit``, follows it with ``ksweep watch``, prints ``ksweep report`` and the
-command that opens the MLflow UI on the same store, then stops the service.
+``ksweep submit``, follows it with ``ksweep watch``, prints ``ksweep report`` (rich tables),
+stops the service and ends with the command that opens the MLflow UI the report links to.
+With ``--ui`` (``make demo DEMO_ARGS=--ui``) it starts that UI itself and keeps it open until
+Ctrl-C.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -32,7 +36,43 @@ def _ksweep(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
                           stdout=subprocess.PIPE if args[0] == "submit" else None)
 
 
-def main() -> int:
+def _ui_command(tracking_uri: str, port: int) -> list[str]:
+    return [str(Path(sys.executable).parent / "mlflow"), "ui", "--backend-store-uri", tracking_uri,
+            "--host", "127.0.0.1", "--port", str(port)]
+
+
+def _serve_ui(tracking_uri: str, link: str | None) -> int:
+    """Run the MLflow UI on the demo's store until Ctrl-C (1 if it does not come up)."""
+    if not _port_free("127.0.0.1", 5000):
+        print("== port 5000 is taken (an MLflow UI already running?): open "
+              f"{link or LOCAL_MLFLOW_UI}")
+        return 0
+    ui = subprocess.Popen(_ui_command(tracking_uri, 5000), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while _port_free("127.0.0.1", 5000):
+            if ui.poll() is not None or time.monotonic() > deadline:
+                print("== the MLflow UI did not start; run it yourself:\n   "
+                      + " ".join(_ui_command(tracking_uri, 5000)), file=sys.stderr)
+                return 1
+            time.sleep(0.5)
+        print(f"== MLflow UI running: open {link or LOCAL_MLFLOW_UI} (Ctrl-C stops it)", flush=True)
+        ui.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if ui.poll() is None:
+            ui.terminate()
+            ui.wait(timeout=15)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="make demo: the quickstart sweep over REST.")
+    parser.add_argument("--ui", action="store_true",
+                        help="start the MLflow UI on the demo's store at the end (Ctrl-C stops)")
+    args = parser.parse_args(argv)
     settings = get_settings()
     host = "127.0.0.1"
     port = settings.port if _port_free(host, settings.port) else free_port(host)
@@ -60,15 +100,17 @@ def main() -> int:
         _ksweep("report", sweep_id, env=env)
         sweep = httpx.get(f"{server.url}/sweeps/{sweep_id}", timeout=10).json()
         experiment = sweep["mlflow"]["experiment_id"]
-        print("== compare every alpha and loss stack in the MLflow UI:")
-        print(f"   {Path(sys.executable).parent / 'mlflow'} ui --backend-store-uri "
-              f"{settings.mlflow_tracking_uri} --port 5000")
-        if experiment:
-            print(f"   then open {mlflow_ui_url(LOCAL_MLFLOW_UI, experiment)}")
-        return watched.returncode
     finally:
         print("== stopping the service", flush=True)
         server.stop(timeout_s=30)
+    link = mlflow_ui_url(LOCAL_MLFLOW_UI, experiment) if experiment else None
+    if args.ui:
+        return _serve_ui(settings.mlflow_tracking_uri, link) or watched.returncode
+    # The report links the UI; it is not running yet: say how to open it.
+    print("== compare every alpha and loss stack in the MLflow UI: run")
+    print("   " + " ".join(_ui_command(settings.mlflow_tracking_uri, 5000)))
+    print(f"   then open {link or LOCAL_MLFLOW_UI}   (or: make demo DEMO_ARGS=--ui)")
+    return watched.returncode
 
 
 if __name__ == "__main__":

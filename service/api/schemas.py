@@ -170,3 +170,107 @@ class Check(BaseModel):
 class Readiness(BaseModel):
     status: Literal["ready", "degraded", "unready"]
     checks: dict[str, Check]
+
+
+class HistoryPoint(BaseModel):
+    """One metric of one trial at one epoch (``step``); None where the value was NaN."""
+
+    trial_id: str
+    metric: str = Field(..., examples=[contract.VAL_LATENT_NMI])
+    step: int = Field(..., description="The epoch (1-based) or, for read-outs, the step logged.")
+    value: float | None
+
+
+class TrialRun(BaseModel):
+    """A trial's MLflow run: the latest value of every metric it logged, selected/* included."""
+
+    trial_id: str
+    run_id: str
+    shared_by: list[str] = Field(..., description="The rows (stack@alpha=a) the trial stands in.")
+    final: dict[str, float | None]
+
+
+class History(BaseModel):
+    """Per-epoch curves of a sweep's trials, read from MLflow (the store keeps latest values)."""
+
+    sweep_id: str
+    source: Literal["mlflow"] = "mlflow"
+    metrics: list[str] = Field(..., description="The metrics whose curves are in ``points``.")
+    runs: list[TrialRun]
+    points: list[HistoryPoint]
+
+
+class ReportCell(BaseModel):
+    """One (alpha, stack, model, beta, free_bits, kind, metric, split) over the seeds."""
+
+    model_config = ConfigDict(extra="allow")
+
+    alpha: float | None = None
+    loss_stack: str
+    model: str
+    beta: float | None = None
+    free_bits: float | None = None
+    beta_effective: float | None = None
+    kind: str
+    metric: str
+    split: str
+    mean: float | None = None
+    ci_low: float | None = Field(None, description="Student t 95% interval, clipped to the range.")
+    ci_high: float | None = None
+    n: int
+    n_nan: int = 0
+    seeds: list[int] = Field(default_factory=list)
+    values: list[float | None] = Field(default_factory=list, description="Per seed, in `seeds` order.")
+    shared_with: list[str] = Field(default_factory=list)
+
+
+class ReportContrast(BaseModel):
+    """A paired-by-seed difference against a baseline (every key of report.json kept)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    contrast: str
+    metric: str
+    split: str
+    family: str
+    mean_diff: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p_value: float | None = None
+    p_adjusted: float | None = None
+    n_pairs: int = 0
+    claim: str | None = None
+
+
+class ReportTrial(BaseModel):
+    """A trial as the report saw it: its swept values (extra keys), state and run."""
+
+    model_config = ConfigDict(extra="allow")
+
+    trial_id: str
+    state: TrialState
+    epochs: int
+    error: str | None = None
+    mlflow_run_id: str | None = None
+
+
+class Report(BaseModel):
+    """report.json: cells, contrasts, best, collapse betas and limitations in words."""
+
+    model_config = ConfigDict(extra="allow")
+
+    sweep_id: str
+    name: str
+    objective: dict[str, Any]
+    analysis: dict[str, Any]
+    split: str = Field(..., description="The split every table reports (test when logged).")
+    readout_source: str
+    dedup: dict[str, Any] = Field(default_factory=dict)
+    cells: list[ReportCell]
+    contrasts: list[ReportContrast]
+    best: list[dict[str, Any]] = Field(default_factory=list)
+    collapse: list[dict[str, Any]] = Field(default_factory=list)
+    counts: dict[str, int] = Field(default_factory=dict)
+    excluded: dict[str, int] = Field(default_factory=dict)
+    limitations: list[str] = Field(default_factory=list)
+    trials: list[ReportTrial] = Field(default_factory=list)

@@ -10,6 +10,7 @@ import typer
 
 from service.cli.client import (
     cancel_command,
+    export_command,
     report_command,
     status_command,
     submit_command,
@@ -32,6 +33,7 @@ app.command("status")(status_command)
 app.command("watch")(watch_command)
 app.command("cancel")(cancel_command)
 app.command("report")(report_command)
+app.command("export")(export_command)
 app.add_typer(data_app, name="data")
 
 

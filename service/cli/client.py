@@ -1,4 +1,6 @@
-"""The CLI client of the service: ``ksweep submit | status | watch | cancel | report``.
+"""The CLI of the service, on :class:`ksweep.Client`: ``ksweep submit | status | watch |
+cancel | report | export``. The client returns typed values and raises; these commands print
+them and turn errors into messages and exit codes (2 bad input or state, 4 service down).
 
 It talks to ``KSWEEP_URL`` with ``KSWEEP_TOKEN``; with no token set it falls back to the
 token a local ``ksweep serve`` generated under ``KSWEEP_SWEEP_ROOT`` (owner ``local``).
@@ -6,8 +8,12 @@ token a local ``ksweep serve`` generated under ``KSWEEP_SWEEP_ROOT`` (owner ``lo
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 import time
+from collections.abc import Iterator
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -17,66 +23,38 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from service.cli.common import format_eta, load_spec_or_exit
-from service.settings import Settings, get_settings
+from ksweep import ApiError, Client, KsweepError, SpecError
+from ksweep.progress import best_text, counter_line, finished, format_eta
 from workers.contract import TERMINAL_SWEEP_STATES, SweepState
 
 console = Console()
 # `ksweep watch` exits with the outcome: scripts can tell success from failure or cancel.
 EXIT_CODES = {SweepState.SUCCEEDED: 0, SweepState.FAILED: 1, SweepState.CANCELLED: 3}
+BAD_INPUT = (400, 404, 409, 413, 422)
 
 
-class ServiceClient:
-    """A thin httpx client for ``/api/v1`` that turns problem details into readable errors."""
-
-    def __init__(self, settings: Settings) -> None:
-        headers = {}
-        token = settings.token
-        if not token and settings.local_token_path.is_file():
-            token = settings.local_token_path.read_text().strip()
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        self.base = settings.url.rstrip("/") + "/api/v1"
-        self.http = httpx.Client(headers=headers, timeout=60)
-
-    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        try:
-            response = self.http.request(method, self.base + path, **kwargs)
-        except httpx.TransportError as error:
-            console.print(f"[red]cannot reach the service at {self.base}: {error}[/red] "
-                          "(is `ksweep serve` running? KSWEEP_URL)")
-            raise typer.Exit(4) from None
-        if response.status_code >= 400:
-            _print_problem(response)
-            raise typer.Exit(2 if response.status_code in (400, 404, 409, 413, 422) else 4)
-        return response
-
-
-def _print_problem(response: httpx.Response) -> None:
+@contextlib.contextmanager
+def _exits() -> Iterator[None]:
+    """Print a client error and exit: 2 for bad input, a missing sweep or a wrong state; 4
+    when the service is down or failed."""
     try:
-        problem = response.json()
-    except ValueError:
-        console.print(f"[red]HTTP {response.status_code}: {response.text[:500]}[/red]")
-        return
-    console.print(f"[red]{problem.get('title', 'error')} ({response.status_code}):[/red] "
-                  f"{problem.get('detail') or ''}")
-    for item in problem.get("errors") or []:
-        console.print(f"  {item['field']}: {item['message']}")
+        yield
+    except SpecError as error:
+        console.print(f"[red]{error}[/red]", highlight=False)
+        raise typer.Exit(2) from None
+    except ApiError as error:
+        console.print(f"[red]{error}[/red]", highlight=False)
+        raise typer.Exit(2 if error.status in BAD_INPUT else 4) from None
+    except KsweepError as error:  # ServiceUnreachable, WaitTimeout
+        console.print(f"[red]{error}[/red]", highlight=False)
+        raise typer.Exit(4) from None
 
 
-def _client() -> ServiceClient:
-    return ServiceClient(get_settings())
-
-
-def _counter_line(sweep: dict[str, Any]) -> str:
-    c = sweep["counters"]
-    return (f"{c['done']} done, {c['running']} running, {c['pending']} pending, "
-            f"{c['stopped']} stopped, {c['failed']} failed of {c['total']}")
-
-
-def _best(sweep: dict[str, Any]) -> str:
-    best = sweep["best"]
-    return "-" if best.get("value") is None else f"{best['metric']} {best['value']:.4f}"
+def request_or_exit(method: str, path: str, **kwargs: Any) -> httpx.Response:
+    """One API call for the CLI's other command groups (``ksweep data``): the response, or
+    the problem printed and an exit as every command's."""
+    with _exits(), Client() as client:
+        return client.request(method, path, **kwargs)
 
 
 def submit_command(
@@ -84,42 +62,38 @@ def submit_command(
     idempotency_key: str = typer.Option(None, help="Resubmitting with the same key is safe."),
 ) -> None:
     """Submit a sweep; prints its id and URLs."""
-    spec = load_spec_or_exit(spec_path)
-    client = _client()
-    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-    sweep = client.request("POST", "/sweeps", json=spec.model_dump(mode="json"),
-                           headers=headers).json()
-    console.print(f"sweep [bold]{sweep['id']}[/bold] ({sweep['name']}): {sweep['state']}, "
-                  f"{sweep['counters']['total']} trials")
-    console.print(f"  status: {client.base}/sweeps/{sweep['id']}")
-    console.print(f"  watch:  ksweep watch {sweep['id']}")
-    print(sweep["id"])
+    with _exits(), Client() as client:
+        sweep = client.submit(spec_path, idempotency_key=idempotency_key)
+    console.print(f"sweep [bold]{sweep.id}[/bold] ({sweep.name}): {sweep.state}, "
+                  f"{sweep.counters.total} trials")
+    console.print(f"  status: {client.base}/sweeps/{sweep.id}")
+    console.print(f"  watch:  ksweep watch {sweep.id}")
+    print(sweep.id)
 
 
 def status_command(sweep_id: str = typer.Argument(None, help="A sweep id; omit to list sweeps.")) -> None:
     """One sweep's state, counters, best so far and ETA; or the list of sweeps."""
-    client = _client()
-    if sweep_id is None:
-        page = client.request("GET", "/sweeps", params={"limit": 50}).json()
-        table = Table(title=f"sweeps ({page['total']})")
-        for column in ("id", "name", "owner", "state", "trials", "best", "created"):
-            table.add_column(column)
-        for sweep in page["items"]:
-            c = sweep["counters"]
-            table.add_row(sweep["id"], sweep["name"], sweep["owner"], sweep["state"],
-                          f"{c['done'] + c['stopped'] + c['failed']}/{c['total']}", _best(sweep),
-                          sweep["created_at"][:19])
-        console.print(table)
-        return
-    sweep = client.request("GET", f"/sweeps/{sweep_id}").json()
-    console.print(f"sweep [bold]{sweep['id']}[/bold] ({sweep['name']}, owner {sweep['owner']}): "
-                  f"[bold]{sweep['state']}[/bold]")
-    console.print(f"  trials: {_counter_line(sweep)}")
-    console.print(f"  best:   {_best(sweep)}   ETA {format_eta(sweep['eta_seconds'])}")
-    if sweep["mlflow"]["ui_url"]:
-        console.print(f"  MLflow: {sweep['mlflow']['ui_url']}")
-    if sweep["error"]:
-        console.print(f"  [red]error:[/red] {sweep['error']}")
+    with _exits(), Client() as client:
+        if sweep_id is None:
+            page = client.list(limit=50)
+            table = Table(title=f"sweeps ({page.total})")
+            for column in ("id", "name", "owner", "state", "trials", "best", "created"):
+                table.add_column(column)
+            for item in page.items:
+                table.add_row(item.id, item.name, item.owner, item.state,
+                              f"{finished(item)}/{item.counters.total}", best_text(item),
+                              item.created_at.isoformat()[:19])
+            console.print(table)
+            return
+        sweep = client.get(sweep_id)
+    console.print(f"sweep [bold]{sweep.id}[/bold] ({sweep.name}, owner {sweep.owner}): "
+                  f"[bold]{sweep.state}[/bold]")
+    console.print(f"  trials: {counter_line(sweep)}")
+    console.print(f"  best:   {best_text(sweep)}   ETA {format_eta(sweep.eta_seconds)}")
+    if sweep.mlflow.ui_url:
+        console.print(f"  MLflow: {sweep.mlflow.ui_url}")
+    if sweep.error:
+        console.print(f"  [red]error:[/red] {sweep.error}")
 
 
 def watch_command(
@@ -127,46 +101,113 @@ def watch_command(
     interval: float = typer.Option(2.0, help="Seconds between polls."),
 ) -> None:
     """A live progress bar until the sweep ends; exit 0 succeeded, 1 failed, 3 cancelled."""
-    client = _client()
-    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.fields[state]}"), TextColumn("best {task.fields[best]}"),
-                        TextColumn("ETA {task.fields[eta]}"), TimeElapsedColumn(), console=console)
-    with progress:
+    # Sized to fit 80 columns (name, bar, 15/15, state, best metric and value, ETA, elapsed).
+    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(bar_width=12),
+                        MofNCompleteColumn(), TextColumn("{task.fields[state]}"),
+                        TextColumn("{task.fields[best]}"), TextColumn("ETA {task.fields[eta]}"),
+                        TimeElapsedColumn(), console=console)
+    with _exits(), Client() as client, progress:
         task = progress.add_task(sweep_id, total=None, state="", best="-", eta="-")
         while True:
-            sweep = client.request("GET", f"/sweeps/{sweep_id}").json()
-            c = sweep["counters"]
-            progress.update(task, description=sweep["name"], total=c["total"] or None,
-                            completed=c["done"] + c["stopped"] + c["failed"], state=sweep["state"],
-                            best=_best(sweep), eta=format_eta(sweep["eta_seconds"]))
-            if sweep["state"] in TERMINAL_SWEEP_STATES:
+            sweep = client.get(sweep_id)
+            progress.update(task, description=sweep.name, total=sweep.counters.total or None,
+                            completed=finished(sweep), state=sweep.state,
+                            best=best_text(sweep, short=True),
+                            eta=format_eta(sweep.eta_seconds))
+            if sweep.state in TERMINAL_SWEEP_STATES:
                 break
             time.sleep(interval)
-    console.print(f"sweep {sweep_id} {sweep['state']}: {_counter_line(sweep)}")
-    if sweep["error"]:
-        console.print(f"[red]error:[/red] {sweep['error']}")
-    raise typer.Exit(EXIT_CODES[sweep["state"]])
+    # One short line: the counters line wrapped at 80 columns and left "of 15" on a line of its own.
+    c = sweep.counters
+    console.print(f"sweep {sweep_id} {sweep.state}: {finished(sweep)}/{c.total} trials ended "
+                  f"({c.done} done, {c.stopped} stopped, {c.failed} failed)", soft_wrap=True)
+    if sweep.error:
+        console.print(f"[red]error:[/red] {sweep.error}")
+    raise typer.Exit(EXIT_CODES[sweep.state])
 
 
 def cancel_command(sweep_id: str = typer.Argument(..., help="The sweep to cancel.")) -> None:
     """Cancel a sweep (its driver and trials stop; finished trials stay in MLflow)."""
-    sweep = _client().request("POST", f"/sweeps/{sweep_id}/cancel").json()
-    console.print(f"sweep {sweep_id}: {sweep['state']} ({_counter_line(sweep)})")
+    with _exits(), Client() as client:
+        sweep = client.cancel(sweep_id)
+    console.print(f"sweep {sweep_id}: {sweep.state} ({counter_line(sweep)})")
+
+
+class ReportFormat(StrEnum):
+    table = "table"
+    md = "md"
+    json = "json"
 
 
 def report_command(
-    sweep_id: str = typer.Argument(..., help="A finished sweep."),
-    as_json: bool = typer.Option(False, "--json", help="Print the report JSON."),
+    sweep_id: str = typer.Argument(..., help="An ended sweep."),
+    format: ReportFormat = typer.Option(ReportFormat.table, "--format", "-f",
+                                        help="table: rich tables sized to the terminal; md: the "
+                                             "Markdown of report.md; json: report.json."),
+    as_json: bool = typer.Option(False, "--json", help="Same as --format json.", hidden=True),
 ) -> None:
-    """The comparison table: alpha x loss_stack x model, mean and 95% interval over seeds."""
-    from sweeps.report.build import report_markdown
-
-    client = _client()
-    report = client.request("GET", f"/sweeps/{sweep_id}/report").json()
-    if as_json:
+    """The comparison: alpha x loss_stack x model, mean and 95% interval over seeds."""
+    with _exits(), Client() as client:
+        report = client.report_json(sweep_id)
+        sweep = client.get(sweep_id)
+    if as_json or format is ReportFormat.json:
         print(json.dumps(report, indent=2))
         return
-    console.print(report_markdown(report))
-    sweep = client.request("GET", f"/sweeps/{sweep_id}").json()
-    if sweep["mlflow"]["ui_url"]:
-        console.print(f"MLflow: {sweep['mlflow']['ui_url']}")
+    if format is ReportFormat.md:
+        from sweeps.report.text import report_markdown
+
+        print(report_markdown(report), end="")
+    else:
+        from service.cli.report_view import render_report
+
+        render_report(report, console)
+    if sweep.mlflow.ui_url:
+        console.print(f"MLflow: {sweep.mlflow.ui_url}", soft_wrap=True)
+
+
+class ExportFormat(StrEnum):
+    csv = "csv"
+    parquet = "parquet"
+    json = "json"
+
+
+class ExportTable(StrEnum):
+    trials = "trials"
+    cells = "cells"
+    contrasts = "contrasts"
+    history = "history"
+
+
+def export_command(
+    sweep_id: str = typer.Argument(..., help="An ended sweep."),
+    format: ExportFormat = typer.Option(ExportFormat.csv, "--format", "-f"),
+    table: ExportTable = typer.Option(ExportTable.trials, "--table", "-t"),
+    output: Path = typer.Option(None, "--output", "-o", dir_okay=False,
+                                help="The file to write; default stdout (csv, json) or "
+                                     "ID-TABLE.parquet."),
+    metrics: str = typer.Option(None, help="History metrics, comma-separated "
+                                           "(default the report's curves: val/latent_nmi, val/latent_ari, "
+                                           "val/loss, val/kl, val/kappa_mean)."),
+) -> None:
+    """Write one table of a sweep (trials, cells, contrasts, history) as CSV, Parquet or JSON
+    records."""
+    names = [m for m in (metrics or "").split(",") if m] or None
+    with _exits(), Client() as client:
+        frame = client.frame(sweep_id, table.value, names)
+    if format is ExportFormat.parquet and output is None:
+        output = Path(f"{sweep_id}-{table.value}.parquet")
+    if output is not None and output.parent != Path() and not output.parent.is_dir():
+        console.print(f"[red]--output {output}: no folder {output.parent}[/red]")
+        raise typer.Exit(2)
+    if format is ExportFormat.parquet:
+        frame.to_parquet(output, index=False)
+    elif format is ExportFormat.csv:
+        frame.to_csv(output if output is not None else sys.stdout, index=False)
+    else:
+        text = frame.to_json(orient="records", indent=1)
+        if output is None:
+            print(text)
+        else:
+            output.write_text(text + "\n")
+    if output is not None:
+        print(f"{len(frame)} rows of {table.value} -> {output}", file=sys.stderr)

@@ -1,5 +1,5 @@
 """What every ``ksweep`` command shares: the console, spec loading with field-path errors,
-ETA formatting, and ``ksweep validate SPEC`` (the dry-run plan). Torch-free."""
+and ``ksweep validate SPEC`` (the dry-run plan). Torch-free."""
 
 from __future__ import annotations
 
@@ -71,14 +71,6 @@ def plan_or_exit(spec: SweepSpec, path: Path) -> SweepPlan:
     except ValidationError as error:
         console.print(f"[red]invalid sweep spec {path}:[/red]\n{format_validation_error(error)}")
         raise typer.Exit(2) from None
-
-
-def format_eta(seconds: float | None) -> str:
-    """``3m05s``, ``42s``, or ``-`` when unknown."""
-    if seconds is None:
-        return "-"
-    minutes, secs = divmod(int(seconds), 60)
-    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
 def validate_command(

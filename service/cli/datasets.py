@@ -15,7 +15,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from service.cli.client import _client, console
+from service.cli.client import console, request_or_exit
 from workers.data.dataset_limits import SUFFIX_FORMATS
 
 data_app = typer.Typer(help="Register, list, show and remove datasets (docs/guide/datasets.md).",
@@ -39,9 +39,8 @@ def _upload(path: Path, name: str, replace: bool, filename: str) -> dict:
         raise typer.Exit(2)
     headers = {"Content-Type": MEDIA_TYPES[fmt], "Content-Length": str(path.stat().st_size)}
     params = {"name": name, "filename": filename, **({"replace": "true"} if replace else {})}
-    client = _client()
-    response = client.request("POST", "/datasets", params=params, content=_chunks(path),
-                              headers=headers, timeout=None)
+    response = request_or_exit("POST", "/datasets", params=params, content=_chunks(path),
+                               headers=headers, timeout=None)
     return response.json()
 
 
@@ -105,8 +104,8 @@ def add_command(
 def list_command(owner: str | None = typer.Option(None, help="Only this owner's."),
                  as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """The registered datasets."""
-    records = _client().request("GET", "/datasets",
-                                params={"owner": owner} if owner else None).json()
+    records = request_or_exit("GET", "/datasets",
+                              params={"owner": owner} if owner else None).json()
     if as_json:
         print(json.dumps(records, indent=1))
         return
@@ -121,7 +120,7 @@ def list_command(owner: str | None = typer.Option(None, help="Only this owner's.
 def show_command(name: str = typer.Argument(...),
                  as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """One dataset's record and summary."""
-    record = _client().request("GET", f"/datasets/{name}").json()
+    record = request_or_exit("GET", f"/datasets/{name}").json()
     if as_json:
         print(json.dumps(record, indent=1))
     else:
@@ -131,5 +130,5 @@ def show_command(name: str = typer.Argument(...),
 @data_app.command("rm")
 def rm_command(name: str = typer.Argument(...)) -> None:
     """Remove a dataset name (refused while a queued or running sweep names it)."""
-    record = _client().request("DELETE", f"/datasets/{name}").json()
+    record = request_or_exit("DELETE", f"/datasets/{name}").json()
     console.print(f"removed {record['name']} (sha256 {record['sha256'][:12]})")

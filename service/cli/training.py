@@ -27,12 +27,12 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from ksweep.progress import format_eta
 from service.cli.common import (
     console,
     default_data_root,
     default_model_root,
     default_sweep_root,
-    format_eta,
     format_validation_error,
     load_spec_or_exit,
     plan_or_exit,

@@ -1,1 +1,1 @@
-"""The API's routers: health, objectives and sweeps."""
+"""The API's routers: health, objectives, sweeps and their history."""

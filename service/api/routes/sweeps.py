@@ -21,6 +21,7 @@ from service.api.schemas import (
     PROBLEM_MEDIA_TYPE,
     FieldProblem,
     Problem,
+    Report,
     Sweep,
     SweepPage,
     SweepState,
@@ -222,7 +223,7 @@ def list_trials(
     return TrialPage(items=items, total=page.total, limit=limit, offset=offset)
 
 
-@router.get("/sweeps/{sweep_id}/report", response_model=dict[str, Any],
+@router.get("/sweeps/{sweep_id}/report", response_model=Report,
             summary="The sweep's report: alpha x loss_stack x model with 95% intervals",
             responses={**UNAUTHORIZED, **NOT_FOUND, **INVALID,
                        409: _problem("The sweep has no report (yet): it is still queued or "

@@ -1,0 +1,86 @@
+"""``ksweep report``'s terminal view: the report as rich tables sized to the terminal (a long
+cell wraps inside its column; a row is never broken across lines as Markdown pipes are).
+Markdown stays the MLflow artifact (report.md) and ``--format md`` prints it raw."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from sweeps.report.text import ALL, _beta, _interval, headline
+
+
+def _alpha_table(report: Mapping[str, Any], metric: str) -> Table:
+    split = report["split"]
+    cells = [c for c in report["cells"] if c["split"] == split and c["metric"] == metric]
+    kinds = sorted({c["kind"] for c in cells}, key=lambda k: (k != ALL, k))
+    table = Table(title=f"{split} {metric} by alpha: mean [95% t interval]", title_justify="left")
+    for column in ("model", "beta", "loss stack", "alpha", *kinds, "per seed"):
+        table.add_column(column, overflow="fold")
+    rows: dict[tuple, dict[str, Any]] = {}
+    for cell in cells:
+        key = (cell["model"], cell["beta"] if cell["beta"] is not None else -1,
+               cell["free_bits"] or 0, cell["loss_stack"], cell["alpha"])
+        rows.setdefault(key, {"cell": cell})[cell["kind"]] = cell
+    for key in sorted(rows):
+        entry = rows[key]
+        cell = entry["cell"]
+        values = ", ".join("-" if v is None else f"{v:.2f}" for v in entry.get(ALL, cell)["values"])
+        table.add_row(cell["model"], _beta(cell),
+                      cell["loss_stack"] + (" (shared)" if cell["shared_with"] else ""),
+                      f"{cell['alpha']:g}", *(_interval(entry[k]) if k in entry else "-"
+                                               for k in kinds), values)
+    return table
+
+
+def _contrast_table(contrasts: Sequence[Mapping[str, Any]], title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in ("contrast", "model", "alpha", "beta", "kind", "mean diff [95%]", "p", "pairs",
+                   "supports"):
+        table.add_column(column, overflow="fold")
+    for c in contrasts:
+        p = c["p_adjusted"] if c["family"] == "primary" else c["p_value"]
+        table.add_row(f"{c['loss_stack']} - {c['baseline']}", c["model"], f"{c['alpha']:g}",
+                      _beta(c), c["kind"], _interval(c, "mean_diff"),
+                      "-" if p is None else f"{p:.3g}", str(c["n_pairs"]), c["claim"])
+    return table
+
+
+def _best_table(best: Sequence[Mapping[str, Any]]) -> Table:
+    table = Table(title="Best per model and beta (chosen on val, held-out split beside it)",
+                  title_justify="left")
+    for column in ("model", "beta", "loss stack", "alpha", "val", "held out [95%]", "tied on val"):
+        table.add_column(column, overflow="fold")
+    for entry in best:
+        val = entry["val"]["mean"]
+        table.add_row(entry["model"], _beta(entry), entry["selected"]["loss_stack"],
+                      f"{entry['selected']['alpha']:g}", "-" if val is None else f"{val:.3f}",
+                      f"{entry['split']} {_interval(entry['test'] or {})}",
+                      ", ".join(entry["ties_on_val"]) or "-")
+    return table
+
+
+def render_report(report: Mapping[str, Any], console: Console) -> None:
+    """Print the headline, the per-alpha table of the analysis metric, the primary contrasts,
+    the best configurations and what the report cannot claim."""
+    metric = report["analysis"]["metric"]
+    dedup = report["dedup"]
+    console.print(f"[bold]Sweep {report['name']} ({report['sweep_id']})[/bold]")
+    console.print(f"[bold]{headline(report)}[/bold]")
+    console.print(f"Trials: {', '.join(f'{k} {v}' for k, v in sorted(report['counts'].items()))}; "
+                  f"{dedup['trials_requested']} rows, {dedup['trials_run']} trials run "
+                  f"({dedup['trials_saved_by_dedup']} saved by dedup); {report['split']} split, "
+                  f"read at {report['readout_source']}.")
+    console.print(_alpha_table(report, metric))
+    primary = [c for c in report["contrasts"] if c["family"] == "primary"]
+    if primary:
+        console.print(_contrast_table(primary, "Primary contrasts (Holm within the family)"))
+    if report["best"]:
+        console.print(_best_table(report["best"]))
+    if report["limitations"]:
+        console.print("[bold]What this report cannot claim[/bold]")
+        for words in report["limitations"]:
+            console.print(f"  - {words}")

@@ -1,0 +1,41 @@
+"""``import ksweep`` stays light: no torch, Ray, MLflow or pandas in ``sys.modules``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = """
+import json, sys, time
+start = time.perf_counter()
+import ksweep
+from ksweep import Client
+seconds = time.perf_counter() - start
+roots = sorted({name.split('.')[0] for name in sys.modules})
+print(json.dumps({"seconds": seconds, "roots": roots, "all": ksweep.__all__}))
+"""
+
+
+def _probe() -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
+                         check=True, cwd=ROOT)
+    return json.loads(out.stdout)
+
+
+def test_import_loads_no_heavy_stack():
+    probe = _probe()
+    loaded = set(probe["roots"])
+    assert not loaded & {"torch", "ray", "mlflow", "pandas", "matplotlib", "sklearn", "scipy",
+                         "numpy", "fastapi", "sqlalchemy", "tqdm"}, loaded
+    assert {"httpx", "pydantic", "ksweep"} <= loaded
+    assert "Client" in probe["all"] and "Report" in probe["all"]
+
+
+def test_import_is_fast():
+    # Measured ~0.3 s at load 3 on 2 shared cores; the bound only catches a heavy import.
+    assert _probe()["seconds"] < 3.0
