@@ -5,6 +5,7 @@ import sys
 
 from benchmarks import (
     bench_cohort,
+    bench_dataset_training,
     bench_datasets,
     bench_headline,
     bench_objectives,
@@ -22,6 +23,7 @@ def main() -> None:
     bench_plots.main()
     bench_cohort.main()
     bench_datasets.main([])
+    bench_dataset_training.main([])
     gpu_trial.main()
     bench_sweep.main([])
     bench_service.main()

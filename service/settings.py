@@ -32,6 +32,11 @@ class Settings(BaseSettings):
         Path(".ksweep"),
         description="Tune state, caches, driver logs and (by default) the service's SQLite store.",
     )
+    model_root: Path | None = Field(
+        None,
+        description="Registered language models (`ksweep model add`); default <sweep_root>/models. "
+        "Administrators point it at a shared folder for the service.",
+    )
     database_url: str | None = Field(
         None,
         description="SQLAlchemy URL of the service store; default sqlite:///<sweep_root>/service.db "
@@ -129,11 +134,16 @@ class Settings(BaseSettings):
     url: str = Field("http://127.0.0.1:8000", description="Service URL for the CLI client.")
     token: str | None = Field(None, repr=False, description="Bearer token for the CLI client.")
 
-    @field_validator("sweep_root")
+    @field_validator("sweep_root", "model_root")
     @classmethod
-    def _absolute(cls, value: Path) -> Path:
+    def _absolute(cls, value: Path | None) -> Path | None:
         # Drivers and Ray workers run in other directories: every path they get is absolute.
-        return value.expanduser().resolve()
+        return None if value is None else value.expanduser().resolve()
+
+    @property
+    def resolved_model_root(self) -> Path:
+        """KSWEEP_MODEL_ROOT, or <sweep_root>/models."""
+        return self.model_root or self.sweep_root / "models"
 
     @property
     def store_url(self) -> str:

@@ -32,8 +32,11 @@ EPOCH_SPLITS: tuple[str, ...] = (TRAIN, VAL)
 # Logged on every split by the training loop.
 SPLIT_METRICS: tuple[str, ...] = (
     "loss", "recon_uniform", "recon_token_weighted", "recon_ncc", "kl",
-    "kappa_mean", "kappa_p50", "kappa_p90", "kappa_max", "cv2_mean",
+    "kappa_mean", "kappa_p50", "kappa_p90", "kappa_max", "cv2_mean", "elbo",
 )
+ELBO = "elbo"
+"""``{split}/elbo``: mean over examples of sum_t l_t + KL (the negative ELBO, nats; lower is
+better), identical for every stack, logged on every trial; a label-less dataset's default."""
 # Latent recovery, on val only.
 LATENT_METRICS: tuple[str, ...] = ("latent_nmi", "latent_ari", "mutual_info", "active_units")
 
@@ -59,10 +62,17 @@ VAL_KAPPA_MEAN = metric_name(VAL, "kappa_mean")
 HISTORY_METRICS: tuple[str, ...] = (VAL_LATENT_NMI, VAL_LATENT_ARI, VAL_LOSS, VAL_KL, VAL_KAPPA_MEAN)
 
 # The metrics a sweep may optimise or report on (docs/concepts/design.md, "What a trial records").
+TEST_ELBO = metric_name(TEST, ELBO)
+VAL_ELBO = metric_name(VAL, ELBO)
 METRIC_NAMES: tuple[str, ...] = (
     *(metric_name(split, name) for split in EPOCH_SPLITS for name in SPLIT_METRICS),
     *(metric_name(VAL, name) for name in LATENT_METRICS),
+    TEST_ELBO,
 )
+# The metrics a dataset without a label cannot give (no latent to recover).
+LABEL_READOUTS = frozenset({"latent_nmi", "latent_ari", "mi_zs", "nmi_auc", "epochs_to_nmi90",
+                            "epochs_to_nmi90_censored"})
+LABEL_METRICS = frozenset({VAL_LATENT_NMI, VAL_LATENT_ARI})
 DEFAULT_OBJECTIVE_METRIC = VAL_LATENT_NMI
 # Latent recovery is better when higher; every loss, KL and concentration statistic when lower.
 MAXIMISED_METRICS = frozenset(metric_name(VAL, name) for name in LATENT_METRICS)
@@ -291,7 +301,7 @@ SURPRISAL_READOUTS: tuple[str, ...] = (
 )
 # Depend on the model: every epoch, overall and per kind.
 MODEL_READOUTS: tuple[str, ...] = (
-    "loss", "recon_uniform", "recon_token_weighted", "recon_cc", "recon_ncc", "kl",
+    "loss", "recon_uniform", "recon_token_weighted", "recon_cc", "recon_ncc", "kl", "elbo",
     "latent_nmi", "latent_ari", "mi_zs", "kl_kappa_spearman",
 )
 CONTINUOUS_READOUTS: tuple[str, ...] = ("active_units",)  # also per kind, continuous family only
@@ -316,6 +326,22 @@ GRAD_NORM_NAME = "val/grad_norm_encoder"  # norm of the full reconstruction grad
 NMI_AUC = "nmi_auc"
 EPOCHS_TO_NMI = "epochs_to_nmi90"
 EPOCHS_TO_NMI_CENSORED = "epochs_to_nmi90_censored"
+
+COMPACT_B_U = "b_u_compact"
+"""``{split}/b_u_compact``: b_u with b_t renormalised to the compact support (the ids the
+dataset uses), the scale l_t lives on. A learned base is trained there (it equals b_u); a
+precomputed column holds only each token's nats, so it is absent (param base.support =
+original)."""
+
+ORACLE_ABSENT_REASON = (
+    "they need the oracle's h_t (each token's surprisal given the true latent) and the "
+    "synthetic task's prefix/private kinds, and a registered dataset has neither")
+"""Why a dataset trial has no oracle read-outs (the report says it in these words)."""
+
+# A trial on a registered dataset: the full content hash (the MLflow dataset input's digest
+# holds its first DATASET_DIGEST_CHARS hex characters: MLflow caps a digest at 36).
+DATASET_SHA256_PARAM = "dataset_sha256"
+DATASET_DIGEST_CHARS = 32
 
 # Provenance params of every trial run.
 PROVENANCE_PARAMS: tuple[str, ...] = (

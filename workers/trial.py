@@ -13,13 +13,21 @@ reason in ``ksweep.failure`` when training raised.
 
 from __future__ import annotations
 
+import json
 import math
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from workers.contract import C_BASE_PARAM, FAILURE_TAG, STOPPED_EARLY_TAG, failure_text
+from workers.contract import (
+    C_BASE_PARAM,
+    DATASET_DIGEST_CHARS,
+    FAILURE_TAG,
+    STOPPED_EARLY_TAG,
+    failure_text,
+)
+from workers.mlflow_retry import retrying
 from workers.plots import plot_kappa_histogram, plot_position_profiles, plot_reconstruction_curves
 from workers.tracking import RunLogger, flatten_config, provenance_params
 from workers.train import Trainer, TrialConfig
@@ -38,7 +46,33 @@ def trial_params(trainer: Trainer) -> dict[str, Any]:
     params.update(provenance_params())
     params.update({f"data.hash.{name}": value for name, value in trainer.data_hashes.items()})
     params["data.resolved_seed"] = trainer.config.resolved_data().seed
+    params.update(trainer.view.info)  # a dataset's hash (dataset_sha256), split hash, sizes
     return params
+
+
+def log_dataset_input(trainer: Trainer, logger: RunLogger) -> None:
+    """Record a dataset trial's data as an MLflow dataset input (the UI's Datasets column):
+    digest = the first 32 hex characters of the content hash (MLflow caps a digest at 36;
+    the full hash is the ``dataset_sha256`` param), context tag ``training``. No-op for the
+    synthetic task."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+    task = trainer.view.dataset
+    if task is None:
+        return
+    config = task.config
+    dataset = Dataset(
+        name=config.dataset, digest=str(config.sha256)[:DATASET_DIGEST_CHARS],
+        source_type="ksweep-dataset-store",
+        source=json.dumps({"name": config.dataset, "sha256": config.sha256}),
+        schema=json.dumps({"columns": task.columns}),
+        profile=json.dumps({"rows": task.rows, "vocab_size": task.vocab_size,
+                            "max_target_length": task.max_target_length}),
+    )
+    inputs = [DatasetInput(dataset, [InputTag(MLFLOW_DATASET_CONTEXT, "training")])]
+    retrying(lambda: logger.client.log_inputs(logger.run_id, datasets=inputs),
+             f"log_inputs of run {logger.run_id}")
 
 
 def finite_metrics(metrics: Mapping[str, float]) -> dict[str, float]:
@@ -104,6 +138,7 @@ class TrialRun:
         logger = RunLogger.start(tracking_uri, experiment_name, run_name, dict(tags or {}),
                                  parent_run_id=parent_run_id, buffered=True)
         logger.log_params(trial_params(trainer), fresh=True)  # one log_batch, no read
+        log_dataset_input(trainer, logger)
         return cls(trainer, logger)
 
     @classmethod

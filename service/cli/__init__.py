@@ -17,12 +17,14 @@ from service.cli.client import (
 )
 from service.cli.common import validate_command
 from service.cli.datasets import data_app
+from service.cli.models import model_app
 from service.cli.server import serve_command
 from service.cli.training import sweep_app, train_command
 
 app = typer.Typer(help="kappa-sweep: sweeps over alpha and loss stacks for CVAEs.", no_args_is_help=True)
 app.command("train")(train_command)
 app.add_typer(sweep_app, name="sweep")
+app.add_typer(model_app, name="model")
 app.command("validate")(validate_command)
 app.command("serve")(serve_command)
 app.command("submit")(submit_command)

@@ -24,6 +24,18 @@ def default_sweep_root() -> Path:
     return Path(os.environ.get("KSWEEP_SWEEP_ROOT", ".ksweep")).resolve()
 
 
+def default_data_root() -> Path:
+    """KSWEEP_DATA_ROOT (the dataset store), default $KSWEEP_SWEEP_ROOT/datasets, absolute."""
+    configured = os.environ.get("KSWEEP_DATA_ROOT")
+    return Path(configured).resolve() if configured else default_sweep_root() / "datasets"
+
+
+def default_model_root() -> Path:
+    """KSWEEP_MODEL_ROOT (the model store), default $KSWEEP_SWEEP_ROOT/models, absolute."""
+    configured = os.environ.get("KSWEEP_MODEL_ROOT")
+    return Path(configured).resolve() if configured else default_sweep_root() / "models"
+
+
 def format_validation_error(error: ValidationError) -> str:
     """One line per problem: the dotted field path and the message."""
     lines = []

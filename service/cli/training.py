@@ -29,6 +29,8 @@ from rich.table import Table
 
 from service.cli.common import (
     console,
+    default_data_root,
+    default_model_root,
     default_sweep_root,
     format_eta,
     format_validation_error,
@@ -40,6 +42,7 @@ from workers.contract import (
     LOOPBACK_RAY_ENV,
     TRIAL_SUMMARY_METRICS,
     TUNE_ENV,
+    VAL_ELBO,
     VAL_LATENT_NMI,
     VAL_LOSS,
     SweepStatus,
@@ -67,6 +70,7 @@ def train_command(
     except ValueError as error:
         console.print(f"[red]{error}[/red]")
         raise typer.Exit(2) from None
+    config = _resolve_trial_data(config)
     tracking_uri = default_tracking_uri()
     progress = Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -78,7 +82,9 @@ def train_command(
         def on_epoch(trainer: Any, epoch: int, metrics: dict[str, float]) -> None:
             progress.update(
                 task, completed=epoch, description="training",
-                status=f"val/loss {metrics[VAL_LOSS]:.4f}  nmi {metrics[VAL_LATENT_NMI]:.3f}",
+                status=f"val/loss {metrics[VAL_LOSS]:.4f}  "
+                + (f"nmi {metrics[VAL_LATENT_NMI]:.3f}" if VAL_LATENT_NMI in metrics
+                   else f"elbo {metrics.get(VAL_ELBO, float('nan')):.3f}"),
             )
 
         try:
@@ -99,6 +105,26 @@ def train_command(
     console.print(f"c_base = {trainer.c_base:.6g} ({trainer.base.kind} base)")
     console.print(f"MLflow run {logger.run_id} in experiment {logger.experiment_id} at {tracking_uri}")
     console.print(f"open the UI: mlflow ui --backend-store-uri {tracking_uri}")
+
+
+def _resolve_trial_data(config: Any) -> Any:
+    """A trial config naming a dataset, resolved against KSWEEP_DATA_ROOT (exit 2 if it cannot be)."""
+    from workers.data.config import DatasetDataConfig
+    from workers.data.dataset_resolve import DatasetResolutionError, resolve_dataset
+    from workers.data.dataset_store import DatasetStore
+    from workers.lm.resolve import resolve_model
+
+    if not isinstance(config.data, DatasetDataConfig):
+        return config
+    try:
+        data = resolve_dataset(config.data, default_data_root(), field="data")
+        tokenizer = DatasetStore(Path(str(data.root))).get(data.dataset).tokenizer
+        base = resolve_model(config.base, default_model_root(), dataset_name=data.dataset,
+                             dataset_tokenizer=tokenizer, field="base")
+        return config.model_copy(update={"data": data, "base": base})
+    except DatasetResolutionError as error:
+        console.print(f"[red]{error}[/red]")
+        raise typer.Exit(2) from None
 
 
 class LiveView:
@@ -150,10 +176,18 @@ def run_command(
                   f"MLflow {tracking_uri}")
     view = LiveView(plan.trial_count, spec.name)
     started = time.perf_counter()
-    with view.live:
-        outcome = run_sweep(spec, plan, sweep_id=sweep_id, sweep_root=default_sweep_root(),
-                            tracking_uri=tracking_uri, num_cpus=num_cpus, sinks=[view],
-                            experiment_name=experiment, mlflow_ui_url=get_settings().mlflow_ui_url)
+    from workers.data.dataset_resolve import DatasetResolutionError
+
+    try:
+        with view.live:
+            outcome = run_sweep(spec, plan, sweep_id=sweep_id, sweep_root=default_sweep_root(),
+                                tracking_uri=tracking_uri, num_cpus=num_cpus, sinks=[view],
+                                experiment_name=experiment, data_root=default_data_root(),
+                                mlflow_ui_url=get_settings().mlflow_ui_url,
+                                model_root=default_model_root())
+    except DatasetResolutionError as error:
+        console.print(f"[red]{error}[/red]")
+        raise typer.Exit(2) from None
     console.print(report_markdown(outcome.report))
     console.print(f"{outcome.status.state} in {time.perf_counter() - started:.1f} s; parent run "
                   f"{outcome.parent_run_id} (experiment {outcome.experiment_id})")

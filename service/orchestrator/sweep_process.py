@@ -97,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             spec, plan, sweep_id=sweep_id, sweep_root=settings.sweep_root,
             tracking_uri=settings.mlflow_tracking_uri, num_cpus=settings.driver_num_cpus,
             ray_address=settings.ray_address, sinks=[sink], mlflow_ui_url=settings.mlflow_ui_url,
+            data_root=settings.dataset_root, model_root=settings.resolved_model_root,
         )
     except Exception as error:
         # run_sweep has published the failed status to the sink: store it, then make sure the

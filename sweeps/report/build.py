@@ -25,7 +25,7 @@ from sweeps.report.readout_table import ALL_KINDS, RowResult, TrialOutcome, expa
 from sweeps.report.statistics import MIN_PAIRS_FOR_CLAIM, mean_interval, metric_range
 from sweeps.report.text import report_markdown
 from sweeps.spec import SweepSpec
-from workers.contract import BEST_METRIC_PREFIX
+from workers.contract import BEST_METRIC_PREFIX, ORACLE_ABSENT_REASON, TEST_ELBO
 
 __all__ = ["TrialOutcome", "build_report", "metric_mode", "report_markdown", "summary_metrics",
            "write_report_plots"]
@@ -181,6 +181,24 @@ def _limitations(rows, cells, contrasts, excluded, source, split, seeds, epochs)
     return words
 
 
+def data_section(spec: SweepSpec) -> dict[str, Any]:
+    """What the sweep trained on, and which read-outs its data cannot give and why."""
+    from workers.data.config import DatasetDataConfig
+
+    data = spec.template.data
+    if not isinstance(data, DatasetDataConfig):
+        return {"source": "synthetic", "absent": []}
+    absent = [{"readouts": "pi_explained_share, grad_share_explained, grad_share_prefix, the "
+               "prefix-minus-private interaction", "why": ORACLE_ABSENT_REASON}]
+    if spec.primary_metric == TEST_ELBO:
+        absent.append({"readouts": "latent_nmi, latent_ari, mi_zs, nmi_auc, epochs_to_nmi90",
+                       "why": "the dataset has no label column, so there is no latent class to "
+                       "recover; the primary metric is test/elbo (sum over target tokens of l_t "
+                       "plus KL per example, the same for every stack)"})
+    return {"source": "dataset", "dataset": data.dataset, "sha256": data.sha256,
+            "base": spec.template.base.kind, "absent": absent}
+
+
 def build_report(spec: SweepSpec, sweep_id: str, outcomes: Iterable[TrialOutcome],
                  plan: SweepPlan | None = None) -> dict[str, Any]:
     """The JSON report of a finished (or partly finished) sweep."""
@@ -208,6 +226,7 @@ def build_report(spec: SweepSpec, sweep_id: str, outcomes: Iterable[TrialOutcome
         "counts": dict(counts), "excluded": excluded,
         "limitations": _limitations(rows, cells, contrasts, excluded, source, split, seeds,
                                     spec.epochs_per_trial()),
+        "data": data_section(spec),
         "trials": [
             {"trial_id": o.trial_id, **o.params, "state": o.state, "epochs": o.epochs,
              "error": o.error, "mlflow_run_id": o.run_id}

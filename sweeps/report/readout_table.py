@@ -22,13 +22,15 @@ from typing import Any
 from sweeps.plan.build import SweepPlan, row_label, trial_key
 from sweeps.plan.equivalence import effective_beta, kl_weight
 from sweeps.spec import SweepSpec
-from workers.contract import EXAMPLE_KINDS, SELECTED_EPOCH, SELECTED_PREFIX, SPLITS, TEST, VAL
+from workers.contract import SELECTED_EPOCH, SELECTED_PREFIX, SPLITS, TEST, VAL
 
 __all__ = ["RowResult", "TrialOutcome", "expand_outcomes", "trial_readouts"]
 
 ALL_KINDS = "all"
 _SPLITS = (VAL, TEST)  # the report reads the splits no trial trains on
-_NAME = rf"({'|'.join(SPLITS)})/(?:({'|'.join(EXAMPLE_KINDS)})/)?([^/]+)$"  # split, kind, name
+# split, kind, name: the kind segment is a synthetic kind or a dataset's group name
+# (sanitized to these characters by the dataset source).
+_NAME = rf"({'|'.join(SPLITS)})/(?:([A-Za-z0-9_.-]+)/)?([^/]+)$"
 _SELECTED = re.compile("^" + re.escape(SELECTED_PREFIX) + _NAME)
 _PLAIN = re.compile("^" + _NAME)
 # Trial-level read-outs of the whole curve (workers.readouts.speed): logged once, unprefixed.

@@ -103,6 +103,13 @@ def report_markdown(report: Mapping[str, Any], metrics: Sequence[str] | None = N
     if views:
         lines += [f"MLflow: metric against alpha (summary runs) {views['summary']} ; "
                   f"the trial runs with their axes {views['trials']}", ""]
+    data = report.get("data") or {}
+    if data.get("source") == "dataset":
+        lines += [f"Data: dataset {data['dataset']} (sha256 {data['sha256']}), base "
+                  f"{data['base']}. R^ = R~/c_base with a learned or precomputed base: R^ < 1 "
+                  "does not mean a stack beats the base (see docs/guide/datasets-training.md).", ""]
+        lines += [f"- Absent: {item['readouts']}. Why: {item['why']}." for item in data["absent"]]
+        lines += [""]
     if report["limitations"]:
         lines += ["## What this report cannot claim", ""]
         lines += [f"- {words}" for words in report["limitations"]] + [""]

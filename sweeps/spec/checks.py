@@ -65,7 +65,10 @@ def _kl_problems(spec: SweepSpec) -> list[Problem]:
     """beta/free_bits need a kl term; free bits must stay below log K (else KL has no pressure)."""
     problems = []
     swept = [axis for axis in ("beta", "free_bits") if getattr(spec, axis) is not None]
-    limit = math.log(spec.template.data.num_strategies)
+    k = getattr(spec.template.data, "num_strategies", None)
+    if k is None:  # a dataset: K is its label count, checked per trial (TrialConfig, Trainer)
+        return problems
+    limit = math.log(k)
     offenders: dict[float, list[str]] = {}
     for label in spec.stack_labels():
         terms = spec.stack_spec(label, 1.0).resolved_terms()
@@ -90,7 +93,7 @@ def _kl_problems(spec: SweepSpec) -> list[Problem]:
             "common_terms", "kl", "options", "free_bits")
         problems.append((loc,
             f"{where}: free bits {value:g} nats >= log K = {limit:.3f} "
-            f"(K = template.data.num_strategies = {spec.template.data.num_strategies}) lets z "
+            f"(K = template.data.num_strategies = {k}) lets z "
             "carry the strategy without any KL pressure; use free bits below log K, or 0"))
     return problems
 

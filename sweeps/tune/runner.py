@@ -25,6 +25,7 @@ from typing import Any
 from mlflow.tracking import MlflowClient
 from ray import tune
 
+from sweeps.plan.budget import build_plan_within_budget
 from sweeps.plan.build import SweepPlan
 from sweeps.report.build import (
     TrialOutcome,
@@ -35,6 +36,7 @@ from sweeps.report.build import (
 )
 from sweeps.report.summary_runs import publish_summary
 from sweeps.spec import SweepSpec
+from sweeps.spec.datasets import resolve_spec_data
 from sweeps.tune.cohort_results import member_state, saved_members
 from sweeps.tune.cohort_trainable import train_sweep_trial
 from sweeps.tune.progress_callback import LIVE, ProgressCallback, finished_state, trial_record
@@ -237,6 +239,8 @@ def run_sweep(
     sinks: Sequence[ProgressSink] = (),
     experiment_name: str | None = None,
     mlflow_ui_url: str = LOCAL_MLFLOW_UI,
+    data_root: Path | str | None = None,
+    model_root: Path | str | None = None,
 ) -> SweepOutcome:
     """Run (or resume) a sweep to the end and write its report to the parent run.
 
@@ -246,8 +250,18 @@ def run_sweep(
 
     The driver process should carry :data:`TUNE_ENV` in its environment (the launchers and
     ``ksweep sweep run`` see to it); this function reads no environment variable itself
-    beyond what Ray and Tune read.
+    beyond what Ray and Tune read. ``data_root`` is the dataset store a spec naming a
+    dataset reads (resolved to its hash here, once: :mod:`sweeps.spec.datasets`); ``model_root``
+    the model store a ``base.kind: causal_lm`` reads (resolved alike).
+
+    Raises:
+        DatasetResolutionError: the spec's dataset is missing, its pin differs, or the spec
+            asks what the dataset cannot give (before anything is written).
     """
+    resolved = resolve_spec_data(spec, data_root, sweep_dir(sweep_root, sweep_id) / "spec.json",
+                                 model_root=model_root)
+    if resolved is not spec:  # the dataset's hash (and label-less defaults) change the trials
+        spec, plan = resolved, build_plan_within_budget(resolved)
     folder = _prepare_folder(spec, sweep_root, sweep_id)
     experiment_name = experiment_name or spec.name
     client = MlflowClient(tracking_uri=tracking_uri)

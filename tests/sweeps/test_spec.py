@@ -200,8 +200,9 @@ def test_defaults():
 
 
 def test_metric_names_follow_design():
-    assert len(METRIC_NAMES) == 24 and len(set(METRIC_NAMES)) == 24
-    assert {"train/loss", "val/kappa_p90", "val/cv2_mean", "val/latent_ari"} <= set(METRIC_NAMES)
+    assert len(METRIC_NAMES) == 27 and len(set(METRIC_NAMES)) == 27
+    assert {"train/loss", "val/kappa_p90", "val/cv2_mean", "val/latent_ari", "val/elbo",
+            "test/elbo"} <= set(METRIC_NAMES)
 
 
 def test_default_modes():

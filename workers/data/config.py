@@ -240,3 +240,85 @@ class SyntheticTaskConfig(BaseModel):
     def log_k(self) -> float:
         """log K, the most information about s a latent can need (nats)."""
         return math.log(self.num_strategies)
+
+
+# --- a registered dataset as the data source (docs/guide/datasets-training.md) -------------
+
+DATASET_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+
+
+class SplitFractions(BaseModel):
+    """Fractions of a seeded split (used only when the table has no ``split`` column)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    train: float = Field(0.8, ge=0, le=1, description="Share of rows in train.")
+    val: float = Field(0.1, ge=0, le=1, description="Share of rows in val.")
+    test: float = Field(0.1, ge=0, le=1, description="Share of rows in test.")
+
+    @model_validator(mode="after")
+    def _check_sum(self) -> SplitFractions:
+        if abs(self.train + self.val + self.test - 1.0) > 1e-6:
+            raise ValueError(
+                f"split_fractions must sum to 1 (train {self.train:g} + val {self.val:g} + "
+                f"test {self.test:g} = {self.train + self.val + self.test:g}); fix the three values")
+        return self
+
+
+class DatasetDataConfig(BaseModel):
+    """A registered dataset as the trial's data (``template.data: {dataset: NAME, ...}``).
+
+    A spec names the dataset and may pin its sha256; the caller (``ksweep train``,
+    ``ksweep sweep run``, the service driver) resolves the name to its hash once and fills
+    ``sha256`` and ``root`` (the store's folder) before any trial starts, so every trial of
+    a sweep reads the same content even if the name is replaced meanwhile.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dataset: str = Field(
+        ..., pattern=DATASET_NAME_PATTERN,
+        description="Name of a registered dataset (`ksweep data list`).",
+    )
+    sha256: str | None = Field(
+        None, pattern=SHA256_PATTERN,
+        description="Pin: the content hash the name must resolve to (refused when it differs). "
+        "Unset: whatever the name holds when the sweep starts (then recorded here).",
+    )
+    root: str | None = Field(
+        None, max_length=4096,
+        description="The dataset store's folder, filled in by the caller (KSWEEP_DATA_ROOT or "
+        "the service's settings); a spec leaves it unset.",
+    )
+    split_fractions: SplitFractions = Field(
+        default_factory=SplitFractions,
+        description="Seeded split by fractions, used only when the table has no `split` column.",
+    )
+    split_seed: int = Field(0, ge=0, le=2**32 - 1, description="Seed of the split by fractions.")
+    max_target_length: int | None = Field(
+        None, ge=1, le=1_000_000,
+        description="Longest target y a trial accepts. Unset: the longest in the dataset. A "
+        "longer y is refused (`truncation: refuse`) or cut to its first max_target_length "
+        "tokens (`truncation: head`, counted and logged as data.truncated_rows).",
+    )
+    truncation: Literal["refuse", "head"] = Field(
+        "refuse",
+        description="What a y longer than max_target_length does: 'refuse' (an error naming "
+        "the first such row) or 'head' (keep its first tokens; base_nll is cut alike).",
+    )
+
+    @property
+    def seed(self) -> int:
+        """The split seed (the synthetic task's ``seed`` counterpart, logged as data.resolved_seed)."""
+        return self.split_seed
+
+    @property
+    def resolved(self) -> bool:
+        """True once the caller filled in ``sha256`` and ``root``."""
+        return self.sha256 is not None and self.root is not None
+
+
+def is_dataset(data: object) -> bool:
+    """True when a trial's data is a registered dataset (not the synthetic task)."""
+    return isinstance(data, DatasetDataConfig)

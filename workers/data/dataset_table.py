@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from workers.data.config import SPLITS
+from workers.contract import SPLITS
 from workers.data.dataset_limits import DatasetError, DatasetLimits
 from workers.data.dataset_read import first_true, read_table
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class ModelConfig(BaseModel):
@@ -56,10 +56,27 @@ class BaseModelConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kind: Literal["oracle", "learned"] = Field(
+    kind: Literal["oracle", "learned", "precomputed", "causal_lm"] = Field(
         "oracle",
         description="'oracle': the exact z-free model of the generator (marginalises the "
-        "strategy). 'learned': an autoregressive decoder trained without z, cached on disk.",
+        "strategy; synthetic task only). 'learned': an autoregressive decoder trained without z "
+        "on the train split, cached on disk. 'precomputed': a dataset's `base_nll` column. "
+        "'causal_lm': a registered language model (`model`), on a dataset tokenized by its "
+        "tokenizer; b_t cached per (dataset hash, model hash).",
+    )
+    model: str | None = Field(
+        None, description="causal_lm: the registered model's name (`ksweep model list`)."
+    )
+    model_sha256: str | None = Field(
+        None, pattern=r"^[0-9a-f]{64}$",
+        description="causal_lm: pin the model's content; set when the sweep starts otherwise.",
+    )
+    model_root: str | None = Field(
+        None, description="causal_lm: the model store, set when the sweep starts (not in specs).",
+    )
+    max_batch_tokens: int = Field(
+        2048, ge=1, le=1_048_576,
+        description="causal_lm: padded tokens per forward pass when b_t is computed.",
     )
     embedding_dim: int = Field(32, ge=1, le=4096, description="Learned base: embedding width.")
     hidden_dim: int = Field(64, ge=1, le=8192, description="Learned base: GRU width.")
@@ -68,3 +85,13 @@ class BaseModelConfig(BaseModel):
     batch_size: int = Field(128, ge=1, le=65536, description="Learned base: batch size.")
     learning_rate: float = Field(3e-3, gt=0, le=1, description="Learned base: AdamW learning rate.")
     seed: int = Field(0, ge=0, description="Learned base: initialisation and batching seed.")
+
+    @model_validator(mode="after")
+    def _model_only_for_causal_lm(self) -> BaseModelConfig:
+        if self.kind == "causal_lm" and not self.model:
+            raise ValueError("base.kind 'causal_lm' needs base.model: the name of a registered "
+                             "model (`ksweep model add PATH --name NAME`, `ksweep model list`)")
+        if self.kind != "causal_lm" and (self.model or self.model_sha256):
+            raise ValueError(f"base.model is read by base.kind 'causal_lm' only (kind is "
+                             f"{self.kind!r}); remove it or set kind: causal_lm")
+        return self

@@ -16,6 +16,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from filelock import FileLock
@@ -24,6 +25,9 @@ from objectives import ReferenceScale
 from workers.data import SyntheticSplit, SyntheticTaskConfig, generate_task, oracle_base_nll
 from workers.models import BaseDecoder, ModelConfig
 from workers.models.config import BaseModelConfig
+
+if TYPE_CHECKING:
+    from workers.data.dataset_source import DatasetTask
 
 CACHE_FORMAT_VERSION = 1
 
@@ -58,20 +62,20 @@ def cache_key(data: SyntheticTaskConfig, base: BaseModelConfig) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:24]
 
 
-def _c_base(split: SyntheticSplit, nll: torch.Tensor) -> float:
+def c_base_of(split: SyntheticSplit, nll: torch.Tensor) -> float:
     scale = ReferenceScale()
     scale.update(nll, split.mask, validate=True)
     return scale.compute()
 
 
 def _train_learned(
-    config: BaseModelConfig, data: SyntheticTaskConfig, train: SyntheticSplit, device: torch.device
+    config: BaseModelConfig, vocab_size: int, train: SyntheticSplit, device: torch.device
 ) -> BaseDecoder:
     torch.manual_seed(config.seed)
     model = BaseDecoder(
         ModelConfig(embedding_dim=config.embedding_dim, hidden_dim=config.hidden_dim,
                     num_layers=config.num_layers),
-        data.vocab_size,
+        vocab_size,
     ).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
     generator = torch.Generator().manual_seed(config.seed)
@@ -102,12 +106,14 @@ def _evaluate(model: BaseDecoder, split: SyntheticSplit, device: torch.device) -
 
 
 def score_split(
-    data: SyntheticTaskConfig, surprisal: BaseSurprisal, split: SyntheticSplit,
+    data: SyntheticTaskConfig | DatasetTask, surprisal: BaseSurprisal, split: SyntheticSplit,
     device: torch.device | str = "cpu",
 ) -> torch.Tensor:
     """b_t of another split (e.g. test) from the same base model: the oracle, or the cached
-    learned decoder that produced ``surprisal``. ``[N, T]`` float32 on the CPU."""
+    learned decoder that produced ``surprisal`` (for a dataset's ``data``, only its vocabulary
+    size is read). ``[N, T]`` float32 on the CPU."""
     if surprisal.kind == "oracle":
+        assert isinstance(data, SyntheticTaskConfig)
         return oracle_base_nll(data, split)
     meta = json.loads((surprisal.cache_path / "meta.json").read_text())
     base = BaseModelConfig.model_validate(meta["base"])
@@ -136,25 +142,38 @@ def load_or_train_base(
     train, val = splits if splits is not None else generate_task(data)
     if base.kind == "oracle":
         train_nll, val_nll = oracle_base_nll(data, train), oracle_base_nll(data, val)
-        return BaseSurprisal(train_nll, val_nll, _c_base(train, train_nll), "oracle")
+        return BaseSurprisal(train_nll, val_nll, c_base_of(train, train_nll), "oracle")
 
+    return learned_base(cache_key(data, base), {"data": data.model_dump(mode="json")}, base,
+                        data.vocab_size, train, val, cache_root, device)
+
+
+def learned_base(
+    key: str, describe: dict, base: BaseModelConfig, vocab_size: int, train: SyntheticSplit,
+    val: SyntheticSplit, cache_root: Path | str, device: torch.device | str = "cpu",
+) -> BaseSurprisal:
+    """The learned z-free decoder of cache entry ``key``, trained on ``train`` only if absent.
+
+    The model is trained at most once per key: concurrent trials wait on a file lock and
+    the first one's result is reused; the folder is written to a temporary name and
+    renamed, so a crash never leaves a half-written entry. ``describe`` goes to meta.json.
+    """
     root = Path(cache_root).resolve() / "base_models"
     root.mkdir(parents=True, exist_ok=True)
-    key = cache_key(data, base)
     target = root / key
     with FileLock(root / f"{key}.lock"):
         if not (target / "meta.json").exists():
             started = time.perf_counter()
             device = torch.device(device)
-            model = _train_learned(base, data, train, device)
+            model = _train_learned(base, vocab_size, train, device)
             train_nll, val_nll = _evaluate(model, train, device), _evaluate(model, val, device)
             staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
             torch.save(model.state_dict(), staging / "model.pt")
             torch.save({"train": train_nll, "val": val_nll}, staging / "base_nll.pt")
             meta = {
-                "key": key, "c_base": _c_base(train, train_nll),
-                "train_seconds": time.perf_counter() - started,
-                "data": data.model_dump(mode="json"), "base": base.model_dump(mode="json"),
+                "key": key, "c_base": c_base_of(train, train_nll),
+                "train_seconds": time.perf_counter() - started, "train_rows": len(train),
+                **describe, "base": base.model_dump(mode="json"), "vocab_size": vocab_size,
                 "format_version": CACHE_FORMAT_VERSION,
             }
             (staging / "meta.json").write_text(json.dumps(meta, indent=2))

@@ -9,6 +9,12 @@ number of strategies fitted on the whole split, against s), ``mi_zs`` (I(z; s), 
 (dimensions whose posterior mean varies over the group's examples by more than 0.01, the
 diagonal of Cov_x(E_q[z|x]); Burda et al. 2016). Overall only: ``mutual_info`` (I(x; z))
 and, for the discrete family, ``active_units`` (categories with aggregate mass >= 0.01).
+``elbo``: the mean over examples of ``sum_t l_t + KL`` (the negative ELBO in nats, lower is
+better), the same for every stack, so stacks on different loss scales stay comparable.
+
+On a registered dataset the kinds are its groups (``SplitData.kinds``), and without a
+label column (``SplitData.has_label`` False) the latent-recovery read-outs (NMI, ARI,
+I(z; s)) are absent: there is no s to recover.
 """
 
 from __future__ import annotations
@@ -21,7 +27,13 @@ import torch
 
 from objectives import LossInputs, LossStackSpec, token_weight_stats
 from workers import metrics as latent_metrics
-from workers.data import SyntheticSplit, SyntheticTaskConfig, kind_layout, oracle_conditional_nll
+from workers.data import (
+    KINDS,
+    SyntheticSplit,
+    SyntheticTaskConfig,
+    kind_layout,
+    oracle_conditional_nll,
+)
 from workers.readouts.latent import discrete_mi_zs, gaussian_mixture_mi_zs, kl_kappa_spearman
 from workers.readouts.surprisal import by_kind, surprisal_readouts
 
@@ -45,15 +57,18 @@ class SplitData:
 
     ``surprisal`` holds the b/h-only read-outs (computed once); ``kappa`` the per-example
     kappa at the trial's alpha (CPU), ``prefix_length`` each example's prefix length.
+    A dataset has no oracle: ``cond_nll`` and ``prefix_length`` are None there.
     """
 
     split: SyntheticSplit
     decoder_input: torch.Tensor
     base_nll: torch.Tensor
-    cond_nll: torch.Tensor
-    prefix_length: torch.Tensor
+    cond_nll: torch.Tensor | None
+    prefix_length: torch.Tensor | None
     kappa: torch.Tensor
     surprisal: dict[str, float]
+    kinds: tuple[str, ...] = KINDS
+    has_label: bool = True
 
     @classmethod
     def build(cls, config: SyntheticTaskConfig, split: SyntheticSplit, base_nll: torch.Tensor,
@@ -66,13 +81,29 @@ class SplitData:
         return cls(split, split.decoder_input(), base_nll.to(device), cond.to(device),
                    prefix_length, kappa, surprisal)
 
+    @classmethod
+    def build_dataset(cls, split: SyntheticSplit, base_nll: torch.Tensor, alpha: float,
+                      device: torch.device | str, kinds: tuple[str, ...],
+                      has_label: bool) -> SplitData:
+        """A dataset's split: no oracle h_t, no prefix; ``kinds`` are its group names."""
+        surprisal = by_kind(surprisal_readouts, split.kind, base_nll, None, split.mask,
+                            kinds=kinds, alpha=alpha)
+        kappa = token_weight_stats(base_nll.double(), split.mask, alpha).kappa.double()
+        split = split.to(device)
+        return cls(split, split.decoder_input(), base_nll.to(device), None, None, kappa,
+                   surprisal, kinds, has_label)
+
     def subset(self, indices: torch.Tensor) -> SplitData:
         """The rows ``indices`` (surprisal read-outs recomputed lazily by the caller if needed)."""
         device_indices = indices.to(self.split.context.device)
+
+        def rows(tensor: torch.Tensor | None) -> torch.Tensor | None:
+            return None if tensor is None else tensor[device_indices]
+
         return SplitData(self.split.subset(device_indices), self.decoder_input[device_indices],
-                         self.base_nll[device_indices], self.cond_nll[device_indices],
-                         self.prefix_length[device_indices], self.kappa[indices.cpu()],
-                         self.surprisal)
+                         self.base_nll[device_indices], rows(self.cond_nll),
+                         rows(self.prefix_length), self.kappa[indices.cpu()],
+                         self.surprisal, self.kinds, self.has_label)
 
 
 @dataclass
@@ -125,32 +156,35 @@ def _group_readouts(collected: Collected, data: SplitData, rows: torch.Tensor, l
     out.update({name: float(terms[term]) for name, term in DIAGNOSTIC_TERMS.items()})
     kl = collected.kl_per_example[device_rows].cpu()
     out["kl"] = float(kl.mean())
+    out["elbo"] = float(((token_nll.double() * mask).sum(-1).cpu() + kl.double()).mean())
+    if collected.posterior_probs is None:
+        mean = collected.posterior_mean[device_rows]
+        out["active_units"] = float(latent_metrics.active_units_gaussian(mean))
+    out["kl_kappa_spearman"] = kl_kappa_spearman(kl, data.kappa[rows])
+    if not data.has_label:
+        return out
     truth = data.split.strategy[device_rows].cpu()
     if truth.numel() > 0:
         out.update(latent_metrics.latent_recovery(labels[rows], truth))
     if collected.posterior_probs is not None:
         out["mi_zs"] = discrete_mi_zs(collected.posterior_probs[device_rows], truth, num_strategies)
     else:
-        mean = collected.posterior_mean[device_rows]
-        out["mi_zs"] = gaussian_mixture_mi_zs(mean, collected.posterior_logvar[device_rows], truth, seed)
-        out["active_units"] = float(latent_metrics.active_units_gaussian(mean))
-    out["kl_kappa_spearman"] = kl_kappa_spearman(kl, data.kappa[rows])
+        out["mi_zs"] = gaussian_mixture_mi_zs(collected.posterior_mean[device_rows],
+                                              collected.posterior_logvar[device_rows], truth, seed)
     return out
 
 
 def model_readouts(collected: Collected, data: SplitData, stack, diagnostics, *, step: int,
                    num_strategies: int, seed: int, alpha: float) -> dict[str, float]:
     """Overall and per-kind model read-outs of one split (names in the module docstring)."""
-    from workers.data import KINDS
-
-    labels = _latent_labels(collected, num_strategies, seed)
+    labels = _latent_labels(collected, num_strategies, seed) if data.has_label else torch.zeros(0)
     everything = torch.arange(len(data.split))
     args = (stack, diagnostics, step, num_strategies, seed)
     out = _group_readouts(collected, data, everything, labels, *args)
     if alpha == 0:
         out["kl_kappa_spearman"] = math.nan
     kind = data.split.kind.cpu()
-    for index, name in enumerate(KINDS):
+    for index, name in enumerate(data.kinds):
         rows = (kind == index).nonzero().flatten()
         if rows.numel():
             group = _group_readouts(collected, data, rows, labels, *args)
@@ -166,15 +200,14 @@ def model_readouts(collected: Collected, data: SplitData, stack, diagnostics, *,
 
 def position_profiles(collected: Collected, data: SplitData, alpha: float) -> dict[str, dict[str, list[float]]]:
     """Per kind, the mean over examples of l_t, b_t and pi_t at each target position t
-    (positions where no example of the kind is active are NaN)."""
-    from workers.data import KINDS
-
+    (positions where no example of the kind is active are NaN); a dataset without groups
+    has one profile, ``all``."""
     mask = data.split.mask.cpu()
     values = {"l": collected.token_nll.double().cpu(), "b": data.base_nll.double().cpu(),
               "pi": token_weight_stats(data.base_nll.double().cpu(), mask, alpha).weights.double()}
     kind = data.split.kind.cpu()
     out: dict[str, dict[str, list[float]]] = {}
-    for index, name in enumerate(KINDS):
+    for index, name in enumerate(data.kinds or ("all",)):
         rows = kind == index
         if not rows.any():
             continue

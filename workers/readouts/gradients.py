@@ -55,21 +55,26 @@ def reconstruction_spec(spec: LossStackSpec) -> LossStackSpec | None:
 
 
 def token_groups(
-    base_nll: torch.Tensor, cond_nll: torch.Tensor, mask: torch.Tensor, kind: torch.Tensor,
-    prefix_length: torch.Tensor,
+    base_nll: torch.Tensor, cond_nll: torch.Tensor | None, mask: torch.Tensor, kind: torch.Tensor,
+    prefix_length: torch.Tensor | None, kinds: tuple[str, ...] = KINDS,
 ) -> dict[str, torch.Tensor]:
-    """The ``[B, T]`` token-group memberships of the module docstring (0 off ``mask``)."""
+    """The ``[B, T]`` token-group memberships of the module docstring (0 off ``mask``).
+
+    Without an oracle (a dataset: ``cond_nll`` and ``prefix_length`` None) the ``prefix``
+    and ``explained`` groups are absent; ``kinds`` names the kind codes (a dataset's groups).
+    """
     positions = torch.arange(mask.shape[1], device=mask.device)[None, :]
     active_b = base_nll[mask]
     cutoff = torch.quantile(active_b.double(), 0.9) if active_b.numel() else torch.tensor(math.inf)
-    groups = {
-        "prefix": mask & (positions < prefix_length[:, None]),
-        "top_decile_b": mask & (base_nll.double() >= cutoff.to(base_nll.device)),
-    }
-    b = base_nll.double()
-    explained = torch.where(b > 0, (b - cond_nll.double()) / b.clamp_min(1e-30), 0.0).clamp(0, 1)
-    groups["explained"] = torch.where(mask, explained, 0.0).to(base_nll.dtype)
-    for index, name in enumerate(KINDS):
+    groups: dict[str, torch.Tensor] = {}
+    if prefix_length is not None:
+        groups["prefix"] = mask & (positions < prefix_length[:, None])
+    groups["top_decile_b"] = mask & (base_nll.double() >= cutoff.to(base_nll.device))
+    if cond_nll is not None:
+        b = base_nll.double()
+        explained = torch.where(b > 0, (b - cond_nll.double()) / b.clamp_min(1e-30), 0.0).clamp(0, 1)
+        groups["explained"] = torch.where(mask, explained, 0.0).to(base_nll.dtype)
+    for index, name in enumerate(kinds):
         groups[f"kind_{name}"] = mask & (kind == index)[:, None]
     return groups
 

@@ -14,7 +14,8 @@ docs/concepts/objectives.md at the trial's alpha:
   negative (a token less likely under the true s than under the mixture), so a share can
   leave [0, 1] on a single example, rarely on a mean. Examples whose ``sum_t pi_t b_t`` is
   0 are left out. With ``base.kind: learned`` b_t is the learned model's and h_t the
-  oracle's.
+  oracle's. Without an oracle (a registered dataset: ``cond_nll`` None) the two shares are
+  absent: nothing knows h_t there.
 """
 
 from __future__ import annotations
@@ -39,10 +40,10 @@ def _quantile_stats(values: torch.Tensor, prefix: str) -> dict[str, float]:
 
 
 def surprisal_readouts(
-    base_nll: torch.Tensor, cond_nll: torch.Tensor, mask: torch.Tensor, alpha: float
+    base_nll: torch.Tensor, cond_nll: torch.Tensor | None, mask: torch.Tensor, alpha: float
 ) -> dict[str, float]:
     """The read-outs above for the rows given (``[N, T]`` each); NaN for an empty group."""
-    b, h = base_nll.detach().double().cpu(), cond_nll.detach().double().cpu()
+    b = base_nll.detach().double().cpu()
     mask = mask.cpu()
     stats = token_weight_stats(b, mask, alpha)
     active = stats.n_active > 0
@@ -50,6 +51,9 @@ def surprisal_readouts(
     out = _quantile_stats(kappa, "kappa")
     out.update(_quantile_stats(1.0 / kappa, "inv_kappa"))
     out["b_u"] = float(stats.base_uniform.double()[active].mean()) if active.any() else math.nan
+    if cond_nll is None:
+        return out
+    h = cond_nll.detach().double().cpu()
     weights = stats.weights.double()
     weighted_b = (weights * b).sum(-1)
     usable = active & (weighted_b > 0)
@@ -60,13 +64,16 @@ def surprisal_readouts(
     return out
 
 
-def by_kind(fn, kind: torch.Tensor, *tensors: torch.Tensor, **kwargs) -> dict[str, float]:
-    """``fn(*tensors, **kwargs)`` overall (``name``) and per kind present (``{kind}/name``)."""
+def by_kind(fn, kind: torch.Tensor, *tensors: torch.Tensor | None,
+            kinds: tuple[str, ...] = KINDS, **kwargs) -> dict[str, float]:
+    """``fn(*tensors, **kwargs)`` overall (``name``) and per kind present (``{kind}/name``);
+    ``kinds`` names the kind codes (a dataset's groups; none: overall only). A None tensor
+    is passed through as None."""
     out = dict(fn(*tensors, **kwargs))
     kind = kind.cpu()
-    for index, name in enumerate(KINDS):
+    for index, name in enumerate(kinds):
         rows = kind == index
         if rows.any():
-            subset = [t[rows.to(t.device)] for t in tensors]
+            subset = [None if t is None else t[rows.to(t.device)] for t in tensors]
             out.update({f"{name}/{k}": v for k, v in fn(*subset, **kwargs).items()})
     return out

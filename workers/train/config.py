@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from objectives.spec import LossStackSpec
-from workers.data.config import SyntheticTaskConfig
+from workers.data.config import DatasetDataConfig, SyntheticTaskConfig
 from workers.models.config import BaseModelConfig, ModelConfig
 from workers.yaml_loader import read_mapping_file
 
@@ -89,6 +89,20 @@ class ReadoutConfig(BaseModel):
     )
 
 
+def _data_kind(value: Any) -> str:
+    """'dataset' when the data names a registered dataset, else 'synthetic' (the default)."""
+    if isinstance(value, dict):
+        return "dataset" if "dataset" in value else "synthetic"
+    return "dataset" if isinstance(value, DatasetDataConfig) else "synthetic"
+
+
+DataConfig = Annotated[
+    Annotated[SyntheticTaskConfig, Tag("synthetic")] | Annotated[DatasetDataConfig, Tag("dataset")],
+    Discriminator(_data_kind),
+]
+"""A trial's data: the synthetic task, or a registered dataset when ``dataset`` is given."""
+
+
 class TrialConfig(BaseModel):
     """Everything one trial needs: data, z-free base, model, loss stack, recipe, seed."""
 
@@ -100,8 +114,10 @@ class TrialConfig(BaseModel):
         description="Trial seed: model init, batching, sampling, and the data sample unless "
         "`data.seed` pins it (data seed = this seed).",
     )
-    data: SyntheticTaskConfig = Field(
-        default_factory=SyntheticTaskConfig, description="The synthetic task and its splits."
+    data: DataConfig = Field(
+        default_factory=SyntheticTaskConfig,
+        description="The synthetic task and its splits, or a registered dataset "
+        "(`{dataset: NAME, ...}`: docs/guide/datasets-training.md).",
     )
     base: BaseModelConfig = Field(
         default_factory=BaseModelConfig, description="The z-free base model giving b_t."
@@ -129,7 +145,9 @@ class TrialConfig(BaseModel):
         if kl is None or self.model.family != "discrete" or self.allow_free_bits_above_log_k:
             return self
         free_bits = float(kl.options.get("free_bits", 0.0))
-        k = self.model.num_categories or self.data.num_strategies
+        k = self.model.num_categories or getattr(self.data, "num_strategies", None)
+        if k is None:  # a dataset: K is its label count, known once it is read (Trainer.create)
+            return self
         if free_bits >= math.log(k):
             raise ValueError(
                 f"loss_stack.terms.kl.options.free_bits ({free_bits:g}) must be below log K = "
@@ -138,9 +156,10 @@ class TrialConfig(BaseModel):
             )
         return self
 
-    def resolved_data(self) -> SyntheticTaskConfig:
-        """The task with its seed resolved: ``data.seed``, or the trial seed when unset."""
-        if self.data.seed is not None:
+    def resolved_data(self) -> SyntheticTaskConfig | DatasetDataConfig:
+        """The task with its seed resolved: ``data.seed``, or the trial seed when unset (a
+        dataset is returned as it is: its split seed is its own)."""
+        if isinstance(self.data, DatasetDataConfig) or self.data.seed is not None:
             return self.data
         return self.data.model_copy(update={"seed": self.seed})
 

@@ -21,10 +21,9 @@ import torch
 
 from objectives import KappaSummaryAccumulator, LossInputs, baseline_self_check
 from workers.contract import PERF_EPOCH_SECONDS, PERF_TOKENS_PER_SECOND, VAL_BASELINE_SELF_CHECK
-from workers.data import generate_splits
 from workers.models import CVAE, CVAEOutput
 from workers.models.backbone import upcast
-from workers.models.zfree_base import BaseSurprisal, load_or_train_base, score_split
+from workers.models.zfree_base import BaseSurprisal
 from workers.readouts.evaluate import (
     DIAGNOSTIC_TERMS,
     SplitData,
@@ -36,6 +35,7 @@ from workers.readouts.evaluate import (
 from workers.readouts.gradients import gradient_shares, reconstruction_spec, token_groups
 from workers.train.config import TrialConfig
 from workers.train.selection import Selection, selected_metrics, speed_metrics
+from workers.train.sources import TaskView, load_sources
 
 RECON_TERMS = DIAGNOSTIC_TERMS
 KAPPA_METRICS = ("kappa_mean", "kappa_p50", "kappa_p90", "kappa_max", "cv2_mean")
@@ -83,6 +83,7 @@ class Trainer:
     val_data: SplitData
     test_data: SplitData
     selection: Selection
+    view: TaskView
     data_hashes: dict[str, str] = field(default_factory=dict)
     epoch: int = 0  # completed epochs
     step: int = 0  # optimisation steps taken
@@ -100,22 +101,17 @@ class Trainer:
         if config.training.num_threads:
             torch.set_num_threads(config.training.num_threads)
         seed_everything(config.seed)
-        task = config.resolved_data()  # the data seed is the trial seed unless data.seed pins it
-        splits = generate_splits(task)
-        base = load_or_train_base(task, config.base, cache_root, device, (splits["train"], splits["val"]))
-        test_nll = score_split(task, base, splits["test"], device)
+        view, data, base = load_sources(config, cache_root, device)
         seed_everything(config.seed)  # the base model's training must not shift the trial's RNG
-        model = CVAE(config.model, task.vocab_size, task.num_strategies).to(device)
+        model = CVAE(config.model, view.vocab_size, view.num_strategies).to(device)
         optimizer = torch.optim.AdamW(
             model.parameters(), lr=config.training.learning_rate,
             weight_decay=config.training.weight_decay,
         )
-        data = {name: SplitData.build(task, splits[name], nll, config.alpha, device) for name, nll in
-                (("train", base.train_nll), ("val", base.val_nll), ("test", test_nll))}
         training = config.training
         trainer = cls(config, device, base, model, optimizer, data["train"], data["val"],
                       data["test"], Selection(training.patience, training.min_epochs, training.min_delta),
-                      {name: split.data_hash() for name, split in splits.items()})
+                      view, view.data_hashes)
         trainer._generator = torch.Generator().manual_seed(config.seed)
         trainer._summarise_kappa()
         return trainer
@@ -247,7 +243,7 @@ class Trainer:
         collected = collect(lambda idx: self._forward(data, idx)[0], len(data.split),
                             self.config.training.eval_batch_size, self.device)
         values = model_readouts(collected, data, stack, diagnostics, step=self.step,
-                                num_strategies=self.config.data.num_strategies,
+                                num_strategies=self.view.num_strategies,
                                 seed=self.config.seed, alpha=self.config.alpha)
         values.update(self.splits[name].surprisal)  # b/h read-outs on the whole split
         values["c_base"] = self.c_base
@@ -264,7 +260,8 @@ class Trainer:
         self.model.eval()
         data = self.val_data.subset(torch.arange(size))
         split = data.split
-        groups = token_groups(data.base_nll, data.cond_nll, split.mask, split.kind, data.prefix_length)
+        groups = token_groups(data.base_nll, data.cond_nll, split.mask, split.kind,
+                              data.prefix_length, self.view.kinds)
         params = [*self.model.target_encoder.parameters(), *self.model.posterior_head.parameters()]
         # cuDNN's RNN backward refuses eval mode; the native kernels do not (CPU: no effect).
         with torch.backends.cudnn.flags(enabled=False):
@@ -321,7 +318,7 @@ class Trainer:
             self.model.load_state_dict(self.selection.best_model)
         horizon = self.config.readouts.nmi_auc_horizon or self.config.training.epochs
         final = selected_metrics(self.history, self.selection.best_epoch)
-        final.update(speed_metrics(self.history, horizon, self.epoch))
+        final.update(speed_metrics(self.history, horizon, self.epoch, self.view.kinds))
         if self.epoch > 0:
             self.model.eval()
             data = self.val_data

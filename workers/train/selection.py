@@ -68,11 +68,13 @@ def selected_metrics(history: dict[str, list[float]], epoch: int) -> dict[str, f
     return out
 
 
-def speed_metrics(history: dict[str, list[float]], horizon: int, epochs: int) -> dict[str, float]:
-    """NMI-AUC and epochs to NMI >= 0.9 (with censoring) for val and test, overall and per kind."""
+def speed_metrics(history: dict[str, list[float]], horizon: int, epochs: int,
+                  kinds: tuple[str, ...] = KINDS) -> dict[str, float]:
+    """NMI-AUC and epochs to NMI >= 0.9 (with censoring) for val and test, overall and per
+    kind (``kinds``: a dataset's groups); absent where no NMI was logged (no label)."""
     out = {STOP_EPOCH: float(epochs)}
     for split in ("val", "test"):
-        for kind in (None, *KINDS):
+        for kind in (None, *kinds):
             base = f"{split}/" if kind is None else f"{split}/{kind}/"
             curve = history.get(base + "latent_nmi")
             if not curve:

@@ -24,6 +24,7 @@ from service.api.dataset_upload import (
 from service.api.deps import Services, get_services, may_act_on, read_access, require_owner
 from service.api.errors import ProblemError
 from service.api.schemas import PROBLEM_MEDIA_TYPE, Problem
+from workers.contract import SweepState
 from workers.data.dataset_limits import DatasetError
 from workers.data.dataset_store import (
     NAME_PATTERN,
@@ -37,7 +38,7 @@ from workers.data.dataset_store import (
 
 router = APIRouter(tags=["datasets"])
 DatasetName = Annotated[str, Path(description=f"The dataset's name ({NAME_PATTERN}).")]
-ACTIVE_STATES = ("queued", "running")
+ACTIVE_STATES = (SweepState.QUEUED.value, SweepState.RUNNING.value)
 
 
 def _problem(description: str) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from service.api import documents
 from service.api.bodies import list_page_body, sweep_body
 from service.api.deps import Services, get_services, may_act_on, read_access, require_owner
 from service.api.errors import ProblemError, invalid_spec
+from service.api.model_check import check_spec_model
 from service.api.routes.datasets import check_spec_dataset
 from service.api.schemas import (
     PROBLEM_MEDIA_TYPE,
@@ -137,7 +138,9 @@ def submit_sweep(
 ) -> Response:
     trials = _checked_plan(spec, services).trial_count
     canonical = spec.canonical_json()
-    check_spec_dataset(json.loads(canonical), owner, services)
+    parsed = json.loads(canonical)
+    check_spec_dataset(parsed, owner, services)
+    check_spec_model(parsed, services)
     request_hash = hashlib.sha256(canonical.encode()).hexdigest()
     store = services.store
     if idempotency_key is not None:

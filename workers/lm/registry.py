@@ -1,0 +1,328 @@
+"""The model store: registered causal language models, content-addressed, torch-free.
+
+A model is a Hugging Face folder (``config.json`` + ``*.safetensors`` + tokenizer files) or
+one ``.gguf`` file. Registration copies the files under the store's root and hashes them; a
+spec then names the model (``base: {kind: causal_lm, model: NAME}``), never a path.
+
+On disk::
+
+    root/objects/<sha256>/files/...   the copied model files (read-only afterwards)
+    root/objects/<sha256>/meta.json   the ModelRecord at registration
+    root/names/<name>.json            the ModelRecord a name points to
+
+Pickle-based weights (``.bin``, ``.pt``, ``.pth``, ``.pkl``, ...) are refused, naming the
+file: loading them can run arbitrary code. Python files are never copied, and every load
+passes ``trust_remote_code=False``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from filelock import FileLock
+from pydantic import BaseModel, ConfigDict, Field
+
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+PICKLE_SUFFIXES = frozenset({".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib"})
+# Files of a Hugging Face folder that are copied; anything else (README, .py, images) is not.
+HF_CONFIG_FILES = frozenset({
+    "config.json", "generation_config.json", "model.safetensors.index.json",
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+    "merges.txt", "tokenizer.model", "added_tokens.json", "chat_template.jinja",
+})
+_CHUNK = 1 << 20
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+class ModelError(ValueError):
+    """A model that cannot be registered or used; the message names the file and the fix."""
+
+
+class ModelNotFound(ModelError, KeyError):
+    """No model is registered under that name."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class ModelConflict(ModelError):
+    """The name is taken by a model with other content."""
+
+
+class ModelRecord(BaseModel):
+    """One registered model.
+
+    Attributes:
+        name: the name specs use.
+        owner: who registered it.
+        sha256: hash over the copied files' relative paths and sha256s (weights, config,
+            tokenizer), in path order; the store's object folder.
+        format: ``hf`` (safetensors folder) or ``gguf`` (one GGUF file).
+        gguf_file: the GGUF file's name inside the object folder (``gguf`` only).
+        files: relative path -> sha256 of every copied file.
+        tokenizer_sha256: fingerprint of the tokenizer's vocabulary and special tokens
+            (:func:`workers.lm.loading.tokenizer_fingerprint`); equal for the same tokenizer
+            loaded from a GGUF file or from a folder. None when it was not computed.
+        vocab_size: the model's output vocabulary, when known.
+        source: the path it was registered from (for people; never read back).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    owner: str = "local"
+    sha256: str
+    format: Literal["hf", "gguf"]
+    gguf_file: str | None = None
+    files: dict[str, str]
+    bytes: int = Field(ge=0)
+    tokenizer_sha256: str | None = None
+    vocab_size: int | None = None
+    created_at: str
+    source: str = ""
+
+
+def check_name(name: str) -> str:
+    """Return ``name`` when it is a valid model name; raise ModelError naming the rule."""
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+        raise ModelError(
+            f"model name {name!r}: use 1-64 characters of letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit (never a path)"
+        )
+    return name
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 hex digest of a file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def content_sha256(files: dict[str, str]) -> str:
+    """The model's hash: sha256 over ``relpath\\0sha256\\n`` lines sorted by path."""
+    lines = "".join(f"{rel}\0{files[rel]}\n" for rel in sorted(files))
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def collect_files(path: Path) -> tuple[Literal["hf", "gguf"], list[Path]]:
+    """The files a registration copies, and the model's format.
+
+    Args:
+        path: a ``.gguf`` file, or a Hugging Face model folder.
+
+    Raises:
+        ModelError: the path is missing; a pickle-based weight file is present (named);
+            a folder has no ``config.json`` or no ``*.safetensors``; a file is neither.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ModelError(f"{path}: no such file or folder; give a Hugging Face model folder "
+                         "(config.json + *.safetensors) or a .gguf file")
+    if path.is_file():
+        if path.suffix.lower() in PICKLE_SUFFIXES:
+            raise ModelError(f"{path}: pickle-based weights are refused (loading them can run "
+                             "code); convert them to safetensors or GGUF")
+        if path.suffix.lower() != ".gguf":
+            raise ModelError(f"{path}: not a .gguf file; give a GGUF file or a Hugging Face "
+                             "model folder")
+        return "gguf", [path]
+    children = sorted(p for p in path.rglob("*") if p.is_file() and ".git" not in p.parts)
+    pickled = [p for p in children if p.suffix.lower() in PICKLE_SUFFIXES]
+    if pickled:
+        raise ModelError(
+            f"{pickled[0]}: pickle-based weights are refused (loading them can run code); "
+            "remove the file or convert it to safetensors"
+        )
+    if not (path / "config.json").is_file():
+        raise ModelError(f"{path / 'config.json'}: missing; a Hugging Face model folder needs "
+                         "its config.json")
+    weights = [p for p in children if p.suffix == ".safetensors"]
+    if not weights:
+        ggufs = [p for p in children if p.suffix.lower() == ".gguf"]
+        hint = f" (register the GGUF file itself: {ggufs[0]})" if ggufs else ""
+        raise ModelError(f"{path}: no *.safetensors weights{hint}")
+    configs = [p for p in children if p.parent == path and p.name in HF_CONFIG_FILES]
+    return "hf", sorted(set(weights) | set(configs))
+
+
+class ModelStore:
+    """Registered models under ``root`` (see the module docstring for the layout)."""
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root).expanduser().resolve()
+
+    @property
+    def _names(self) -> Path:
+        return self.root / "names"
+
+    def object_dir(self, sha256: str) -> Path:
+        """The folder of a model's copied files (``.../files``)."""
+        return self.root / "objects" / sha256 / "files"
+
+    def model_path(self, record: ModelRecord) -> Path:
+        """What ``from_pretrained`` is given: the files folder (with ``gguf_file`` for GGUF)."""
+        return self.object_dir(record.sha256)
+
+    def add(
+        self, path: Path | str, *, name: str, owner: str = "local", replace: bool = False,
+        fingerprint: Callable[[Path, str | None], tuple[str, int | None]] | None = None,
+    ) -> ModelRecord:
+        """Copy, hash and name a model.
+
+        Args:
+            path: a Hugging Face folder or a ``.gguf`` file.
+            name: the name specs will use.
+            owner: recorded with the model.
+            replace: point an existing name at new content (the old files stay).
+            fingerprint: ``(files_folder, gguf_file) -> (tokenizer_sha256, vocab_size)``,
+                called on the copied files (the CLI passes the transformers-based one).
+
+        Returns:
+            The record; the same name with the same content is a no-op returning it.
+
+        Raises:
+            ModelError: see :func:`collect_files`; a bad name.
+            ModelConflict: the name holds other content and ``replace`` is False.
+        """
+        check_name(name)
+        source = Path(path).expanduser().resolve()
+        kind, files = collect_files(source)
+        base = source.parent if kind == "gguf" else source
+        hashes = {str(f.relative_to(base)): file_sha256(f) for f in files}
+        sha = content_sha256(hashes)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._names.mkdir(exist_ok=True)
+        with FileLock(self.root / ".lock"):
+            existing = self._read_name(name)
+            if existing is not None and existing.sha256 == sha:
+                return existing
+            if existing is not None and not replace:
+                raise ModelConflict(
+                    f"model name {name!r} is taken by other content (sha256 {existing.sha256[:12]}); "
+                    "choose another --name or pass --replace"
+                )
+            obj = self.root / "objects" / sha
+            if not (obj / "meta.json").exists():
+                self._copy(base, files, obj)
+            tokenizer_sha, vocab = (None, None)
+            gguf = files[0].name if kind == "gguf" else None
+            if fingerprint is not None:
+                tokenizer_sha, vocab = fingerprint(obj / "files", gguf)
+            record = ModelRecord(
+                name=name, owner=owner, sha256=sha, format=kind, gguf_file=gguf, files=hashes,
+                bytes=sum(f.stat().st_size for f in files), tokenizer_sha256=tokenizer_sha,
+                vocab_size=vocab, created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+                source=str(source),
+            )
+            _atomic_write(obj / "meta.json", record.model_dump_json(indent=2))
+            _atomic_write(self._names / f"{name}.json", record.model_dump_json(indent=2))
+            return record
+
+    def _copy(self, base: Path, files: list[Path], obj: Path) -> None:
+        obj.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{obj.name}-", dir=obj.parent))
+        try:
+            for f in files:
+                target = staging / "files" / f.relative_to(base)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(f, target)
+            if obj.exists():  # a stale folder without meta.json (a crash before the rename)
+                shutil.rmtree(obj)
+            os.replace(staging, obj)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+
+    def _read_name(self, name: str) -> ModelRecord | None:
+        path = self._names / f"{name}.json"
+        if not path.exists():
+            return None
+        return ModelRecord.model_validate_json(path.read_text())
+
+    def get(self, name: str) -> ModelRecord:
+        """The record named ``name``; raises ModelNotFound listing what is registered."""
+        check_name(name)
+        record = self._read_name(name)
+        if record is None:
+            known = ", ".join(r.name for r in self.list()) or "none"
+            raise ModelNotFound(f"model {name!r} is not registered under {self.root} (registered: "
+                                f"{known}); add it with `ksweep model add PATH --name {name}`")
+        return record
+
+    def list(self) -> list[ModelRecord]:
+        """Every named model, sorted by name."""
+        if not self._names.exists():
+            return []
+        return [ModelRecord.model_validate_json(p.read_text())
+                for p in sorted(self._names.glob("*.json"))]
+
+    def verify(self, record: ModelRecord) -> None:
+        """Re-hash the stored files; raise ModelError naming the first file that changed."""
+        folder = self.object_dir(record.sha256)
+        for rel, expected in sorted(record.files.items()):
+            path = folder / rel
+            if not path.is_file() or file_sha256(path) != expected:
+                raise ModelError(f"{path}: missing or changed since registration; register the "
+                                 f"model again (`ksweep model add ... --name {record.name} --replace`)")
+
+
+def check_dataset_tokenizer(dataset_name: str, dataset_tokenizer: str | None,
+                            record: ModelRecord) -> None:
+    """Refuse a dataset whose ids are not the model's tokenizer's.
+
+    ``dataset_tokenizer`` is what the dataset store recorded when the dataset was tokenized
+    (a string holding the tokenizer's 64-hex fingerprint, optionally with a name).
+
+    Raises:
+        ModelError: the dataset records no tokenizer, the model has no fingerprint, or the
+            two fingerprints differ (both named).
+    """
+    if record.tokenizer_sha256 is None:
+        raise ModelError(f"model {record.name!r} has no tokenizer fingerprint; register it again "
+                         "with `ksweep model add PATH --name NAME --replace`")
+    if not dataset_tokenizer:
+        raise ModelError(
+            f"dataset {dataset_name!r} records no tokenizer, so its ids cannot be checked against "
+            f"model {record.name!r} (tokenizer {record.tokenizer_sha256[:12]}); register it from "
+            "text (x_text/y_text) tokenized with the model's tokenizer")
+    found = _HEX64.findall(dataset_tokenizer.lower())
+    if record.tokenizer_sha256 not in found:
+        raise ModelError(
+            f"dataset {dataset_name!r} was tokenized by tokenizer {dataset_tokenizer!r}, but model "
+            f"{record.name!r} uses tokenizer {record.tokenizer_sha256}; its ids would mean other "
+            "tokens: register the dataset's text again with this model's tokenizer")
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def default_model_root(sweep_root: Path | str) -> Path:
+    """``$KSWEEP_SWEEP_ROOT/models``: where models live when KSWEEP_MODEL_ROOT is unset."""
+    return Path(sweep_root) / "models"
+
+
+def record_summary(record: ModelRecord) -> dict[str, object]:
+    """A one-line view for listings."""
+    return {"name": record.name, "format": record.format, "sha256": record.sha256[:12],
+            "bytes": record.bytes, "vocab_size": record.vocab_size,
+            "tokenizer": (record.tokenizer_sha256 or "")[:12], "created_at": record.created_at}
+
+
+def dumps(records: list[ModelRecord]) -> str:
+    """Records as a JSON list (for ``ksweep model list --json``)."""
+    return json.dumps([r.model_dump(mode="json") for r in records], indent=2)
