@@ -14,8 +14,8 @@ handled, in order: ``.dat`` index files, ``.u8`` links and every other symlink a
 texts are de-duplicated across the whole folder before anything else (a text found in two
 categories is dropped, its label being ambiguous); texts outside the length bounds are dropped;
 the largest ``--categories`` categories with at least ``--min-per-category`` texts are kept,
-each subsampled (seeded) to the size of the smallest; the split is a function of the text's
-sha256 alone (80/10/10), so a text never changes split when categories or seeds change.
+each subsampled (seeded) to the size of the smallest (or to ``--per-category``, when smaller);
+the split is a function of the text's sha256 alone (80/10/10), so a text never changes split when categories or seeds change.
 
 Writes a Parquet file with ``y_text`` (the fortune), ``x_text`` (empty), ``label`` (the
 category) and ``split``; with ``--tokenizer FOLDER`` (a Hugging Face folder, or with
@@ -79,7 +79,7 @@ def read_categories(folder: Path) -> dict[str, list[str]]:
 
 def build_rows(
     categories: dict[str, list[str]], *, n_categories: int = 4, min_per_category: int = 300,
-    min_chars: int = 40, max_chars: int = 300, seed: int = 0,
+    min_chars: int = 40, max_chars: int = 300, seed: int = 0, per_category: int | None = None,
 ) -> tuple[list[dict[str, str]], dict[str, object]]:
     """Rows ``{y_text, x_text, label, split}`` and a summary of what was dropped.
 
@@ -105,6 +105,8 @@ def build_rows(
                          "--min-per-category or --categories, or widen the length bounds")
     chosen = sorted(eligible[:n_categories])
     size = min(len(unique[n]) for n in chosen)
+    if per_category is not None:  # a smaller study: the same categories, fewer texts each
+        size = min(size, per_category)
     rng = random.Random(seed)
     rows = [{"y_text": t, "x_text": "", "label": name, "split": split_of(t)}
             for name in chosen for t in sorted(rng.sample(unique[name], size))]
@@ -150,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-chars", type=int, default=40)
     parser.add_argument("--max-chars", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--per-category", type=int, help="at most this many texts per category")
     parser.add_argument("--tokenizer", type=Path, help="write ids with this tokenizer (folder)")
     parser.add_argument("--gguf-file", help="the tokenizer is in this GGUF file of --tokenizer")
     parser.add_argument("--max-tokens", type=int, help="with --tokenizer: drop longer texts")
@@ -161,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, summary = build_rows(
         read_categories(args.folder), n_categories=args.categories,
         min_per_category=args.min_per_category, min_chars=args.min_chars,
-        max_chars=args.max_chars, seed=args.seed)
+        max_chars=args.max_chars, seed=args.seed, per_category=args.per_category)
     written = write_parquet(rows, args.out, args.tokenizer, args.gguf_file, args.max_tokens)
     print({**summary, **written, "out": str(args.out)})
     return 0

@@ -71,3 +71,19 @@ def test_main_writes_parquet_and_says_what_to_install(folder: Path, tmp_path: Pa
     assert table.column_names == ["y_text", "x_text", "label", "split"] and table.num_rows == 32
     assert bf.main(["--folder", str(tmp_path / "missing")]) == 2
     assert "apt-get install fortunes" in capsys.readouterr().err
+
+
+def test_per_category_caps_each_category_without_changing_which(folder: Path) -> None:
+    categories = bf.read_categories(folder)
+    full, _ = bf.build_rows(categories, n_categories=4, min_per_category=8, min_chars=20)
+    rows, summary = bf.build_rows(categories, n_categories=4, min_per_category=8, min_chars=20,
+                                  per_category=5)
+    assert summary["categories"] == ["alpha", "beta", "delta", "gamma"]
+    assert summary["per_category"] == 5 and summary["rows"] == 20
+    assert all(sum(r["label"] == c for r in rows) == 5 for c in summary["categories"])
+    split = {r["y_text"]: r["split"] for r in full}
+    assert all(split.get(r["y_text"], r["split"]) == r["split"] for r in rows)
+    # A cap above the smallest category's size changes nothing.
+    same, _ = bf.build_rows(categories, n_categories=4, min_per_category=8, min_chars=20,
+                            per_category=100)
+    assert same == full
