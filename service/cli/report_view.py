@@ -10,23 +10,16 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from sweeps.report.text import ALL, _beta, _interval, headline
+from sweeps.report.text import ALL, _beta, _interval, alpha_rows, headline
 
 
 def _alpha_table(report: Mapping[str, Any], metric: str) -> Table:
     split = report["split"]
-    cells = [c for c in report["cells"] if c["split"] == split and c["metric"] == metric]
-    kinds = sorted({c["kind"] for c in cells}, key=lambda k: (k != ALL, k))
+    kinds, rows = alpha_rows(report, metric)
     table = Table(title=f"{split} {metric} by alpha: mean [95% t interval]", title_justify="left")
     for column in ("model", "beta", "loss stack", "alpha", *kinds, "per seed"):
         table.add_column(column, overflow="fold")
-    rows: dict[tuple, dict[str, Any]] = {}
-    for cell in cells:
-        key = (cell["model"], cell["beta"] if cell["beta"] is not None else -1,
-               cell["free_bits"] or 0, cell["loss_stack"], cell["alpha"])
-        rows.setdefault(key, {"cell": cell})[cell["kind"]] = cell
-    for key in sorted(rows):
-        entry = rows[key]
+    for entry in rows:
         cell = entry["cell"]
         values = ", ".join("-" if v is None else f"{v:.2f}" for v in entry.get(ALL, cell)["values"])
         table.add_row(cell["model"], _beta(cell),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["headline", "report_markdown"]
+__all__ = ["alpha_rows", "headline", "report_markdown"]
 
 ALL = "all"
 
@@ -47,20 +47,30 @@ def headline(report: Mapping[str, Any]) -> str:
     return f"{len(claims)} of {len(primary)} primary contrasts differ: " + "; ".join(parts)
 
 
-def _alpha_table(report: Mapping[str, Any], metric: str) -> list[str]:
+def alpha_rows(report: Mapping[str, Any], metric: str) -> tuple[list[str], list[dict[str, Any]]]:
+    """The per-alpha table's kinds (``all`` first) and rows, in display order.
+
+    A row holds ``cell`` (its first cell: model, beta, stack, alpha) and each kind's cell under
+    the kind's name; the Markdown report and ``ksweep report``'s terminal view both draw it.
+    """
     split = report["split"]
     cells = [c for c in report["cells"] if c["split"] == split and c["metric"] == metric]
     kinds = sorted({c["kind"] for c in cells}, key=lambda k: (k != ALL, k))
-    lines = [f"## {split} {metric} by alpha (mean [95% t interval], per-seed values)", ""]
-    header = ["model", "beta", "loss_stack", "alpha", *kinds, "seeds"]
-    lines += ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     rows: dict[tuple, dict[str, Any]] = {}
     for cell in cells:
         key = (cell["model"], cell["beta"] if cell["beta"] is not None else -1,
                cell["free_bits"] or 0, cell["loss_stack"], cell["alpha"])
         rows.setdefault(key, {"cell": cell})[cell["kind"]] = cell
-    for key in sorted(rows):
-        entry = rows[key]
+    return kinds, [rows[key] for key in sorted(rows)]
+
+
+def _alpha_table(report: Mapping[str, Any], metric: str) -> list[str]:
+    split = report["split"]
+    kinds, rows = alpha_rows(report, metric)
+    lines = [f"## {split} {metric} by alpha (mean [95% t interval], per-seed values)", ""]
+    header = ["model", "beta", "loss_stack", "alpha", *kinds, "seeds"]
+    lines += ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for entry in rows:
         cell = entry["cell"]
         shown = [_interval(entry[k]) if k in entry else "-" for k in kinds]
         values = ", ".join(_num(v, 2) for v in entry.get(ALL, cell)["values"])

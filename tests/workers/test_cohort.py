@@ -18,14 +18,6 @@ EXAMPLES = ROOT / "workers" / "examples"
 KL = {"kl": {"weight": 0.5, "options": {"free_bits": 0.3}}}
 
 
-@pytest.fixture
-def float64():
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(previous)
-
-
 def base_config(family: str, epochs: int = 2, **model) -> TrialConfig:
     config = load_trial_config(EXAMPLES / f"{family}.yaml")
     return config.model_copy(update={

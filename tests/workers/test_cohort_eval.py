@@ -11,14 +11,6 @@ from workers.models.functional import cvae_forward
 from workers.train import Trainer
 
 
-@pytest.fixture
-def float64():
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(previous)
-
-
 @pytest.mark.parametrize("family,model", [("discrete", {}), ("continuous", {}),
                                           ("discrete", {"discrete_estimator": "gumbel"})])
 def test_eval_forward_matches_the_modules_eval_forward_in_float64(family, model, float64, tmp_path):

@@ -292,6 +292,12 @@ class DatasetStore:
             target.rename(grave)
             shutil.rmtree(grave, ignore_errors=True)
 
+    def _existing_object(self, sha256: str) -> Path:
+        path = self.data_path(sha256)
+        if not path.exists():
+            raise DatasetNotFound(f"no dataset object {sha256} under {self.objects}")
+        return path
+
     def open_table(self, sha256: str) -> pa.Table:
         """The canonical table of content ``sha256``, memory-mapped.
 
@@ -300,10 +306,7 @@ class DatasetStore:
         """
         import pyarrow.parquet as pq
 
-        path = self.data_path(sha256)
-        if not path.exists():
-            raise DatasetNotFound(f"no dataset object {sha256} under {self.objects}")
-        return pq.read_table(path, memory_map=True)
+        return pq.read_table(self._existing_object(sha256), memory_map=True)
 
     def parquet_file(self, sha256: str) -> pq.ParquetFile:
         """The stored object as a ``pyarrow.parquet.ParquetFile`` (row groups of 65,536 rows):
@@ -314,10 +317,7 @@ class DatasetStore:
         """
         import pyarrow.parquet as pq
 
-        path = self.data_path(sha256)
-        if not path.exists():
-            raise DatasetNotFound(f"no dataset object {sha256} under {self.objects}")
-        return pq.ParquetFile(path, memory_map=True)
+        return pq.ParquetFile(self._existing_object(sha256), memory_map=True)
 
     def verify(self, sha256: str) -> bool:
         """True when the stored object's content still hashes to ``sha256``."""
