@@ -7,7 +7,11 @@ stack up (``docker compose up -d --wait``), submits scripts/compose_smoke_spec.y
 to the api container, waits for it to succeed and checks: the sweep ran as a Ray Job whose
 driver is on the head, its trials ran on ray-worker containers, and MLflow holds the parent
 run and one finished child per trial. Then it scales ray-worker to 2, runs the sweep again and
-checks that its trials used both workers; then ``docker compose down -v`` and a check that no
+checks that its trials used both workers. Then it registers a small generated dataset over REST
+(``POST /api/v1/datasets``, a Parquet body), runs scripts/compose_smoke_dataset_spec.yaml on it
+and checks that its trials ran on ray-worker containers and that every trial's MLflow run
+carries the dataset input (digest = the hash's first 32 hex characters) and the
+``dataset_sha256`` param equal to the registered hash; then ``docker compose down -v`` and a check that no
 container, volume or network of the project is left. The last line is the outcome and the
 wall time. ``--local-bases`` (the default when Docker Hub cannot be reached) builds on a
 Debian base made here and runs Postgres and S3 stand-ins (docker/compose.standins.yml).
@@ -16,6 +20,7 @@ Debian base made here and runs Postgres and S3 stand-ins (docker/compose.standin
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import secrets
@@ -41,10 +46,19 @@ from compose_engine import (  # noqa: E402
     run,
 )
 
-from workers.contract import RUN_KIND_TAG, RUN_KIND_TRIAL, TRIAL_ID_TAG  # noqa: E402  (torch-free)
+from examples.dataset.make_dataset import stories  # noqa: E402  (pyarrow only)
+from workers.contract import (  # noqa: E402  (torch-free)
+    DATASET_DIGEST_CHARS,
+    DATASET_SHA256_PARAM,
+    RUN_KIND_TAG,
+    RUN_KIND_TRIAL,
+    TRIAL_ID_TAG,
+)
 
 PROJECT = "ksweep-smoke"
 SPEC = REPO / "scripts" / "compose_smoke_spec.yaml"
+DATASET_SPEC = REPO / "scripts" / "compose_smoke_dataset_spec.yaml"
+DATASET_ROWS = 300
 TORCH_VERSION = "2.13.0"
 IMAGES = [("kappa-sweep:dev", "docker/kappa-sweep/Dockerfile"),
           ("kappa-sweep-mlflow:dev", "docker/mlflow/Dockerfile")]
@@ -105,6 +119,24 @@ def http(method: str, url: str, token: str | None = None, body: Any = None,
             return json.loads(response.read() or b"null")
     except urllib.error.HTTPError as error:
         raise SmokeError(f"{method} {url}: HTTP {error.code}: {error.read()[:2000]!r}") from None
+
+
+def upload_dataset(api: str, token: str, name: str, rows: int) -> dict[str, Any]:
+    """Register a generated table (labels, groups) as ``name``: one Parquet file, raw body."""
+    import pyarrow.parquet as pq
+
+    buffer = io.BytesIO()
+    pq.write_table(stories(rows, seed=0), buffer)
+    request = urllib.request.Request(
+        f"{api}/api/v1/datasets?name={name}&filename=smoke-stories.parquet", data=buffer.getvalue(),
+        method="POST", headers={"Content-Type": "application/vnd.apache.parquet",
+                                "Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        raise SmokeError(f"POST /api/v1/datasets?name={name}: HTTP {error.code}: "
+                         f"{error.read()[:2000]!r}") from None
 
 
 def ray_state(head: str, token: str, resource: str) -> list[dict[str, Any]]:
@@ -173,12 +205,14 @@ def run_sweep(stack: Stack, api: str, head: str, mlflow: str, spec: dict[str, An
     if not trial_ips or not trial_ips <= worker_ips:
         raise SmokeError(f"sweep {sweep_id}: trial actors on {trial_ips or 'no node'}, "
                          f"ray-worker containers are {worker_ips}")
-    check_mlflow(mlflow, sweep, total)
-    return {"id": sweep_id, "trials": total, "wall_s": wall, "trial_nodes": trial_ips}
+    children = check_mlflow(mlflow, sweep, total)
+    return {"id": sweep_id, "trials": total, "wall_s": wall, "trial_nodes": trial_ips,
+            "runs": children}
 
 
-def check_mlflow(mlflow: str, sweep: dict[str, Any], total: int) -> None:
-    """The parent run, and exactly one FINISHED child run per trial, on the MLflow server."""
+def check_mlflow(mlflow: str, sweep: dict[str, Any], total: int) -> list[dict[str, Any]]:
+    """The parent run, and exactly one FINISHED child run per trial, on the MLflow server;
+    returns the child runs."""
     links = sweep["mlflow"]
     parent_id = links["parent_run_id"]
     parent = http("GET", f"{mlflow}/api/2.0/mlflow/runs/get?run_id={parent_id}")["run"]
@@ -194,6 +228,41 @@ def check_mlflow(mlflow: str, sweep: dict[str, Any], total: int) -> None:
     if len(children) != total or len(set(trials)) != total or states != {"FINISHED"}:
         raise SmokeError(f"MLflow: {len(children)} child runs of {parent_id} for {len(set(trials))} "
                          f"trials, states {states} (expected {total} FINISHED, one per trial)")
+    return children
+
+
+def check_dataset_runs(mlflow: str, runs: list[dict[str, Any]], name: str, sha256: str) -> None:
+    """Every trial run records the registered dataset: the ``dataset_sha256`` param is its full
+    hash and its MLflow dataset input is ``name`` with the hash's first 32 hex characters."""
+    for listed in runs:
+        run_id = listed["info"]["run_id"]
+        found = http("GET", f"{mlflow}/api/2.0/mlflow/runs/get?run_id={run_id}")["run"]
+        params = {p["key"]: p["value"] for p in found["data"].get("params", [])}
+        inputs = [(d["dataset"]["name"], d["dataset"]["digest"])
+                  for d in found.get("inputs", {}).get("dataset_inputs", [])]
+        if params.get(DATASET_SHA256_PARAM) != sha256 \
+                or (name, sha256[:DATASET_DIGEST_CHARS]) not in inputs:
+            raise SmokeError(f"MLflow run {run_id}: {DATASET_SHA256_PARAM} = "
+                             f"{params.get(DATASET_SHA256_PARAM)!r}, dataset inputs {inputs} "
+                             f"(expected {name!r} with hash {sha256})")
+
+
+def dataset_sweep(stack: Stack, api: str, head: str, mlflow: str) -> dict[str, Any]:
+    """Register a dataset over REST, sweep on it on the workers, check the runs' dataset."""
+    spec = yaml.safe_load(DATASET_SPEC.read_text())
+    name = spec["template"]["data"]["dataset"]
+    record = upload_dataset(api, stack.api_token, name, DATASET_ROWS)
+    if record["name"] != name or record["rows"] != DATASET_ROWS:
+        raise SmokeError(f"registered {record.get('name')!r} with {record.get('rows')} rows, "
+                         f"expected {name!r} with {DATASET_ROWS}")
+    listed = http("GET", f"{api}/api/v1/datasets/{name}", stack.api_token)
+    if listed["sha256"] != record["sha256"]:
+        raise SmokeError(f"GET /api/v1/datasets/{name}: sha256 {listed['sha256']}, "
+                         f"registered {record['sha256']}")
+    log(f"registered dataset {name!r} ({DATASET_ROWS} rows, sha256 {record['sha256'][:12]})")
+    result = run_sweep(stack, api, head, mlflow, spec, timeout=900)
+    check_dataset_runs(mlflow, result["runs"], name, record["sha256"])
+    return result
 
 
 def leftovers() -> list[str]:
@@ -233,7 +302,11 @@ def smoke(args: argparse.Namespace, figures: dict[str, Any]) -> None:
         if len(second["trial_nodes"]) != 2:
             raise SmokeError(f"sweep 2 ran its trials on {second['trial_nodes']}, not both workers")
         log(f"sweep 2 succeeded in {second['wall_s']:.0f} s, trials on {sorted(second['trial_nodes'])}")
-        figures["sweep_s"] = [round(first["wall_s"]), round(second["wall_s"])]
+        third = dataset_sweep(stack, api, head, mlflow)
+        log(f"dataset sweep succeeded in {third['wall_s']:.0f} s, trials on "
+            f"{sorted(third['trial_nodes'])}")
+        figures["sweep_s"] = [round(first["wall_s"]), round(second["wall_s"]),
+                              round(third["wall_s"])]
     except BaseException:
         stack("ps", "-a", check=False, timeout=60)
         stack("logs", "--no-color", "--tail=60", check=False, timeout=120)

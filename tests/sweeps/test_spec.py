@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "sweeps" / "examples").glob("*.yaml"))
 # Every spec the project ships, the compose smoke run's among them (its 422 was found only
 # by a real run).
-SHIPPED = [*EXAMPLES, ROOT / "scripts" / "compose_smoke_spec.yaml"]
+SHIPPED = [*EXAMPLES, ROOT / "scripts" / "compose_smoke_spec.yaml",
+           ROOT / "scripts" / "compose_smoke_dataset_spec.yaml"]
 
 
 def spec(**fields: Any) -> SweepSpec:

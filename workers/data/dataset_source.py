@@ -267,15 +267,20 @@ def load_task(config: DatasetDataConfig, cache_root: Path | str | None = None) -
 
     With ``cache_root`` the built arrays are kept under ``cache_root/dataset_tensors``
     (:mod:`workers.data.dataset_cache`): the first trial of a (dataset, split, length) builds
-    them, every later one memory-maps them.
+    them, every later one memory-maps them. Before either, the stored table's hash is checked
+    once per process (:func:`workers.data.dataset_verify.verify_once`).
 
     Raises:
+        DatasetError: the stored table no longer hashes to ``config.sha256``.
         ValueError: the config was not resolved (no sha256 or root): the caller must run
             :func:`workers.data.dataset_resolve.resolve_dataset` first.
     """
     if not config.resolved:
         raise ValueError(f"data.dataset {config.dataset!r} was not resolved to a hash and a store "
                          "root; run it through `ksweep train`/`ksweep sweep run` (which resolve it)")
+    from workers.data.dataset_verify import verify_once
+
+    verify_once(config)  # once per process: a changed stored copy stops the trial here
     if cache_root is not None:
         from workers.data.dataset_cache import cached_task
 
