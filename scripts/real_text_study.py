@@ -33,7 +33,6 @@ import argparse
 import importlib.util
 import json
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -195,18 +194,25 @@ def precompute_base(work: Path, gguf: Path) -> None:
 
 
 def export(work: Path, gguf: Path) -> None:
-    """report.json from each sweep's folder; report.md and plots from its MLflow parent run."""
+    """report.json from each sweep's folder; report.md and plots from its MLflow parent run
+    (found by the sweep-id and run-kind tags; the newest one when a sweep was resumed)."""
     import mlflow
 
+    from workers.contract import RUN_KIND_SWEEP, RUN_KIND_TAG, SWEEP_ID_TAG, runs_with_tag_filter
+
     env = environment(work)
+    client = mlflow.MlflowClient(env["MLFLOW_TRACKING_URI"])
+    experiments = [e.experiment_id for e in client.search_experiments()]
     for preset, sweep_id in PRESETS.values():
         target = work / "reports" / sweep_id
         target.mkdir(parents=True, exist_ok=True)
         shutil.copy(Path(env["KSWEEP_SWEEP_ROOT"]) / sweep_id / "report.json", target)
-        found = re.findall(r"parent run\s+(\w+)", (work / f"{sweep_id}.log").read_text())
-        if not found:
-            raise SystemExit(f"{work / f'{sweep_id}.log'}: no 'parent run' line; did {preset} end?")
-        mlflow.artifacts.download_artifacts(run_id=found[-1], dst_path=str(target),
+        runs = client.search_runs(experiments, order_by=["attributes.start_time DESC"],
+                                  filter_string=runs_with_tag_filter(
+                                      **{SWEEP_ID_TAG: sweep_id, RUN_KIND_TAG: RUN_KIND_SWEEP}))
+        if not runs:
+            raise SystemExit(f"no MLflow parent run of sweep {sweep_id}; did {preset} run?")
+        mlflow.artifacts.download_artifacts(run_id=runs[0].info.run_id, dst_path=str(target),
                                             tracking_uri=env["MLFLOW_TRACKING_URI"])
         print(f"{sweep_id}: {sorted(p.name for p in target.rglob('*') if p.is_file())}")
 

@@ -111,3 +111,38 @@ def test_dataset_b_t_and_controls_steps_on_a_tiny_model(tmp_path: Path) -> None:
     ctl = out["label_controls"]
     assert ctl["bag_of_tokens_accuracy"] > ctl["majority_accuracy"]
     assert np.isfinite(out["spearman_kappa_1_length"]["all"])
+
+
+def test_export_copies_each_sweep_s_report_and_its_parent_run_s_artifacts(tmp_path: Path) -> None:
+    """Step 8 against a real MLflow sqlite store holding two parent runs of the same sweep id
+    (a resumed sweep): the newest one's artifacts are the ones exported."""
+    import importlib.util
+    import json
+
+    import mlflow
+
+    from workers.contract import RUN_KIND_SWEEP, RUN_KIND_TAG, SWEEP_ID_TAG
+
+    spec = importlib.util.spec_from_file_location("real_text_study_export", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    rts = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = rts
+    spec.loader.exec_module(rts)
+    work = tmp_path / "work"
+    env = rts.environment(work)
+    client = mlflow.MlflowClient(env["MLFLOW_TRACKING_URI"])
+    experiment = client.create_experiment("study", artifact_location=str(tmp_path / "artifacts"))
+    for _, sweep_id in rts.PRESETS.values():
+        folder = Path(env["KSWEEP_SWEEP_ROOT"]) / sweep_id
+        folder.mkdir(parents=True)
+        (folder / "report.json").write_text(json.dumps({"sweep_id": sweep_id}))
+        for start, attempt in ((1_000, "first"), (2_000, "resumed")):  # ms: an order, no tie
+            run = client.create_run(experiment, start_time=start, tags={
+                SWEEP_ID_TAG: sweep_id, RUN_KIND_TAG: RUN_KIND_SWEEP})
+            client.log_text(run.info.run_id, f"{sweep_id} {attempt}", "report.md")
+            client.set_terminated(run.info.run_id)
+    rts.export(work, tmp_path / "unused.gguf")
+    for _, sweep_id in rts.PRESETS.values():
+        target = work / "reports" / sweep_id
+        assert json.loads((target / "report.json").read_text()) == {"sweep_id": sweep_id}
+        assert (target / "report.md").read_text() == f"{sweep_id} resumed"
