@@ -127,3 +127,18 @@ def test_nothing_points_outside_the_repository() -> None:
     outside = ".." + "/shared"  # spelled in two parts so that this file does not match itself
     hits += [line for line in done.stdout.splitlines() if line.startswith("docs/") and outside in line]
     assert not hits, "references to files outside the repository:\n" + "\n".join(hits)
+
+
+def test_every_setting_is_in_the_operations_settings_table() -> None:
+    """Each Settings field is documented by the name users set (its first alias, or KSWEEP_*)."""
+    from service.settings import Settings
+
+    page = (ROOT / "docs" / "operations.md").read_text()
+    table = page[page.index("## Settings"):]
+    missing = []
+    for name, field in Settings.model_fields.items():
+        alias = field.validation_alias
+        env = alias.choices[0] if alias is not None else f"KSWEEP_{name.upper()}"
+        if f"`{env}`" not in table:
+            missing.append(env)
+    assert not missing, f"document these in docs/operations.md's Settings table: {missing}"
