@@ -1,23 +1,21 @@
-"""The names every component shares: metrics, tags, params, MLflow links, the progress record.
+"""The names the workers and the layers above share: metrics, tags, params, MLflow links.
 
 Nothing else in the project spells these strings; the trainer, the tracking code, the
-Tune driver, the report, the service and the CLI all import them from here. The module
-is pure Python (no torch, Ray or MLflow), so the light service modules may import it.
+Tune driver, the report, the service and the CLI all import them from here. A name only the
+layers above use lives there instead (the progress record and its states in
+:mod:`sweeps.tune.status`, the driver's environment in :mod:`service.orchestrator.driver_env`).
+The module is pure Python (no torch, Ray or MLflow), so the light service modules may import it.
 
 Layout (add new names to the group they belong to):
-    metric names, tags, params, MLflow locations and links, the driver's environment,
-    the progress record.
+    metric names, registered names, tags, params, MLflow locations and links, a trial's
+    training status, read-outs.
 """
 
 from __future__ import annotations
 
-import math
 import os
-import time
-from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
 
 # --- metric names: ``{split}/{name}`` (``step`` = epoch) ---------------------------------
 
@@ -107,9 +105,6 @@ SHARED_VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 VIEW_STATE_QUERY = "viewStateShareKey"
 FAILURE_TAG = "ksweep.failure"
 STOPPED_EARLY_TAG = "ksweep.stopped_early"
-STATE_TAG = "ksweep.state"
-BEST_VALUE_TAG = "ksweep.best_value"
-ATTEMPT_TAG = "ksweep.attempt"
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 # Without it MLflow 3's UI opens an experiment on its GenAI traces overview.
 EXPERIMENT_KIND = "custom_model_development"
@@ -121,11 +116,6 @@ MAX_ERROR_CHARS = 5000
 def param_tag(name: str) -> str:
     """The run tag mirroring a trial's search param (``ksweep.alpha``...)."""
     return f"{TAG_PREFIX}{name}"
-
-
-def counter_tag(counter: str) -> str:
-    """The parent run's tag mirroring one trial counter (``ksweep.trials_done``...)."""
-    return f"{TAG_PREFIX}trials_{counter}"
 
 
 def failure_text(error: BaseException) -> str:
@@ -187,108 +177,21 @@ def mlflow_ui_url(base_url: str, experiment_id: str, run_id: str | None = None) 
     return f"{url}/{run_id}" if run_id else url
 
 
-# --- the environment of a driver process (Tune reads these knobs only from there) -------
+# --- a trial's training status, where it trains ---------------------------------------
 
-TUNE_ENV: dict[str, str] = {
-    # Small sweeps: save the experiment state often, so a killed driver resumes close to
-    # where it was.
-    "TUNE_GLOBAL_CHECKPOINT_S": "2",
-    # Trials keep the driver's working directory (every path they get is absolute anyway).
-    "RAY_CHDIR_TO_TRIAL_DIR": "0",
-    # Per-epoch checkpoints of short trials force frequent state snapshots by design.
-    "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
-    # Reused actors (reuse_actors=True): Tune waits this long for a stopped trial's thread
-    # to end (its run finished, PNGs logged) before handing the actor to the next trial;
-    # past it the next trial fails. Tune's default is 2 s, less than PNGs take under load.
-    "TUNE_FUNCTION_THREAD_TIMEOUT_S": "120",
-}
+class TrainingStatus(StrEnum):
+    """How a trial's training stands in its worker: a cohort member's ``status`` and ``state``
+    in the cohort's checkpoint (``members.json``), and how a resumed lone trial's run ended.
 
-# The environment of a process that starts its own local Ray, set before Ray is imported:
-# Ray 2.60's ray.init turns a node IP of 127.0.0.1 into the host's address and binds its gRPC
-# servers to every interface, unless cluster mode is off (Ray's switch for macOS and Windows);
-# then GCS, raylet, workers and agents listen on loopback only. A value already in the
-# environment wins (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1 opts out).
-LOOPBACK_RAY_ENV: dict[str, str] = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-
-# --- the progress record ------------------------------------------------------------------
-
-class SweepState(StrEnum):
-    """A sweep's state: in the store's ``state`` column, the API's documents and the CLI (the
-    values are stored and documented: never rename one)."""
-
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-
-class TrialState(StrEnum):
-    """A trial's state in the progress record, the API's trial list and the report."""
-
-    PENDING = "pending"
-    RUNNING = "running"
-    DONE = "done"
-    STOPPED = "stopped"
-    FAILED = "failed"
-
-
-# Plain strings (``.value``): the store compares its column with them.
-ACTIVE_SWEEP_STATES: tuple[str, ...] = (SweepState.QUEUED.value, SweepState.RUNNING.value)
-TERMINAL_SWEEP_STATES: tuple[str, ...] = tuple(
-    s.value for s in SweepState if s.value not in ACTIVE_SWEEP_STATES)
-COUNTERS: tuple[str, ...] = ("total", "pending", "running", "done", "failed", "stopped")
-
-
-@dataclass
-class SweepStatus:
-    """Where a sweep stands. Counters always add up to ``total``.
-
-    ``pending`` counts trials not started yet (including those the searcher has not
-    created); ``stopped`` counts trials an early-stopping scheduler ended.
+    Not the progress record's trial state (:class:`sweeps.tune.status.TrialState`), which the
+    driver derives from it and the epochs reached: a member that stopped early at its last
+    epoch is a ``done`` trial. The values are stored in checkpoints: never rename one.
     """
 
-    sweep_id: str
-    state: str = "running"  # running | succeeded | failed | cancelled
-    total: int = 0
-    pending: int = 0
-    running: int = 0
-    done: int = 0
-    failed: int = 0
-    stopped: int = 0
-    best_metric: str | None = None
-    best_value: float | None = None
-    best_trial: str | None = None
-    best_config: dict[str, Any] | None = None
-    eta_seconds: float | None = None
-    started_at: float = field(default_factory=time.time)
-    updated_at: float = field(default_factory=time.time)
-    error: str | None = None
-    parent_run_id: str | None = None
-    experiment_id: str | None = None
-    trials: list[dict[str, Any]] = field(default_factory=list)
-    """One dict per trial Tune knows of, in creation order: ``trial_id``, ``state``
-    (pending | running | done | stopped | failed), ``config`` (alpha, loss_stack, model,
-    seed), ``metrics`` (the latest finite metrics named here), ``epochs``,
-    ``mlflow_run_id`` and ``error``."""
-
-    @property
-    def finished(self) -> int:
-        """Trials that ended, whichever way."""
-        return self.done + self.failed + self.stopped
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready; a non-finite best value becomes None."""
-        data = asdict(self)
-        if data["best_value"] is not None and not math.isfinite(data["best_value"]):
-            data["best_value"] = None
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SweepStatus:
-        """The record from :meth:`to_dict`'s output; unknown keys are ignored."""
-        known = set(cls.__dataclass_fields__)
-        return cls(**{key: value for key, value in data.items() if key in known})
+    RUNNING = "running"
+    FINISHED = "finished"  # trained its whole epoch budget
+    STOPPED = "stopped"  # left early: its own early stopping, the cohort's patience, the scheduler
+    FAILED = "failed"  # diverged or raised; the error says why
 
 
 # --- read-outs ----------------------------------------------------------------------------
@@ -373,16 +276,3 @@ def readout_names(family: str = "discrete", splits: tuple[str, ...] = SPLITS) ->
 def selected_name(name: str) -> str:
     """``selected/{split}/...`` for a per-epoch name ``{split}/...``."""
     return SELECTED_PREFIX + name
-
-
-# --- cohorts ------------------------------------------------------------------------------
-
-COHORT_TAG = "ksweep.cohort"
-"""On a trial run trained in a cohort: the Tune trial id of its cohort (absent for a lone trial)."""
-COHORT_MEMBERS_KEY = "cohort_members"
-"""Key of a cohort Tune trial's report: its members' progress records as one JSON string."""
-
-
-def member_trial_id(cohort_trial_id: str, position: int) -> str:
-    """The trial id of member ``position`` of the cohort that Tune runs as ``cohort_trial_id``."""
-    return f"{cohort_trial_id}-m{position}"

@@ -21,10 +21,17 @@ from typing import Any
 from sweeps.plan.build import SweepPlan, build_plan
 from sweeps.report.contrasts import build_contrasts
 from sweeps.report.plots import write_report_plots
-from sweeps.report.readout_table import ALL_KINDS, RowResult, TrialOutcome, expand_outcomes
+from sweeps.report.readout_table import (
+    ALL_KINDS,
+    UNFINISHED,
+    RowResult,
+    TrialOutcome,
+    expand_outcomes,
+)
 from sweeps.report.statistics import MIN_PAIRS_FOR_CLAIM, mean_interval, metric_range
 from sweeps.report.text import report_markdown
 from sweeps.spec import SweepSpec
+from sweeps.tune.status import TrialState
 from workers.contract import BEST_METRIC_PREFIX, ORACLE_ABSENT_REASON, TEST_ELBO
 
 __all__ = ["TrialOutcome", "build_report", "metric_mode", "report_markdown", "summary_metrics",
@@ -159,8 +166,9 @@ def _limitations(rows, cells, contrasts, excluded, source, split, seeds, epochs)
                      "p-value and the report makes no claim.")
     dropped = sum(excluded.values())
     if dropped:
-        words.append(f"Excluded trials: {excluded['failed']} failed, {excluded['stopped']} "
-                     f"stopped early by the scheduler, {excluded['unfinished']} unfinished; "
+        words.append(f"Excluded trials: {excluded[TrialState.FAILED]} failed, "
+                     f"{excluded[TrialState.STOPPED]} stopped early by the scheduler, "
+                     f"{excluded[UNFINISHED]} unfinished; "
                      "their seeds are missing from the cells (see n).")
     nan_cells = [c for c in cells if c["n_nan"]]
     if nan_cells:
