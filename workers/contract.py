@@ -67,20 +67,6 @@ METRIC_NAMES: tuple[str, ...] = (
     *(metric_name(VAL, name) for name in LATENT_METRICS),
     TEST_ELBO,
 )
-# The metrics a dataset without a label cannot give (no latent to recover).
-LABEL_READOUTS = frozenset({"latent_nmi", "latent_ari", "mi_zs", "nmi_auc", "epochs_to_nmi90",
-                            "epochs_to_nmi90_censored"})
-LABEL_METRICS = frozenset({VAL_LATENT_NMI, VAL_LATENT_ARI})
-DEFAULT_OBJECTIVE_METRIC = VAL_LATENT_NMI
-# Latent recovery is better when higher; every loss, KL and concentration statistic when lower.
-MAXIMISED_METRICS = frozenset(metric_name(VAL, name) for name in LATENT_METRICS)
-# The final values ``ksweep train`` prints.
-TRIAL_SUMMARY_METRICS: tuple[str, ...] = (
-    TRAIN_LOSS, VAL_LOSS, "val/recon_uniform", "val/recon_token_weighted", "val/recon_ncc",
-    "val/kl", "val/kappa_mean", "val/kappa_p90", VAL_LATENT_NMI, VAL_LATENT_ARI,
-    VAL_MUTUAL_INFO, VAL_ACTIVE_UNITS, PERF_TOKENS_PER_SECOND,
-)
-BEST_METRIC_PREFIX = "best/"
 
 # --- registered names (datasets and language models) -------------------------------------
 
@@ -96,26 +82,16 @@ SWEEP_ID_TAG = "ksweep.sweep_id"
 TRIAL_ID_TAG = "ksweep.trial_id"
 RUN_KIND_TAG = "ksweep.run_kind"
 RUN_KIND_TRIAL = "trial"  # the only kind counted as trials
-RUN_KIND_SWEEP = "sweep"  # the parent run of a sweep
-RUN_KIND_SUMMARY = "summary"
+RUN_KIND_SWEEP = "sweep"  # the parent run of a sweep (summary runs: sweeps.report.summary_runs)
 SHARED_BY_TAG = "ksweep.shared_by"
 """On a trial run that stands in several rows: the rows, ``stack@alpha=a`` comma-separated."""
-SHARED_VIEW_TAG_PREFIX = "mlflow.sharedViewState."
-"""MLflow >= 3.15 keeps a shared runs-page view as the experiment tag ``<prefix><key>``."""
-VIEW_STATE_QUERY = "viewStateShareKey"
 FAILURE_TAG = "ksweep.failure"
 STOPPED_EARLY_TAG = "ksweep.stopped_early"
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 # Without it MLflow 3's UI opens an experiment on its GenAI traces overview.
 EXPERIMENT_KIND = "custom_model_development"
-NOTE_TAG = "mlflow.note.content"
 # MLflow caps tag values; failure reasons and errors are cut to this many characters.
 MAX_ERROR_CHARS = 5000
-
-
-def param_tag(name: str) -> str:
-    """The run tag mirroring a trial's search param (``ksweep.alpha``...)."""
-    return f"{TAG_PREFIX}{name}"
 
 
 def failure_text(error: BaseException) -> str:
@@ -130,16 +106,7 @@ def runs_with_tag_filter(**tags: str) -> str:
 
 # --- params on every trial run ------------------------------------------------------------
 
-ALPHA_PARAM = "alpha"
-LOSS_STACK_PARAM = "loss_stack"
-MODEL_PARAM = "model"
-SEED_PARAM = "seed"
 C_BASE_PARAM = "c_base"
-BETA_PARAM = "beta"  # the KL weight, a param of a trial only when the sweep sweeps it
-FREE_BITS_PARAM = "free_bits"  # likewise
-# The search axes of a sweep, in this order, and the named params of every trial run.
-SEARCH_AXES: tuple[str, ...] = (ALPHA_PARAM, LOSS_STACK_PARAM, MODEL_PARAM, SEED_PARAM,
-                                BETA_PARAM, FREE_BITS_PARAM)
 
 # --- MLflow locations and links -----------------------------------------------------------
 
@@ -159,16 +126,6 @@ def default_tracking_uri() -> str:
     if from_env:
         return from_env
     return f"sqlite:///{Path('mlflow.db').resolve()}"
-
-
-def runs_page_url(base_url: str, experiment_id: str, share_key: str | None = None,
-                  charts: bool = False) -> str:
-    """The runs page of an experiment, opened on a shared view when a key is given, and in
-    its chart mode (``compareRunsMode=CHART``) with ``charts``."""
-    url = mlflow_ui_url(base_url, experiment_id)
-    query = [f"{VIEW_STATE_QUERY}={share_key}"] if share_key is not None else []
-    query += ["compareRunsMode=CHART"] if charts else []
-    return f"{url}?{'&'.join(query)}" if query else url
 
 
 def mlflow_ui_url(base_url: str, experiment_id: str, run_id: str | None = None) -> str:
@@ -242,11 +199,6 @@ COMPACT_B_U = "b_u_compact"
 dataset uses), the scale l_t lives on. A learned base is trained there (it equals b_u); a
 precomputed column holds only each token's nats, so it is absent (param base.support =
 original)."""
-
-ORACLE_ABSENT_REASON = (
-    "they need the oracle's h_t (each token's surprisal given the true latent) and the "
-    "synthetic task's prefix/private kinds, and a registered dataset has neither")
-"""Why a dataset trial has no oracle read-outs (the report says it in these words)."""
 
 # A trial on a registered dataset: the full content hash (the MLflow dataset input's digest
 # holds its first DATASET_DIGEST_CHARS hex characters: MLflow caps a digest at 36).

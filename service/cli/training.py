@@ -41,15 +41,29 @@ from service.orchestrator.driver_env import LOOPBACK_RAY_ENV, TUNE_ENV
 from sweeps.tune.status import SweepState, SweepStatus, TrialState
 from workers.contract import (
     LOCAL_MLFLOW_UI,
-    TRIAL_SUMMARY_METRICS,
+    PERF_TOKENS_PER_SECOND,
+    TRAIN_LOSS,
+    VAL,
+    VAL_ACTIVE_UNITS,
     VAL_ELBO,
+    VAL_KAPPA_MEAN,
+    VAL_KL,
+    VAL_LATENT_ARI,
     VAL_LATENT_NMI,
     VAL_LOSS,
+    VAL_MUTUAL_INFO,
     default_tracking_uri,
+    metric_name,
     mlflow_ui_url,
 )
 
-SUMMARY_KEYS = TRIAL_SUMMARY_METRICS
+# The final values ``ksweep train`` prints.
+SUMMARY_KEYS: tuple[str, ...] = (
+    TRAIN_LOSS, VAL_LOSS, *(metric_name(VAL, name) for name in (
+        "recon_uniform", "recon_token_weighted", "recon_ncc")),
+    VAL_KL, VAL_KAPPA_MEAN, metric_name(VAL, "kappa_p90"), VAL_LATENT_NMI, VAL_LATENT_ARI,
+    VAL_MUTUAL_INFO, VAL_ACTIVE_UNITS, PERF_TOKENS_PER_SECOND,
+)
 COUNTER_COLUMNS: tuple[str, ...] = tuple(state.value for state in TrialState)  # the live view's, in order
 sweep_app = typer.Typer(help="Run sweeps in-process (no service).", no_args_is_help=True)
 

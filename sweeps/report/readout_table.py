@@ -23,7 +23,16 @@ from sweeps.plan.build import SweepPlan, row_label, trial_key
 from sweeps.plan.equivalence import effective_beta, kl_weight
 from sweeps.spec import SweepSpec
 from sweeps.tune.status import TrialState
-from workers.contract import SELECTED_EPOCH, SELECTED_PREFIX, SPLITS, TEST, VAL
+from workers.contract import (
+    EPOCHS_TO_NMI,
+    EPOCHS_TO_NMI_CENSORED,
+    NMI_AUC,
+    SELECTED_EPOCH,
+    SELECTED_PREFIX,
+    SPLITS,
+    TEST,
+    VAL,
+)
 
 __all__ = ["RowResult", "TrialOutcome", "expand_outcomes", "trial_readouts"]
 
@@ -36,7 +45,7 @@ _NAME = rf"({'|'.join(SPLITS)})/(?:([A-Za-z0-9_.-]+)/)?([^/]+)$"
 _SELECTED = re.compile("^" + re.escape(SELECTED_PREFIX) + _NAME)
 _PLAIN = re.compile("^" + _NAME)
 # Trial-level read-outs of the whole curve (workers.readouts.speed): logged once, unprefixed.
-_CURVE_READOUTS = frozenset({"nmi_auc", "epochs_to_nmi90", "epochs_to_nmi90_censored"})
+_CURVE_READOUTS = frozenset({NMI_AUC, EPOCHS_TO_NMI, EPOCHS_TO_NMI_CENSORED})
 
 
 @dataclass

@@ -26,7 +26,7 @@ from mlflow.tracking import MlflowClient
 from ray import tune
 
 from sweeps.plan.budget import build_plan_within_budget
-from sweeps.plan.build import SweepPlan
+from sweeps.plan.build import SEARCH_AXES, SweepPlan
 from sweeps.report.build import (
     TrialOutcome,
     build_report,
@@ -57,10 +57,8 @@ from workers.contract import (
     HISTORY_METRICS,
     LOCAL_MLFLOW_UI,
     MAX_ERROR_CHARS,
-    NOTE_TAG,
     RUN_KIND_SWEEP,
     RUN_KIND_TAG,
-    SEARCH_AXES,
     SWEEP_ID_TAG,
     failure_text,
     runs_with_tag_filter,
@@ -72,6 +70,7 @@ __all__ = ["STATUS_FILE", "SweepOutcome", "ensure_ray", "param_space", "run_swee
            "sweep_dir"]
 
 STATUS_FILE = "status.json"
+NOTE_TAG = "mlflow.note.content"  # the run description the MLflow UI shows
 
 log = logging.getLogger("ksweep.runner")
 

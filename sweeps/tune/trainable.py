@@ -23,9 +23,9 @@ from workers.contract import (
     RUN_KIND_TRIAL,
     STOPPED_EARLY_TAG,
     SWEEP_ID_TAG,
+    TAG_PREFIX,
     TRIAL_ID_TAG,
     TrainingStatus,
-    param_tag,
     runs_with_tag_filter,
 )
 from workers.mlflow_retry import retrying
@@ -38,6 +38,11 @@ if TYPE_CHECKING:
 
 STATE_FILE = "state.pt"
 RUN_FILE = "run.json"
+
+
+def param_tag(name: str) -> str:
+    """The run tag mirroring a trial's search param (``ksweep.alpha``...)."""
+    return f"{TAG_PREFIX}{name}"
 
 
 def open_trial_run(
