@@ -67,6 +67,9 @@ METRIC_NAMES: tuple[str, ...] = (
     *(metric_name(VAL, name) for name in LATENT_METRICS),
     TEST_ELBO,
 )
+# Latent recovery beside its chance level (labelled data, overall only, every epoch): AMI and
+# the NMI against shuffled labels (workers.metrics.chance_readouts).
+CHANCE_READOUTS: tuple[str, ...] = ("latent_ami", "latent_nmi_shuffled")
 
 # --- registered names (datasets and language models) -------------------------------------
 
@@ -221,7 +224,7 @@ def readout_names(family: str = "discrete", splits: tuple[str, ...] = SPLITS) ->
     for split in splits:
         for kind in (None, *EXAMPLE_KINDS):
             out.extend(metric_name(split, name, kind) for name in names)
-        out.extend(metric_name(split, name) for name in OVERALL_ONLY_READOUTS)
+        out.extend(metric_name(split, name) for name in OVERALL_ONLY_READOUTS + CHANCE_READOUTS)
     return out
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from sweeps.spec import READOUT_METRICS, SweepSpec
 from sweeps.spec.sections import DEFAULT_OBJECTIVE_METRIC
 from workers.contract import (
+    CHANCE_READOUTS,
     ELBO,
     EPOCHS_TO_NMI,
     EPOCHS_TO_NMI_CENSORED,
@@ -37,7 +38,7 @@ NO_LABEL = "has no label column, so there is no latent to recover"
 
 # The read-outs and metrics a dataset without a label cannot give (no latent to recover).
 LABEL_READOUTS = frozenset({"latent_nmi", "latent_ari", "mi_zs", NMI_AUC, EPOCHS_TO_NMI,
-                            EPOCHS_TO_NMI_CENSORED})
+                            EPOCHS_TO_NMI_CENSORED, *CHANCE_READOUTS})
 LABEL_METRICS = frozenset({VAL_LATENT_NMI, VAL_LATENT_ARI})
 
 
