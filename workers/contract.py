@@ -69,7 +69,8 @@ METRIC_NAMES: tuple[str, ...] = (
 )
 # Latent recovery beside its chance level (labelled data, overall only, every epoch): AMI and
 # the NMI against shuffled labels (workers.metrics.chance_readouts).
-CHANCE_READOUTS: tuple[str, ...] = ("latent_ami", "latent_nmi_shuffled")
+LATENT_AMI, LATENT_NMI_SHUFFLED = "latent_ami", "latent_nmi_shuffled"
+CHANCE_READOUTS: tuple[str, ...] = (LATENT_AMI, LATENT_NMI_SHUFFLED)
 
 # --- registered names (datasets and language models) -------------------------------------
 

@@ -14,6 +14,7 @@ be recomputed from the MLflow child runs alone.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -32,7 +33,7 @@ from sweeps.report.statistics import MIN_PAIRS_FOR_CLAIM, mean_interval, metric_
 from sweeps.report.text import report_markdown
 from sweeps.spec import SweepSpec
 from sweeps.tune.status import TrialState
-from workers.contract import LATENT_METRICS, NMI_AUC, TEST_ELBO
+from workers.contract import LATENT_AMI, LATENT_METRICS, LATENT_NMI_SHUFFLED, NMI_AUC, TEST_ELBO
 
 __all__ = ["TrialOutcome", "build_report", "metric_mode", "report_markdown", "summary_metrics",
            "write_report_plots"]
@@ -190,6 +191,35 @@ def _limitations(rows, cells, contrasts, excluded, source, split, seeds, epochs)
     if any(r.shared_with for r in rows):
         words.append("Shared trials (one objective standing in several rows) report their "
                      "kappa diagnostics at the alpha of the row that ran.")
+    return words + chance_and_collapse(cells, split)
+
+
+KL_READOUT = "kl"
+COLLAPSE_KL_NATS = 0.01  # a latent carrying < 0.01 nats per example is, for reading, unused
+
+
+def chance_and_collapse(cells, split: str) -> list[str]:
+    """Cells whose NMI is at its chance level (within the shuffled-label NMI's interval), and
+    cells whose latent is unused (test KL below COLLAPSE_KL_NATS): NMI there is no recovery."""
+    def key(cell):
+        return (cell["alpha"], cell["loss_stack"], cell["model"], cell["beta"], cell["free_bits"])
+
+    own = [c for c in cells if c["split"] == split and c["kind"] == ALL_KINDS and c["mean"] is not None
+           and not math.isnan(c["mean"])]
+    chance = {key(c): c for c in own if c["metric"] == LATENT_NMI_SHUFFLED}
+    nmi = [c for c in own if c["metric"] == COLLAPSE_METRIC and key(c) in chance]
+    words = []
+    if nmi:
+        at_chance = [c for c in nmi if c["mean"] <= chance[key(c)]["ci_high"]]
+        words.append(f"{len(at_chance)} of {len(nmi)} {split} latent_nmi cell(s) are at chance level "
+                     "(mean NMI within the interval of the NMI against shuffled labels): read "
+                     f"{LATENT_AMI} beside them; a contrast between chance-level cells is not "
+                     "latent recovery.")
+    kl = [c for c in own if c["metric"] == KL_READOUT]
+    collapsed = [c for c in kl if c["mean"] < COLLAPSE_KL_NATS]
+    if collapsed:
+        words.append(f"{len(collapsed)} of {len(kl)} cell(s) have a mean {split} KL below "
+                     f"{COLLAPSE_KL_NATS:g} nats: their latent is barely used (posterior collapse).")
     return words
 
 
