@@ -16,7 +16,6 @@ others go on, re-stacked without it. Same seed, same config: the same losses as 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -26,10 +25,12 @@ import torch
 from torch.func import stack_module_state
 
 from objectives import LossInputs
+from workers.cohort.compiled import CompiledStep
 from workers.cohort.evaluation import member_outputs
+from workers.cohort.grouping import fingerprint
 from workers.cohort.member import Member, MemberCallback, capture, check_cohort, own_rng
 from workers.cohort.optim import StackedAdamW, clip_per_member
-from workers.contract import PERF_EPOCH_SECONDS, PERF_TOKENS_PER_SECOND, VAL_LOSS
+from workers.contract import PERF_COMPILE_SECONDS, PERF_EPOCH_SECONDS, PERF_TOKENS_PER_SECOND, VAL_LOSS
 from workers.models import CVAEOutput
 from workers.models.backbone import upcast
 from workers.models.functional import cvae_forward
@@ -57,6 +58,8 @@ class Cohort:
         self.num_categories = lead.model.num_categories
         self.step = lead.step
         self._deps: dict[str, frozenset[str]] | None = None
+        self._compiled: CompiledStep | None = None  # set by create() when training.compile asks for it
+        self.compile_fallback: str | None = None  # why a compiled cohort trains eagerly
         self._stack()
 
     @classmethod
@@ -72,7 +75,9 @@ class Cohort:
             members.append(capture(position, trainer))
         if len({(m.trainer.epoch, m.trainer.step) for m in members}) > 1:
             raise ValueError("cohort members resume from different epochs; resume them alone")
-        return cls(members)
+        cohort = cls(members)
+        cohort._compiled = CompiledStep.create(cohort, configs[0].training.compile, cache_root)
+        return cohort
 
     @property
     def active(self) -> list[Member]:
@@ -89,6 +94,10 @@ class Cohort:
         active = self.active
         if not active:
             return
+        if self._compiled is not None:  # compiled: members that left stay stacked, masked
+            self._eval_cache = {}
+            return
+        self._rows = active  # the stacked members, row by row
         self.params, _ = stack_module_state([m.trainer.model for m in active])
         as_tensor = lambda values: torch.tensor(values, dtype=torch.float64, device=self.device)  # noqa: E731
         training = [m.config.training for m in active]
@@ -102,7 +111,7 @@ class Cohort:
                     self.optimizer.load_member_state(name, index, state[param])
         splits, source = {}, []  # members with the same train split share one stacked copy
         for member in active:
-            key = _fingerprint(member.trainer.train_data)
+            key = fingerprint(member.trainer.train_data)
             source.append(list(splits).index(key) if key in splits else len(splits))
             splits.setdefault(key, member.trainer.train_data)
         self._source = torch.tensor(source, device=self.device)
@@ -119,8 +128,8 @@ class Cohort:
 
     def _sync_trainers(self) -> None:
         """Write each running member's slice back to its trainer (model and AdamW state)."""
-        for index, member in enumerate(self.active):
-            trainer = member.trainer
+        for member in self.active:
+            index, trainer = self._rows.index(member), member.trainer
             trainer.step = trainer.model.step = self.step
             with torch.no_grad():
                 for name, param in trainer.model.named_parameters():
@@ -152,7 +161,7 @@ class Cohort:
             deps = self._dependencies()
             self._used_cache[key] = {
                 name: torch.tensor([any(reached[o][k] and name in deps[o] for o in OUTPUTS)
-                                    for k in range(len(self.active))], device=self.device)
+                                    for k in range(len(reached[OUTPUTS[0]]))], device=self.device)
                 for name in self.params
             }
         return self._used_cache[key]
@@ -198,6 +207,8 @@ class Cohort:
 
     def _train_pass(self, active: list[Member]):
         """One pass over the train split for all running members; per-member tensors back."""
+        if self._compiled is not None:
+            return self._compiled.train_pass(active)
         training = active[0].config.training
         groups = self._loss_groups(active)
         size = self._data["target"].shape[1]
@@ -287,7 +298,9 @@ class Cohort:
         elapsed = time.perf_counter() - started  # logging point: per-member syncs from here on
         self._sync_trainers()
         batched = self.device.type == "cuda" if self.batched_eval is None else self.batched_eval
-        outputs = (member_outputs(self.params, self.model_config, self.num_categories,
+        rows = torch.tensor([self._rows.index(m) for m in active], device=self.device)
+        params = self.params if len(active) == len(self._rows) else {n: p[rows] for n, p in self.params.items()}
+        outputs = (member_outputs(params, self.model_config, self.num_categories,
                                   [m.trainer for m in active], self._eval_cache) if batched else None)
         results: dict[int, dict[str, float]] = {}
         for k, member in enumerate(active):
@@ -307,6 +320,8 @@ class Cohort:
             train[PERF_EPOCH_SECONDS] = elapsed
             train[PERF_TOKENS_PER_SECOND] = int(trainer.train_data.split.mask.sum()) / elapsed
             train["perf/cohort_size"] = float(len(active))
+            if self._compiled is not None:
+                train[PERF_COMPILE_SECONDS] = self._compiled.compile_seconds
             trainer.train_epoch = lambda metrics=train: metrics  # the lone run_epoch, minus its pass
             if outputs is not None:  # its lone read-outs, on its slice of the batched forward
                 trainer.evaluate_split = lambda name, t=trainer, o=outputs[k]: Trainer.evaluate_split(t, name, o[name])
@@ -370,15 +385,6 @@ class Cohort:
         """The member's lone-trainer checkpoint (a lone Trainer or a cohort can resume from it)."""
         with own_rng(member):
             return member.trainer.save_checkpoint(path)
-
-
-def _fingerprint(data) -> str:
-    """A digest of a split's training tensors (equal digests: the same data)."""
-    digest = hashlib.sha1()
-    for tensor in (data.split.context, data.split.target, data.split.mask, data.base_nll):
-        digest.update(str(tuple(tensor.shape)).encode())
-        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    return digest.hexdigest()
 
 
 def run_cohort(configs: Sequence[TrialConfig], cache_root: Path | str = ".ksweep", *,
