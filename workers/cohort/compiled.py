@@ -34,7 +34,9 @@ from pathlib import Path
 import torch
 
 from objectives import LossInputs
+from workers.cohort.member import per_member
 from workers.cohort.optim import clip_per_member
+from workers.contract import PERF_COMPILE_SECONDS
 from workers.models import CVAEOutput
 from workers.models.backbone import upcast
 from workers.models.functional import cvae_forward
@@ -135,6 +137,10 @@ class CompiledStep:
             return None
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(inductor_cache_dir(cache_root)))
         return cls(cohort, backend)
+
+    def metrics(self) -> dict[str, float]:
+        """Added to every member's train metrics: the warm-up seconds so far (compile included)."""
+        return {PERF_COMPILE_SECONDS: self.compile_seconds}
 
     # -- set-up -----------------------------------------------------------------------------
 
@@ -305,7 +311,7 @@ class CompiledStep:
                 terms[g].append(term_values)
             cohort.step += 1
         groups = [(g["index"], g["positions"], None) for g in self._groups]
-        by_row = cohort._per_member(rows, groups, sums, counts, losses, terms)
+        by_row = per_member(rows, groups, sums, counts, losses, terms)
         return [[column[rows.index(m)] for m in active] for column in by_row]
 
     def _noise(self, alive: tuple[bool, ...], real: int, batch_size: int) -> torch.Tensor | None:

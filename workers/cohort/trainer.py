@@ -1,16 +1,13 @@
 """A cohort: K trials of one shape trained as one vectorized computation on one worker.
 
-Each member is a lone :class:`~workers.train.loop.Trainer` (built by ``Trainer.create``
-from its own config: seeding, data, base model, model init, kappa summaries), so it keeps
-its own model, history and checkpoints, and every epoch-end read-out runs the lone code:
-the cohort only replaces the train pass. There the members' parameters are stacked on a
-leading axis and one batched forward (workers/models/functional.py) and one backward run
-per step for all of them; each member draws its own batch order from its own generator,
-its own noise from its own stream, computes its own loss stack (its mean; the members'
-losses are summed for the backward, which leaves them independent), is clipped by its own
-gradient norm and stepped by its own AdamW state (cohort_optim.py). A member that
-diverges fails with the lone trainer's message, one that stops improving leaves; the
-others go on, re-stacked without it. Same seed, same config: the same losses as alone.
+Each member is a lone :class:`~workers.train.loop.Trainer` (its own config, seeding, data,
+model, history, checkpoints; every epoch-end read-out runs the lone code): the cohort only
+replaces the train pass. There the members' parameters are stacked on a leading axis and
+one batched forward (workers/models/functional.py) and one backward run per step for all;
+each member keeps its own batch order, noise stream, loss stack, gradient clipping and
+AdamW state (optim.py). A member that diverges fails with the lone trainer's message, one
+that stops improving leaves; the others go on, re-stacked without it (or, compiled, kept
+stacked but masked: compiled.py). Same seed, same config: the same losses as alone.
 """
 
 from __future__ import annotations
@@ -28,9 +25,10 @@ from objectives import LossInputs
 from workers.cohort.compiled import CompiledStep
 from workers.cohort.evaluation import member_outputs
 from workers.cohort.grouping import fingerprint
-from workers.cohort.member import Member, MemberCallback, capture, check_cohort, own_rng
+from workers.cohort.member import Member, MemberCallback, capture, check_cohort, own_rng, per_member
+from workers.cohort.memory import plan_chunks
 from workers.cohort.optim import StackedAdamW, clip_per_member
-from workers.contract import PERF_COMPILE_SECONDS, PERF_EPOCH_SECONDS, PERF_TOKENS_PER_SECOND, VAL_LOSS
+from workers.contract import PERF_EPOCH_SECONDS, PERF_TOKENS_PER_SECOND, VAL_LOSS
 from workers.models import CVAEOutput
 from workers.models.backbone import upcast
 from workers.models.functional import cvae_forward
@@ -58,7 +56,7 @@ class Cohort:
         self.num_categories = lead.model.num_categories
         self.step = lead.step
         self._deps: dict[str, frozenset[str]] | None = None
-        self._compiled: CompiledStep | None = None  # set by create() when training.compile asks for it
+        self._compiled: CompiledStep | None = None  # from_members() sets it when training.compile asks
         self.compile_fallback: str | None = None  # why a compiled cohort trains eagerly
         self._stack()
 
@@ -66,6 +64,19 @@ class Cohort:
     def create(cls, configs: Sequence[TrialConfig], cache_root: Path | str = ".ksweep",
                checkpoints: Mapping[int, Path | str] | None = None) -> Cohort:
         """One lone Trainer per config (resumed from ``checkpoints[i]`` if given), then stacked."""
+        return cls.from_members(cls.create_members(configs, cache_root, checkpoints), cache_root)
+
+    @classmethod
+    def from_members(cls, members: list[Member], cache_root: Path | str = ".ksweep") -> Cohort:
+        """Stack ``members``; compiled when their ``training.compile`` asks for it (compiled.py)."""
+        cohort = cls(members)
+        cohort._compiled = CompiledStep.create(cohort, members[0].config.training.compile, cache_root)
+        return cohort
+
+    @staticmethod
+    def create_members(configs: Sequence[TrialConfig], cache_root: Path | str = ".ksweep",
+                       checkpoints: Mapping[int, Path | str] | None = None) -> list[Member]:
+        """The members' lone trainers, built (and resumed) but not stacked."""
         check_cohort(configs)
         members = []
         for position, config in enumerate(configs):
@@ -75,9 +86,7 @@ class Cohort:
             members.append(capture(position, trainer))
         if len({(m.trainer.epoch, m.trainer.step) for m in members}) > 1:
             raise ValueError("cohort members resume from different epochs; resume them alone")
-        cohort = cls(members)
-        cohort._compiled = CompiledStep.create(cohort, configs[0].training.compile, cache_root)
-        return cohort
+        return members
 
     @property
     def active(self) -> list[Member]:
@@ -250,7 +259,7 @@ class Cohort:
             torch.stack(totals).sum().backward()
             self._backward(out, groups, leaves, len(active))
             self.step += 1
-        return self._per_member(active, groups, sums, counts, losses, terms)
+        return per_member(active, groups, sums, counts, losses, terms)
 
     def _backward(self, out, groups, leaves, members: int) -> None:
         """Backpropagate the members' output gradients through the model, clip, step."""
@@ -273,18 +282,6 @@ class Cohort:
         for param in self.params.values():
             param.grad = None
 
-    @staticmethod
-    def _per_member(active, groups, sums, counts, losses, terms):
-        """Group-stacked epoch tensors -> member k's sums, count, step losses and step terms."""
-        result = [None] * len(active)
-        for g, (_, positions, _) in enumerate(groups):
-            step_losses = torch.stack(losses[g], dim=1)
-            step_terms = {key: torch.stack([t[key] for t in terms[g]], dim=1) for key in terms[g][0]}
-            for j, k in enumerate(positions):
-                result[k] = ({key: v[j] for key, v in sums[g].items()}, counts[g][j], step_losses[j],
-                             {key: v[j] for key, v in step_terms.items()})
-        return [list(column) for column in zip(*result, strict=True)]
-
     def run_epoch(self, patience: int | None = None, monitor: str = VAL_LOSS) -> dict[int, dict[str, float]]:
         """Train one epoch for every running member, then each one's lone epoch-end code.
 
@@ -298,8 +295,8 @@ class Cohort:
         elapsed = time.perf_counter() - started  # logging point: per-member syncs from here on
         self._sync_trainers()
         batched = self.device.type == "cuda" if self.batched_eval is None else self.batched_eval
-        rows = torch.tensor([self._rows.index(m) for m in active], device=self.device)
-        params = self.params if len(active) == len(self._rows) else {n: p[rows] for n, p in self.params.items()}
+        rows = [self._rows.index(m) for m in active]  # compiled: stopped members' rows are skipped
+        params = self.params if len(rows) == len(self._rows) else {n: p[rows] for n, p in self.params.items()}
         outputs = (member_outputs(params, self.model_config, self.num_categories,
                                   [m.trainer for m in active], self._eval_cache) if batched else None)
         results: dict[int, dict[str, float]] = {}
@@ -320,8 +317,7 @@ class Cohort:
             train[PERF_EPOCH_SECONDS] = elapsed
             train[PERF_TOKENS_PER_SECOND] = int(trainer.train_data.split.mask.sum()) / elapsed
             train["perf/cohort_size"] = float(len(active))
-            if self._compiled is not None:
-                train[PERF_COMPILE_SECONDS] = self._compiled.compile_seconds
+            train.update(self._compiled.metrics() if self._compiled is not None else {})
             trainer.train_epoch = lambda metrics=train: metrics  # the lone run_epoch, minus its pass
             if outputs is not None:  # its lone read-outs, on its slice of the batched forward
                 trainer.evaluate_split = lambda name, t=trainer, o=outputs[k]: Trainer.evaluate_split(t, name, o[name])
@@ -369,9 +365,10 @@ class Cohort:
         ``on_epoch(member, epoch, metrics)`` runs after each member's epoch (report, checkpoint);
         a truthy return stops that member.
         """
+        by_position = {m.position: m for m in self.members}
         while self.active:
             for position, metrics in self.run_epoch(patience, monitor).items():
-                member = self.members[position]
+                member = by_position[position]
                 if on_epoch is not None and on_epoch(member, member.trainer.epoch, metrics):
                     self.stop(member, "stopped by on_epoch")
         for member in self.members:  # the lone run's end-of-run step, where the trainer has one
@@ -389,6 +386,14 @@ class Cohort:
 
 def run_cohort(configs: Sequence[TrialConfig], cache_root: Path | str = ".ksweep", *,
                on_epoch: MemberCallback | None = None, patience: int | None = None,
-               checkpoints: Mapping[int, Path | str] | None = None) -> list[Member]:
-    """Train ``configs`` as one cohort; per member: ``trainer`` (history, checkpoints), ``status``, ``error``."""
-    return Cohort.create(configs, cache_root, checkpoints).run(on_epoch=on_epoch, patience=patience)
+               checkpoints: Mapping[int, Path | str] | None = None, free: int | None = None) -> list[Member]:
+    """Train ``configs`` as one cohort; per member: ``trainer`` (history, checkpoints), ``status``, ``error``.
+
+    When the device's free memory (``free`` bytes, None: measured) cannot hold the whole
+    cohort's step, it trains in memory-sized chunks one after another (workers/cohort/memory.py;
+    logged): every member's numbers are those of the whole cohort.
+    """
+    members = Cohort.create_members(configs, cache_root, checkpoints)
+    for chunk in plan_chunks([m.trainer for m in members], free):
+        Cohort.from_members([members[i] for i in chunk], cache_root).run(on_epoch=on_epoch, patience=patience)
+    return members
