@@ -48,7 +48,8 @@ OUTPUTS = ("token_nll", "kl", "bow_logits")
 TARGET_SIDE = ("target", "decoder_input", "mask", "base_nll")  # cut to a length bucket; context is not
 BUCKETS = 4  # length buckets per split: a warm-up compile each
 # Device types where the compiled step measured faster than eager ('auto' compiles there).
-# CPU: slower (docs/performance-cohorts.md); CUDA: not measured yet, so eager until it is.
+# CPU: steps 0.6-0.7x eager's, but the compile outweighs a sweep cohort's steps
+# (docs/performance-cohorts.md); CUDA: not measured yet, so eager until it is.
 MEASURED_FASTER: frozenset[str] = frozenset()
 
 
