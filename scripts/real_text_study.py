@@ -218,10 +218,11 @@ def export(work: Path, gguf: Path) -> None:
 
 
 def controls(work: Path, gguf: Path) -> None:
-    """kappa_1/kappa_2 under SmolLM2 per category, Spearman(kappa, length) per category, and
-    the length-only / bag-of-tokens / majority test accuracies (cached b_t: no model load)."""
+    """kappa_1/kappa_2 under SmolLM2 per category (and beside the synthetic task's, with a figure),
+    Spearman(kappa, length) per category, and the length-only / bag-of-tokens / majority test
+    accuracies (cached b_t: no model load)."""
     sys.path.insert(0, str(ROOT / "scripts"))
-    from lm_kappa import describe, kappas
+    from kappa_distributions import compare, describe, kappas
 
     from workers.readouts.controls import kappa_length_spearman, trivial_controls
 
@@ -239,9 +240,11 @@ def controls(work: Path, gguf: Path) -> None:
     tokens = {s: [y for y, sp in zip(ys, split, strict=True) if sp == s] for s in ("train", "test")}
     by = {s: [lab for lab, sp in zip(labels, split, strict=True) if sp == s] for s in ("train", "test")}
     out["label_controls"] = trivial_controls(tokens, by)
-    out["not_here"] = ("AMI and NMI against shuffled labels need each trial's test assignments, "
-                       "which the trials do not log yet (workers.readouts.controls."
-                       "mutual_information_controls takes them)")
+    out["kappa_vs_synthetic"] = compare(
+        {c: [row for row, lab in zip(lm.rows, labels, strict=True) if lab == c]
+         for c in sorted(set(labels))}, work / "kappa_distributions.png")
+    out["per_trial"] = ("AMI and the NMI against shuffled labels of every trial are in the "
+                        "reports (latent_ami, latent_nmi_shuffled beside latent_nmi)")
     (work / "controls.json").write_text(json.dumps(out, indent=2, default=float))
     print(json.dumps(out, indent=2, default=float))
 
