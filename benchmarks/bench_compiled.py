@@ -7,7 +7,8 @@ passes alternate (eager, compiled, eager, ...), so drift on a shared machine hit
 alike. The compiled cohort's first pass holds the compile: it is printed apart as
 ``warm-up s`` (the step's own count: the first step of each length bucket) and left out of
 the steady per-step figures, which are medians over the later passes (wall and process CPU
-milliseconds per optimisation step). ``training.compile: auto`` compiles only on device
+milliseconds per optimisation step); ``end to end`` is every pass's wall, the compile
+included, compiled over eager. ``training.compile: auto`` compiles only on device
 types where this measured faster (``workers.cohort.compiled.MEASURED_FASTER``).
 """
 
@@ -41,7 +42,7 @@ def main(sizes: tuple[int, ...] = (8, 32), passes: int = 4, train_size: int = 25
           f"task, {train_size} train examples per pass, {passes} passes each, alternating; load "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(f"  {'K':>4} {'steps':>5} {'eager ms/step':>14} {'compiled ms/step':>17} {'compiled/eager':>15} "
-          f"{'eager CPU ms':>13} {'compiled CPU ms':>16} {'warm-up s':>10}")
+          f"{'eager CPU ms':>13} {'compiled CPU ms':>16} {'warm-up s':>10} {'end to end':>11}")
     with tempfile.TemporaryDirectory() as cache:
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(cache, "inductor"))
         for size in sizes:
@@ -57,8 +58,9 @@ def main(sizes: tuple[int, ...] = (8, 32), passes: int = 4, train_size: int = 25
             compiled = [statistics.median(t[i] for t in times["on"][1:]) * 1e3 / steps for i in (0, 1)]
             note = f"  fell back: {cohorts['on'].compile_fallback}" if step is None or step.fallback else ""
             warm_up = step.compile_seconds if step is not None else 0.0
+            end_to_end = sum(w for w, _ in times["on"]) / sum(w for w, _ in times["off"])
             print(f"  {size:>4} {steps:>5} {eager[0]:>14.1f} {compiled[0]:>17.1f} {compiled[0] / eager[0]:>14.2f}x "
-                  f"{eager[1]:>13.1f} {compiled[1]:>16.1f} {warm_up:>10.1f}{note}", flush=True)
+                  f"{eager[1]:>13.1f} {compiled[1]:>16.1f} {warm_up:>10.1f} {end_to_end:>10.1f}x{note}", flush=True)
 
 
 if __name__ == "__main__":
