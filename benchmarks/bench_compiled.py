@@ -23,7 +23,7 @@ import time
 import torch
 
 from benchmarks.bench_cohort import sweep_configs
-from workers.cohort.compiled import CompiledStep
+from workers.cohort.compiled import CompiledStep, use_inductor_cache
 from workers.cohort.trainer import Cohort
 
 
@@ -44,7 +44,7 @@ def main(sizes: tuple[int, ...] = (8, 32), passes: int = 4, train_size: int = 25
     print(f"  {'K':>4} {'steps':>5} {'eager ms/step':>14} {'compiled ms/step':>17} {'compiled/eager':>15} "
           f"{'eager CPU ms':>13} {'compiled CPU ms':>16} {'warm-up s':>10} {'end to end':>11}")
     with tempfile.TemporaryDirectory() as cache:
-        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(cache, "inductor"))
+        use_inductor_cache(cache)
         for size in sizes:
             cohorts = {mode: Cohort.create(sweep_configs(size, passes, train_size, device="cpu", compile=mode), cache)
                        for mode in ("off", "on")}

@@ -120,7 +120,7 @@ def worker(size: int, settings: dict, mode: str, first: bool) -> None:
     import torch
 
     from benchmarks.bench_cohort import sweep_configs
-    from workers.cohort.compiled import CompiledStep
+    from workers.cohort.compiled import CompiledStep, use_inductor_cache
     from workers.cohort.memory import plan_chunks
     from workers.cohort.trainer import Cohort
 
@@ -136,7 +136,7 @@ def worker(size: int, settings: dict, mode: str, first: bool) -> None:
     passes: list[float] = []
     finished = steps = 0
     with tempfile.TemporaryDirectory() as cache:
-        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(cache) / "inductor"))
+        use_inductor_cache(cache)
         start = time.time()
         members = Cohort.create_members(configs, cache)
         chunks = plan_chunks([m.trainer for m in members])

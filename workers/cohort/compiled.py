@@ -63,6 +63,21 @@ def inductor_cache_dir(cache_root: Path | str) -> Path:
     return Path(os.environ.get("KSWEEP_SWEEP_ROOT") or cache_root) / "inductor"
 
 
+def use_inductor_cache(cache_root: Path | str) -> str:
+    """Point ``TORCHINDUCTOR_CACHE_DIR`` at :func:`inductor_cache_dir` unless someone chose another
+    directory; returns the directory in use. Inductor writes its default into the variable the
+    first time it looks, so the default counts as not chosen."""
+    current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+        default = default_cache_dir()
+    except ImportError:  # a torch without this helper: only an unset variable counts as not chosen
+        default = None
+    if current is None or current == default:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(inductor_cache_dir(cache_root))
+    return os.environ["TORCHINDUCTOR_CACHE_DIR"]
+
+
 def compile_problem(device: torch.device, backend: str) -> str | None:
     """Why ``backend`` cannot compile on ``device`` (None: it can, as far as can be told up front)."""
     if backend != "inductor":
@@ -124,7 +139,7 @@ class CompiledStep:
     def create(cls, cohort, mode: str, cache_root: Path | str, backend: str | None = None) -> CompiledStep | None:
         """The compiled step when ``mode`` asks for it on the cohort's device, else None (eager).
 
-        Sets ``TORCHINDUCTOR_CACHE_DIR`` (unless already set) to :func:`inductor_cache_dir`.
+        Sets ``TORCHINDUCTOR_CACHE_DIR`` to :func:`inductor_cache_dir` (:func:`use_inductor_cache`).
         When compilation cannot run, logs the reason, stores it on ``cohort.compile_fallback``
         and returns None.
         """
@@ -136,7 +151,7 @@ class CompiledStep:
             cohort.compile_fallback = f"{problem}; training eagerly"
             log.warning("cohort: %s", cohort.compile_fallback)
             return None
-        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(inductor_cache_dir(cache_root)))
+        use_inductor_cache(cache_root)
         return cls(cohort, backend)
 
     def metrics(self) -> dict[str, float]:
