@@ -49,6 +49,7 @@ MODEL_NAME, DATASET_NAME = "smollm2", "fortunes"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PER_CATEGORY, MAX_TOKENS = 200, 48  # the presets' size (their comments give the arithmetic)
 FORTUNES_DIR = Path("/usr/share/games/fortunes")
+STUDY_TABLES = ("latent_nmi", "latent_ami", "latent_nmi_shuffled")  # report.md's tables, in order
 
 
 @dataclass(frozen=True)
@@ -198,6 +199,9 @@ def export(work: Path, gguf: Path) -> None:
     (found by the sweep-id and run-kind tags; the newest one when a sweep was resumed)."""
     import mlflow
 
+    from sweeps.report.build import chance_and_collapse
+    from sweeps.report.contrasts import claim_words
+    from sweeps.report.text import report_markdown
     from workers.contract import RUN_KIND_SWEEP, RUN_KIND_TAG, SWEEP_ID_TAG, runs_with_tag_filter
 
     env = environment(work)
@@ -214,6 +218,14 @@ def export(work: Path, gguf: Path) -> None:
             raise SystemExit(f"no MLflow parent run of sweep {sweep_id}; did {preset} run?")
         mlflow.artifacts.download_artifacts(run_id=runs[0].info.run_id, dst_path=str(target),
                                             tracking_uri=env["MLFLOW_TRACKING_URI"])
+        # report.md again from report.json: NMI with AMI and the shuffled-label NMI beside it,
+        # each contrast's verdict and the chance/collapse limits in this version's words.
+        report = json.loads((target / "report.json").read_text())
+        for contrast in report["contrasts"]:
+            contrast["claim"] = claim_words(contrast)
+        report["limitations"] += [words for words in chance_and_collapse(report["cells"], report["split"])
+                                  if words not in report["limitations"]]
+        (target / "report.md").write_text(report_markdown(report, metrics=STUDY_TABLES))
         print(f"{sweep_id}: {sorted(p.name for p in target.rglob('*') if p.is_file())}")
 
 
