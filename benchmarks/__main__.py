@@ -5,6 +5,7 @@ import sys
 
 from benchmarks import (
     bench_cohort,
+    bench_compiled,
     bench_dataset_training,
     bench_datasets,
     bench_headline,
@@ -24,6 +25,7 @@ def main() -> None:
     bench_training.main()
     bench_plots.main()
     bench_cohort.main()
+    bench_compiled.main()
     cohort_profile.main(out=None)  # the committed raw output: python -m benchmarks.cohort_profile
     bench_datasets.main([])
     bench_dataset_training.main([])

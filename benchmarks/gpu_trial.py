@@ -8,12 +8,16 @@ trains one cohort (workers/cohort/trainer.py, bf16 autocast) for a fixed number 
 prints one JSON line. Grid: mode {eager, compiled} x K {128, 1024} x W {1, 4}, the W workers
 starting together; configurations left when the budget runs out are listed as skipped.
 
-- ``eager``: the cohort as it is. ``compiled``: the batched forward
-  (``workers.models.functional.cvae_forward``) under ``torch.compile(dynamic=False)``, its
-  backward through AOTAutograd; the loss stacks and the stacked AdamW stay eager. Where
-  compilation cannot run (``import triton`` fails for inductor) the worker falls back to eager
-  and prints the reason; the row says so. Compile time: the first training pass less the
-  steady pass, printed apart (it is inside every end-to-end figure).
+- ``eager``: the cohort as it is. ``compiled``: the library's compiled step
+  (workers/cohort/compiled.py, ``training.compile: on``): forward and loss stacks in one
+  graph (backward through AOTAutograd), clipping and the stacked AdamW in another, static
+  shapes. Backend inductor; where ``import triton`` fails, dynamo's ``cudagraphs`` backend
+  (``torch.cuda.graphs`` capture of the AOT graphs, no triton). Where compilation still
+  cannot run the worker trains eagerly and the row prints the reason. Compile time: the
+  first training pass less the steady pass, and the step's own warm-up seconds, printed
+  apart (both are inside every end-to-end figure).
+- A cohort that does not fit the GPU's free memory trains in memory-sized chunks
+  (workers/cohort/memory.py); the row prints the chunk count.
 - trials/GPU-hour = W x K / wall, from the workers' first to last training second (steady)
   and from the launch to the last exit (with process start, CUDA init and trial creation).
 - FLOPs (``torch.utils.flop_counter.FlopCounterMode``: 2mnk per matmul, counted on one
@@ -21,9 +25,9 @@ starting together; configurations left when the budget runs out are listed as sk
   backward); the epoch-end evaluation forwards (train subset, val, test) are counted apart.
   Achieved = training FLOPs of all workers / the slowest worker's summed training-pass
   seconds; fraction of peak = achieved / 989 TFLOP/s (the H200's dense bf16 peak).
-- compiled-vs-eager check (worker 0 of each compiled row): one forward of the same
-  batch both ways under bf16 autocast; the per-example summed token NLLs must agree within
-  rtol 2e-2, atol 2e-2 (bf16 keeps 8 bits of mantissa: ~0.4% per rounding, accumulated).
+- compiled-vs-eager check (worker 0 of each compiled row): the step's loss graph run
+  compiled and eagerly on the same batch under bf16 autocast; every member's loss must agree
+  within rtol 2e-2, atol 2e-2 (bf16 keeps 8 bits of mantissa: ~0.4% per rounding, accumulated).
 
 Without CUDA it says so and exits 0; ``--cpu-smoke`` runs a tiny grid on the CPU with the
 ``aot_eager`` backend (no C++ or triton compile) and float32.
@@ -48,26 +52,14 @@ SMOKE = {"sizes": (2,), "workers": (1,), "modes": ("eager", "compiled"), "epochs
          "train_size": 64, "batch_size": 32, "device": "cpu", "backend": "aot_eager", "budget_s": 900.0}
 
 
-def compiled_forward(backend: str, device: str):
-    """``cvae_forward`` under torch.compile, or (None, reason) where it cannot compile."""
-    import torch
-
-    from workers.models.functional import cvae_forward
-
+def compile_backend(device: str, backend: str) -> str:
+    """``backend``, or ``cudagraphs`` (CUDA graph capture, no triton) where inductor has no triton."""
     if backend == "inductor" and device == "cuda":
         try:
             import triton  # noqa: F401
-        except ImportError as error:
-            return None, f"inductor needs triton on CUDA ({error}); eager instead"
-    compiled = torch.compile(cvae_forward, backend=backend, dynamic=False)
-
-    def forward(params, config, num_categories, context, decoder_input, target, mask, noise=None,
-                temperature=1.0, training=True):
-        # A tensor, not a float: the annealed temperature must not recompile every step.
-        return compiled(params, config, num_categories, context, decoder_input, target, mask, noise,
-                        torch.tensor(temperature, device=context.device), training)
-
-    return forward, None
+        except ImportError:
+            return "cudagraphs"
+    return backend
 
 
 def count_flops(cohort) -> dict[str, float]:
@@ -96,23 +88,26 @@ def count_flops(cohort) -> dict[str, float]:
             "eval_per_epoch": counter.get_total_flops() * eval_rows / training.batch_size}
 
 
-def bf16_check(cohort, forward) -> dict[str, float | bool]:
-    """Compiled vs eager forward on one batch (bf16 autocast on CUDA, float32 on CPU)."""
+def compiled_check(cohort) -> dict[str, float | bool]:
+    """The compiled step's loss graph against the same function run eagerly, on one full batch."""
     import contextlib
 
     import torch
 
-    from workers.models.functional import cvae_forward
-
+    step = cohort._compiled
     rows = torch.arange(cohort.members[0].config.training.batch_size, device=cohort.device)
     batch = {key: value[cohort._source.unsqueeze(1), rows] for key, value in cohort._data.items()}
-    args = (cohort.params, cohort.model_config, cohort.num_categories, batch["context"],
-            batch["decoder_input"], batch["target"], batch["mask"])
+    dtype = torch.float32
+    alive = tuple(m.status == "running" for m in step.rows)
+    args = (cohort.params, batch["context"], batch["decoder_input"], batch["target"], batch["mask"],
+            batch["base_nll"], step._noise(alive, len(rows), len(rows)), torch.tensor(1.0, device=cohort.device),
+            step._step_weights(cohort.step, dtype), torch.ones(len(step.rows), device=cohort.device),
+            torch.tensor(alive, device=cohort.device))
     autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if cohort.device.type == "cuda"
                 else contextlib.nullcontext())
-    with torch.no_grad(), autocast:
-        eager = cvae_forward(*args)["token_nll"].float().sum(-1)
-        compiled = forward(*args)["token_nll"].float().sum(-1)
+    with autocast:
+        eager = torch.cat([group[0] for group in step._loss_fn(*args)[1]]).float()
+        compiled = torch.cat([group[0] for group in step._loss(*args)[1]]).float()
     difference = (compiled - eager).abs()
     return {"max_abs": float(difference.max()), "max_rel": float((difference / eager.abs().clamp_min(1e-6)).max()),
             "passed": bool(torch.allclose(compiled, eager, rtol=2e-2, atol=2e-2))}
@@ -125,41 +120,49 @@ def worker(size: int, settings: dict, mode: str, first: bool) -> None:
     import torch
 
     from benchmarks.bench_cohort import sweep_configs
-    from workers.cohort import trainer as cohort_module
+    from workers.cohort.compiled import CompiledStep, use_inductor_cache
+    from workers.cohort.memory import plan_chunks
     from workers.cohort.trainer import Cohort
 
     torch.set_num_threads(1)
     device = settings["device"]
     configs = sweep_configs(size, settings["epochs"], settings["train_size"], batch_size=settings["batch_size"],
-                            device=device, bf16=device == "cuda", eval_batch_size=4096)
+                            device=device, bf16=device == "cuda", eval_batch_size=4096,
+                            compile="on" if mode == "compiled" else "off")
     configs = [c.model_copy(update={"data": c.data.model_copy(update={"val_size": 512, "test_size": 512})})
                for c in configs]
-    line: dict = {"trials": size, "mode": mode, "fallback": None}
+    line: dict = {"trials": size, "mode": mode, "fallback": None, "warm_up_s": 0.0}
+    CompiledStep.backend = line["backend"] = compile_backend(device, settings["backend"])
+    passes: list[float] = []
+    finished = steps = 0
     with tempfile.TemporaryDirectory() as cache:
+        use_inductor_cache(cache)
         start = time.time()
-        cohort = Cohort.create(configs, cache)
-        if first:
-            line["flops"] = count_flops(cohort)
-        if mode == "compiled":
-            os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(cache) / "inductor"))
-            forward, line["fallback"] = compiled_forward(settings["backend"], device)
-            if forward is not None:
-                if first:
-                    line["check"] = bf16_check(cohort, forward)
-                cohort_module.cvae_forward = forward
-        passes: list[float] = []
-        train_pass = cohort._train_pass
+        members = Cohort.create_members(configs, cache)
+        chunks = plan_chunks([m.trainer for m in members])
+        line["chunks"] = len(chunks)
+        for number, chunk in enumerate(chunks):
+            cohort = Cohort.from_members([members[i] for i in chunk], cache)
+            if first and number == 0:
+                line["flops"] = count_flops(cohort)
+                if cohort._compiled is not None:
+                    line["check"] = compiled_check(cohort)
+            train_pass = cohort._train_pass
 
-        def timed(active):
-            began = time.perf_counter()
-            result = train_pass(active)
-            if device == "cuda":
-                torch.cuda.synchronize()
-            passes.append(time.perf_counter() - began)
-            return result
+            def timed(active, train_pass=train_pass):
+                began = time.perf_counter()
+                result = train_pass(active)
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                passes.append(time.perf_counter() - began)
+                return result
 
-        cohort._train_pass = timed
-        members = cohort.run()
+            cohort._train_pass = timed
+            finished += sum(m.status == "finished" for m in cohort.run())
+            steps += cohort.step
+            line["fallback"] = line["fallback"] or cohort.compile_fallback
+            if cohort._compiled is not None:
+                line["warm_up_s"] += cohort._compiled.compile_seconds
         if device == "cuda":
             torch.cuda.synchronize()
         end = time.time()
@@ -168,9 +171,9 @@ def worker(size: int, settings: dict, mode: str, first: bool) -> None:
 
         line["graphs"] = int(counters["stats"]["unique_graphs"])
     steady = statistics.median(passes[1:]) if len(passes) > 1 else passes[0]
-    line.update(start=start, end=end, passes=passes, steps=cohort.step, compile_s=passes[0] - steady,
+    line.update(start=start, end=end, passes=passes, steps=steps, compile_s=passes[0] - steady,
                 peak_mib=torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else 0.0,
-                finished=sum(m.status == "finished" for m in members))
+                finished=finished)
     print(json.dumps(line))
 
 
@@ -192,13 +195,16 @@ def measure(size: int, workers: int, mode: str, settings: dict, timeout: float) 
     exited = time.time()
     trials = sum(line["trials"] for line in lines)
     steady = max(line["end"] for line in lines) - min(line["start"] for line in lines)
-    train_s = max(sum(line["passes"]) - max(line["compile_s"], 0.0) for line in lines)
+    # Training seconds without the compile: the first pass's excess, or the warm-up steps when larger.
+    train_s = max(sum(line["passes"]) - max(line["compile_s"], line["warm_up_s"], 0.0) for line in lines)
     flops = lines[0]["flops"]
     achieved = flops["train_per_step"] * lines[0]["steps"] * workers / train_s
     return {"trials": trials, "steady": 3600 * trials / steady, "launch": 3600 * trials / (exited - launched),
             "peak_mib": max(line["peak_mib"] for line in lines), "achieved": achieved, "flops": flops,
             "compile_s": max(line["compile_s"] for line in lines), "fallback": lines[0]["fallback"],
             "graphs": lines[0].get("graphs"), "check": lines[0].get("check"),
+            "chunks": lines[0]["chunks"], "backend": lines[0]["backend"],
+            "warm_up_s": max(line["warm_up_s"] for line in lines),
             "finished": sum(line["finished"] for line in lines)}
 
 
@@ -229,7 +235,9 @@ def main(cpu_smoke: bool = False) -> int:
                 row = measure(size, workers, mode, settings, timeout=max(left, 120.0))
                 base = base or row["steady"]
                 note = f"  fell back: {row['fallback']}" if row["fallback"] else (
-                    f"  {row['graphs']} graphs" if row["graphs"] is not None else "")
+                    f"  {row['graphs']} graphs ({row['backend']}, warm-up {row['warm_up_s']:.1f} s)"
+                    if row["graphs"] is not None else "")
+                note += f"  in {row['chunks']} memory-sized chunks" if row["chunks"] > 1 else ""
                 print(f"  {mode:>8} {workers:>2} {size:>5} {row['steady']:>34,.0f} {row['launch']:>14,.0f} "
                       f"{row['peak_mib']:>9.0f} {row['achieved'] / 1e12:>8.3f} "
                       f"{100 * row['achieved'] / PEAK_FLOPS:>7.4f}% {row['compile_s']:>9.1f}   "
@@ -242,7 +250,7 @@ def main(cpu_smoke: bool = False) -> int:
                           f"{flops['eval_per_epoch']:.3e} per epoch (apart)")
                 if row["check"] is not None:
                     check = row["check"]
-                    print(f"    compiled vs eager (summed token NLL per example, rtol 2e-2 atol 2e-2): "
+                    print(f"    compiled vs eager (every member's loss on one batch, rtol 2e-2 atol 2e-2): "
                           f"max abs {check['max_abs']:.3g}, max rel {check['max_rel']:.3g}: "
                           f"{'passed' if check['passed'] else 'FAILED'}")
     print(f"  peak: {PEAK_FLOPS / 1e12:.0f} TFLOP/s dense bf16 (H200); 'of peak' counts training-pass "

@@ -69,21 +69,24 @@ class LossStack:
         """Names of the terms, in evaluation order."""
         return [name for name, *_ in self._terms]
 
+    def weights_at(self, step: int) -> dict[str, float]:
+        """Each term's effective weight at ``step`` (its weight times its schedule factor)."""
+        return {name: weight * (definition.weight_factor(options, step) if definition.weight_factor else 1.0)
+                for name, definition, weight, options in self._terms}
+
     def __call__(self, inputs: LossInputs) -> LossOutput:
         check_pair(inputs.base_nll, inputs.mask)
         check_token_nll(inputs.token_nll, inputs.base_nll)
         context = TermContext(alpha=self.alpha, c_base=self.c_base)
         values: dict[str, torch.Tensor] = {}
-        weights: dict[str, float] = {}
+        weights = self.weights_at(inputs.step)
         total = torch.zeros((), dtype=inputs.token_nll.dtype, device=inputs.token_nll.device)
-        for name, definition, weight, options in self._terms:
+        for name, definition, _, options in self._terms:
             for needed in definition.needs:
                 if getattr(inputs, needed) is None:
                     raise ValueError(f"loss term {name!r} needs LossInputs.{needed}, which is None")
             value = definition.compute(inputs, context, options)
-            factor = definition.weight_factor(options, inputs.step) if definition.weight_factor else 1.0
             values[name] = value
-            weights[name] = weight * factor
             if weights[name] != 0.0:
                 total = total + weights[name] * value.to(total.dtype)
         return LossOutput(total, values, weights, context._stats.get(self.alpha))

@@ -53,6 +53,7 @@ TRAIN_LOSS = metric_name(TRAIN, "loss")
 VAL_BASELINE_SELF_CHECK = metric_name(VAL, "baseline_self_check")
 PERF_EPOCH_SECONDS = "perf/epoch_seconds"
 PERF_TOKENS_PER_SECOND = "perf/tokens_per_second"
+PERF_COMPILE_SECONDS = "perf/compile_seconds"  # a compiled cohort's warm-up steps (compile included)
 VAL_KL = metric_name(VAL, "kl")
 VAL_KAPPA_MEAN = metric_name(VAL, "kappa_mean")
 

@@ -8,6 +8,7 @@ clipping, the seed, the run name and the NaN-injection testing aid.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -54,3 +55,12 @@ def group_cohorts(configs: Sequence[Any], size: int) -> list[list[int]]:
             chunks.append([])
         chunks[-1].append(index)
     return [chunk for chunks in groups.values() for chunk in chunks] + singles
+
+
+def fingerprint(data) -> str:
+    """A digest of a split's training tensors (equal digests: the same data; duck-typed, no torch import)."""
+    digest = hashlib.sha1()
+    for tensor in (data.split.context, data.split.target, data.split.mask, data.base_nll):
+        digest.update(str(tuple(tensor.shape)).encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()

@@ -87,3 +87,15 @@ def check_cohort(configs: Sequence[TrialConfig]) -> None:
                 "except seed, base, model, or training besides learning_rate, weight_decay, "
                 "grad_clip); group trials with workers.cohort.grouping.group_cohorts"
             )
+
+
+def per_member(active, groups, sums, counts, losses, terms):
+    """Group-stacked epoch tensors -> member k's sums, count, step losses and step terms."""
+    result = [None] * len(active)
+    for g, (_, positions, _) in enumerate(groups):
+        step_losses = torch.stack(losses[g], dim=1)
+        step_terms = {key: torch.stack([t[key] for t in terms[g]], dim=1) for key in terms[g][0]}
+        for j, k in enumerate(positions):
+            result[k] = ({key: v[j] for key, v in sums[g].items()}, counts[g][j], step_losses[j],
+                         {key: v[j] for key, v in step_terms.items()})
+    return [list(column) for column in zip(*result, strict=True)]

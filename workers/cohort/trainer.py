@@ -1,22 +1,18 @@
 """A cohort: K trials of one shape trained as one vectorized computation on one worker.
 
-Each member is a lone :class:`~workers.train.loop.Trainer` (built by ``Trainer.create``
-from its own config: seeding, data, base model, model init, kappa summaries), so it keeps
-its own model, history and checkpoints, and every epoch-end read-out runs the lone code:
-the cohort only replaces the train pass. There the members' parameters are stacked on a
-leading axis and one batched forward (workers/models/functional.py) and one backward run
-per step for all of them; each member draws its own batch order from its own generator,
-its own noise from its own stream, computes its own loss stack (its mean; the members'
-losses are summed for the backward, which leaves them independent), is clipped by its own
-gradient norm and stepped by its own AdamW state (cohort_optim.py). A member that
-diverges fails with the lone trainer's message, one that stops improving leaves; the
-others go on, re-stacked without it. Same seed, same config: the same losses as alone.
+Each member is a lone :class:`~workers.train.loop.Trainer` (its own config, seeding, data,
+model, history, checkpoints; every epoch-end read-out runs the lone code): the cohort only
+replaces the train pass. There the members' parameters are stacked on a leading axis and
+one batched forward (workers/models/functional.py) and one backward run per step for all;
+each member keeps its own batch order, noise stream, loss stack, gradient clipping and
+AdamW state (optim.py). A member that diverges fails with the lone trainer's message, one
+that stops improving leaves; the others go on, re-stacked without it (or, compiled, kept
+stacked but masked: compiled.py). Same seed, same config: the same losses as alone.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -26,8 +22,11 @@ import torch
 from torch.func import stack_module_state
 
 from objectives import LossInputs
+from workers.cohort.compiled import CompiledStep
 from workers.cohort.evaluation import member_outputs
-from workers.cohort.member import Member, MemberCallback, capture, check_cohort, own_rng
+from workers.cohort.grouping import fingerprint
+from workers.cohort.member import Member, MemberCallback, capture, check_cohort, own_rng, per_member
+from workers.cohort.memory import plan_chunks
 from workers.cohort.optim import StackedAdamW, clip_per_member
 from workers.contract import PERF_EPOCH_SECONDS, PERF_TOKENS_PER_SECOND, VAL_LOSS, TrainingStatus
 from workers.models import CVAEOutput
@@ -57,12 +56,27 @@ class Cohort:
         self.num_categories = lead.model.num_categories
         self.step = lead.step
         self._deps: dict[str, frozenset[str]] | None = None
+        self._compiled: CompiledStep | None = None  # from_members() sets it when training.compile asks
+        self.compile_fallback: str | None = None  # why a compiled cohort trains eagerly
         self._stack()
 
     @classmethod
     def create(cls, configs: Sequence[TrialConfig], cache_root: Path | str = ".ksweep",
                checkpoints: Mapping[int, Path | str] | None = None) -> Cohort:
         """One lone Trainer per config (resumed from ``checkpoints[i]`` if given), then stacked."""
+        return cls.from_members(cls.create_members(configs, cache_root, checkpoints), cache_root)
+
+    @classmethod
+    def from_members(cls, members: list[Member], cache_root: Path | str = ".ksweep") -> Cohort:
+        """Stack ``members``; compiled when their ``training.compile`` asks for it (compiled.py)."""
+        cohort = cls(members)
+        cohort._compiled = CompiledStep.create(cohort, members[0].config.training.compile, cache_root)
+        return cohort
+
+    @staticmethod
+    def create_members(configs: Sequence[TrialConfig], cache_root: Path | str = ".ksweep",
+                       checkpoints: Mapping[int, Path | str] | None = None) -> list[Member]:
+        """The members' lone trainers, built (and resumed) but not stacked."""
         check_cohort(configs)
         members = []
         for position, config in enumerate(configs):
@@ -72,7 +86,7 @@ class Cohort:
             members.append(capture(position, trainer))
         if len({(m.trainer.epoch, m.trainer.step) for m in members}) > 1:
             raise ValueError("cohort members resume from different epochs; resume them alone")
-        return cls(members)
+        return members
 
     @property
     def active(self) -> list[Member]:
@@ -89,6 +103,10 @@ class Cohort:
         active = self.active
         if not active:
             return
+        if self._compiled is not None:  # compiled: members that left stay stacked, masked
+            self._eval_cache = {}
+            return
+        self._rows = active  # the stacked members, row by row
         self.params, _ = stack_module_state([m.trainer.model for m in active])
         as_tensor = lambda values: torch.tensor(values, dtype=torch.float64, device=self.device)  # noqa: E731
         training = [m.config.training for m in active]
@@ -102,7 +120,7 @@ class Cohort:
                     self.optimizer.load_member_state(name, index, state[param])
         splits, source = {}, []  # members with the same train split share one stacked copy
         for member in active:
-            key = _fingerprint(member.trainer.train_data)
+            key = fingerprint(member.trainer.train_data)
             source.append(list(splits).index(key) if key in splits else len(splits))
             splits.setdefault(key, member.trainer.train_data)
         self._source = torch.tensor(source, device=self.device)
@@ -119,8 +137,8 @@ class Cohort:
 
     def _sync_trainers(self) -> None:
         """Write each running member's slice back to its trainer (model and AdamW state)."""
-        for index, member in enumerate(self.active):
-            trainer = member.trainer
+        for member in self.active:
+            index, trainer = self._rows.index(member), member.trainer
             trainer.step = trainer.model.step = self.step
             with torch.no_grad():
                 for name, param in trainer.model.named_parameters():
@@ -152,7 +170,7 @@ class Cohort:
             deps = self._dependencies()
             self._used_cache[key] = {
                 name: torch.tensor([any(reached[o][k] and name in deps[o] for o in OUTPUTS)
-                                    for k in range(len(self.active))], device=self.device)
+                                    for k in range(len(reached[OUTPUTS[0]]))], device=self.device)
                 for name in self.params
             }
         return self._used_cache[key]
@@ -198,6 +216,8 @@ class Cohort:
 
     def _train_pass(self, active: list[Member]):
         """One pass over the train split for all running members; per-member tensors back."""
+        if self._compiled is not None:
+            return self._compiled.train_pass(active)
         training = active[0].config.training
         groups = self._loss_groups(active)
         size = self._data["target"].shape[1]
@@ -239,7 +259,7 @@ class Cohort:
             torch.stack(totals).sum().backward()
             self._backward(out, groups, leaves, len(active))
             self.step += 1
-        return self._per_member(active, groups, sums, counts, losses, terms)
+        return per_member(active, groups, sums, counts, losses, terms)
 
     def _backward(self, out, groups, leaves, members: int) -> None:
         """Backpropagate the members' output gradients through the model, clip, step."""
@@ -262,18 +282,6 @@ class Cohort:
         for param in self.params.values():
             param.grad = None
 
-    @staticmethod
-    def _per_member(active, groups, sums, counts, losses, terms):
-        """Group-stacked epoch tensors -> member k's sums, count, step losses and step terms."""
-        result = [None] * len(active)
-        for g, (_, positions, _) in enumerate(groups):
-            step_losses = torch.stack(losses[g], dim=1)
-            step_terms = {key: torch.stack([t[key] for t in terms[g]], dim=1) for key in terms[g][0]}
-            for j, k in enumerate(positions):
-                result[k] = ({key: v[j] for key, v in sums[g].items()}, counts[g][j], step_losses[j],
-                             {key: v[j] for key, v in step_terms.items()})
-        return [list(column) for column in zip(*result, strict=True)]
-
     def run_epoch(self, patience: int | None = None, monitor: str = VAL_LOSS) -> dict[int, dict[str, float]]:
         """Train one epoch for every running member, then each one's lone epoch-end code.
 
@@ -287,7 +295,9 @@ class Cohort:
         elapsed = time.perf_counter() - started  # logging point: per-member syncs from here on
         self._sync_trainers()
         batched = self.device.type == "cuda" if self.batched_eval is None else self.batched_eval
-        outputs = (member_outputs(self.params, self.model_config, self.num_categories,
+        rows = [self._rows.index(m) for m in active]  # compiled: stopped members' rows are skipped
+        params = self.params if len(rows) == len(self._rows) else {n: p[rows] for n, p in self.params.items()}
+        outputs = (member_outputs(params, self.model_config, self.num_categories,
                                   [m.trainer for m in active], self._eval_cache) if batched else None)
         results: dict[int, dict[str, float]] = {}
         for k, member in enumerate(active):
@@ -307,6 +317,7 @@ class Cohort:
             train[PERF_EPOCH_SECONDS] = elapsed
             train[PERF_TOKENS_PER_SECOND] = int(trainer.train_data.split.mask.sum()) / elapsed
             train["perf/cohort_size"] = float(len(active))
+            train.update(self._compiled.metrics() if self._compiled is not None else {})
             trainer.train_epoch = lambda metrics=train: metrics  # the lone run_epoch, minus its pass
             if outputs is not None:  # its lone read-outs, on its slice of the batched forward
                 trainer.evaluate_split = lambda name, t=trainer, o=outputs[k]: Trainer.evaluate_split(t, name, o[name])
@@ -354,9 +365,10 @@ class Cohort:
         ``on_epoch(member, epoch, metrics)`` runs after each member's epoch (report, checkpoint);
         a truthy return stops that member.
         """
+        by_position = {m.position: m for m in self.members}
         while self.active:
             for position, metrics in self.run_epoch(patience, monitor).items():
-                member = self.members[position]
+                member = by_position[position]
                 if on_epoch is not None and on_epoch(member, member.trainer.epoch, metrics):
                     self.stop(member, "stopped by on_epoch")
         for member in self.members:  # the lone run's end-of-run step, where the trainer has one
@@ -372,17 +384,16 @@ class Cohort:
             return member.trainer.save_checkpoint(path)
 
 
-def _fingerprint(data) -> str:
-    """A digest of a split's training tensors (equal digests: the same data)."""
-    digest = hashlib.sha1()
-    for tensor in (data.split.context, data.split.target, data.split.mask, data.base_nll):
-        digest.update(str(tuple(tensor.shape)).encode())
-        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    return digest.hexdigest()
-
-
 def run_cohort(configs: Sequence[TrialConfig], cache_root: Path | str = ".ksweep", *,
                on_epoch: MemberCallback | None = None, patience: int | None = None,
-               checkpoints: Mapping[int, Path | str] | None = None) -> list[Member]:
-    """Train ``configs`` as one cohort; per member: ``trainer`` (history, checkpoints), ``status``, ``error``."""
-    return Cohort.create(configs, cache_root, checkpoints).run(on_epoch=on_epoch, patience=patience)
+               checkpoints: Mapping[int, Path | str] | None = None, free: int | None = None) -> list[Member]:
+    """Train ``configs`` as one cohort; per member: ``trainer`` (history, checkpoints), ``status``, ``error``.
+
+    When the device's free memory (``free`` bytes, None: measured) cannot hold the whole
+    cohort's step, it trains in memory-sized chunks one after another (workers/cohort/memory.py;
+    logged): every member's numbers are those of the whole cohort.
+    """
+    members = Cohort.create_members(configs, cache_root, checkpoints)
+    for chunk in plan_chunks([m.trainer for m in members], free):
+        Cohort.from_members([members[i] for i in chunk], cache_root).run(on_epoch=on_epoch, patience=patience)
+    return members

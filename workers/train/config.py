@@ -57,6 +57,13 @@ class TrainingConfig(BaseModel):
         "(more threads spin against each other, worst beside other trials); None keeps torch's "
         "default.",
     )
+    compile: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="A cohort's training step under torch.compile (static shapes: padded length "
+        "buckets, stopped members masked): 'on' compiles (falling back to eager with a logged "
+        "reason where it cannot), 'off' stays eager, 'auto' compiles only on devices where it "
+        "measured faster (none yet: eager; docs/performance-cohorts.md). Lone trials ignore it.",
+    )
     inject_nan_at_step: int | None = Field(
         None, ge=0,
         description="Testing aid: make the loss NaN at this optimisation step, to exercise the "
