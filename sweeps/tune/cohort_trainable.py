@@ -4,7 +4,10 @@ The members are trained by :class:`workers.cohort.trainer.Cohort` (one vectorize
 each member's lone epoch-end code) and each keeps everything a lone trial has: its own
 MLflow child run, opened by :func:`sweeps.tune.trainable.open_trial_run` with the lone trial's
 tags (a per-member ``ksweep.trial_id``, plus ``ksweep.cohort``), one metric point per epoch,
-``selected/*`` logged with its last epoch, its plots and its end state; its own checkpoint.
+``selected/*`` logged with its last epoch, its plots (``tracking.trial_plots``) and its end
+state; its own checkpoint. A member's epoch is queued for MLflow's writer thread, and every
+member's run is flushed before the cohort's ``tune.report`` (so a checkpoint never holds an
+epoch MLflow lacks; the writes overlap the other members' epoch ends and the checkpoints).
 
 Every epoch the cohort reports once to Tune. The checkpoint holds each running member's
 checkpoint (``member_{k}.pt``) and ``members.json``: every member's record (state, run id,
@@ -41,7 +44,7 @@ from workers.contract import (
     failure_text,
     member_trial_id,
 )
-from workers.trial import TrialRun, log_trial_plots
+from workers.trial import TrialRun
 
 if TYPE_CHECKING:
     from sweeps.spec.trials import TrialConfigs
@@ -71,7 +74,7 @@ def _close(member: Member, run: TrialRun | None) -> None:
         return
     if member.status == "failed":
         run.logger.set_tags({FAILURE_TAG: member.error or "failed"})
-    log_trial_plots(run.logger, member.trainer)
+    run.log_plots()
     run.logger.finish("FAILED" if member.status == "failed" else "FINISHED")
 
 
@@ -178,6 +181,9 @@ class _CohortTrial:
                 if member.status == "running":
                     cohort.save_checkpoint(member, Path(folder) / f"member_{self.running[position]}.pt")
             (Path(folder) / MEMBERS_FILE).write_text(json.dumps(self.records))
+            for run in self.runs:  # MLflow holds every epoch before Tune records the checkpoint
+                if run is not None:
+                    run.flush()
             tune.report({metric: best, "cohort_size": float(len(self.records)),
                          COHORT_MEMBERS_KEY: json.dumps([progress_record(r) for r in self.records])},
                         checkpoint=tune.Checkpoint.from_directory(folder))

@@ -43,15 +43,17 @@ def open_trial_run(
     trainer: Trainer, params: dict[str, Any], context: dict[str, Any], trial_id: str,
     checkpoint_run_id: str | None, extra_tags: dict[str, str] | None = None,
 ) -> TrialRun:
-    """The trial's MLflow run.
+    """The trial's MLflow run: deferred (its caller flushes it before each ``tune.report``), with
+    PNGs when ``context["trial_plots"]`` (the spec's ``tracking.trial_plots``; absent: none).
 
     Resumed from a checkpoint: attach to the run recorded in it. Started afresh (first
     try, or a retry before any checkpoint): a leftover run of this trial is deleted
     first, so no trial ever has two runs.
     """
     uri = context["tracking_uri"]
+    options = {"plots": bool(context.get("trial_plots", False)), "deferred": True}
     if checkpoint_run_id is not None:
-        return TrialRun.attach(trainer, uri, checkpoint_run_id)
+        return TrialRun.attach(trainer, uri, checkpoint_run_id, **options)
     client = MlflowClient(tracking_uri=uri)
     experiment_id = ensure_experiment(client, context["experiment_name"])
     stale_filter = runs_with_tag_filter(**{SWEEP_ID_TAG: context["sweep_id"], TRIAL_ID_TAG: trial_id})
@@ -63,7 +65,7 @@ def open_trial_run(
     tags = {SWEEP_ID_TAG: context["sweep_id"], TRIAL_ID_TAG: trial_id, RUN_KIND_TAG: RUN_KIND_TRIAL,
             **{param_tag(k): v for k, v in params.items()}, **(extra_tags or {})}
     return TrialRun.start(trainer, uri, context["experiment_name"], trainer.config.name or trial_id,
-                          tags, parent_run_id=context["parent_run_id"])
+                          tags, parent_run_id=context["parent_run_id"], **options)
 
 
 def _ended_run(context: dict[str, Any], run_id: str) -> str | None:
@@ -97,6 +99,8 @@ def train_trial(params: dict[str, Any], *, configs: TrialConfigs, context: dict[
         with tempfile.TemporaryDirectory(prefix="ksweep-ckpt-") as folder:
             trainer.save_checkpoint(Path(folder) / STATE_FILE)
             (Path(folder) / RUN_FILE).write_text(json.dumps({"run_id": run_id}))
+            if run is not None:  # MLflow holds the epoch before Tune records its checkpoint
+                run.flush()
             tune.report(
                 {**metrics, "mlflow_run_id": run_id, C_BASE_PARAM: trainer.c_base},
                 checkpoint=tune.Checkpoint.from_directory(folder),
