@@ -118,10 +118,13 @@ class _CohortTrial:
                        if folder is not None else None)
         cohort = Cohort.create([self.configs[k] for k in self.running], self.context["cache_root"],
                                checkpoints)
-        from sweeps.tune.trainable import open_trial_run
+        from sweeps.tune.trainable import delete_leftover_runs, open_trial_run
 
         self.runs = []
         client = MlflowClient(tracking_uri=self.context["tracking_uri"])
+        fresh = {self.records[k]["trial_id"] for k in self.running if not self.records[k]["run_id"]}
+        if fresh:  # one search for the cohort: every member's run carries the cohort's tag
+            delete_leftover_runs(self.context, {COHORT_TAG: self.cohort_id}, fresh)
         for member, k in zip(cohort.members, self.running, strict=True):
             record = self.records[k]
             if record["run_id"] and client.get_run(record["run_id"]).info.status != "RUNNING":
@@ -133,7 +136,8 @@ class _CohortTrial:
                 self.runs.append(None)
                 continue
             run = open_trial_run(member.trainer, self.members[k], self.context, record["trial_id"],
-                                 record["run_id"], extra_tags={COHORT_TAG: self.cohort_id})
+                                 record["run_id"], extra_tags={COHORT_TAG: self.cohort_id},
+                                 leftovers_deleted=True)
             record["run_id"] = run.logger.run_id
             record["final"][C_BASE_PARAM] = member.trainer.c_base
             self.runs.append(run)
