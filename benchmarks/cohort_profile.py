@@ -4,7 +4,7 @@ The cohort runs the way a sweep's cohort trainable runs it (sweeps/tune/cohort_t
 without Ray: ``Cohort.create``, one MLflow run per member (a sqlite store in a temporary
 folder), then per epoch the cohort's training pass and each member's epoch end, one
 ``log_batch`` per member (queued for the writer thread, as a sweep's runs are), one checkpoint
-per member, the run flushed before its checkpoint would be reported; at the end each member's
+per member, the run settled before its checkpoint would be reported; at the end each member's
 ``finalize`` and its run's close (end state; the five PNGs only with ``--trial-plots``, as a
 sweep's ``tracking.trial_plots``). Timers wrap the code from the outside (the methods are
 wrapped for the run and restored after it; nothing changes in the library): each phase
@@ -17,8 +17,8 @@ the outer one), and the rest of the wall is ``other``. Phases:
 - ``eval forward`` (the batched or lone forwards over the splits), ``eval read-outs``
   (``Trainer.evaluate_split`` less its forward), ``gradient shares``
   (``Trainer.gradient_readouts``);
-- ``logging``: ``TrialRun.log_epoch`` (queueing the batch); ``metrics flush``: waiting for
-  the writer thread (``TrialRun.flush``); ``checkpoints``: ``Cohort.save_checkpoint``;
+- ``logging``: ``TrialRun.log_epoch`` (queueing the batch); ``metrics wait``: waiting for
+  the writer thread (``TrialRun.settle``); ``checkpoints``: ``Cohort.save_checkpoint``;
 - ``finalize``: ``Trainer.finalize``; ``plots + close``: ``finish_member_run``.
 
 ``python -m benchmarks.cohort_profile [--sizes 1 32 128] [--eval batched lone] [--trial-plots]
@@ -45,7 +45,7 @@ from benchmarks.bench_cohort import sweep_configs
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("create", "mlflow start", "train pass", "write-back", "restack", "eval forward",
-          "eval read-outs", "gradient shares", "logging", "metrics flush", "checkpoints", "finalize",
+          "eval read-outs", "gradient shares", "logging", "metrics wait", "checkpoints", "finalize",
           "plots + close")
 
 
@@ -108,7 +108,7 @@ def profile(size: int, cache: Path, *, epochs: int, train_size: int, batched: bo
         timer.wrap(loop.Trainer, "gradient_readouts", "gradient shares"),
         timer.wrap(loop.Trainer, "finalize", "finalize"),
         timer.wrap(TrialRun, "log_epoch", "logging"),
-        timer.wrap(TrialRun, "flush", "metrics flush"),
+        timer.wrap(TrialRun, "settle", "metrics wait"),
         timer.wrap(Cohort, "save_checkpoint", "checkpoints"),
     ]
     forward = "eval forward"
@@ -140,7 +140,7 @@ def profile(size: int, cache: Path, *, epochs: int, train_size: int, batched: bo
         def on_epoch(member, epoch, metrics):
             runs[member.position].log_epoch(metrics)
             cohort.save_checkpoint(member, cache / f"ck-{size}" / f"member_{member.position}.pt")
-            runs[member.position].flush()  # the trainable flushes before tune.report
+            runs[member.position].settle()  # the trainable settles before tune.report
 
         cohort.run(on_epoch=on_epoch)
         with timer.phase("plots + close"):

@@ -15,9 +15,10 @@ process writes every run's batches, each run's in order. While writes succeed,
 so MLflow holds every epoch before the trial reports (and checkpoints) it, as without a
 buffer; once a write fails, epochs are queued and training goes on, and the run is only ended
 after the queue is written. ``submit(wait=False)`` returns at once (a sweep's trials: the
-write overlaps the rest of the epoch end); its caller then calls :meth:`MetricWriter.flush`
-before Tune records the epoch's checkpoint, so the guarantee is the same: a checkpoint never
-holds an epoch MLflow lacks. Values are plain floats by
+write overlaps the rest of the epoch end and the checkpoint); its caller then calls
+:meth:`MetricWriter.settle`, the same wait, before Tune records the epoch's checkpoint, so
+what a checkpoint may hold that MLflow lacks is what it was before: only epochs queued while
+the server fails (a resumed trial backfills those from its checkpoint: workers/trial.py). Values are plain floats by
 the time they are queued (no tensor is kept, no host sync is added).
 
 A batch that was written while its reply was lost must not be written again (the same step
@@ -157,29 +158,35 @@ class MetricWriter:
         self._cond = _THREAD.cond
         self._error: BaseException | None = None  # a batch that could not be written at all
         self.buffered_batches = 0  # batches queued while the server was failing (a read-out)
+        self._unsettled = 0  # batches submitted since the last settle
 
     def submit(self, batches: Sequence[list[Metric]], wait: bool = True) -> None:
-        """Queue batches. ``wait``: wait for them while writes succeed (module doc); False:
-        return at once, and the caller calls :meth:`flush` before it checkpoints the epoch."""
+        """Queue batches; ``wait``: then :meth:`settle`. False: return at once, and the caller
+        calls :meth:`settle` before it checkpoints the epoch (module doc)."""
         with self._cond:
             self._raise_if_failed()
             now = time.monotonic()
             self._pending.extend((list(batch), now) for batch in batches)
-            if not self._pending:
-                return
-            _THREAD.wake(self)
-            if not wait:
-                if _THREAD.failing:
-                    self.buffered_batches += len(batches)
-                return
+            self._unsettled += len(batches)
+            if self._pending:
+                _THREAD.wake(self)
+        if wait:
+            self.settle()
+
+    def settle(self) -> None:
+        """Wait for the queued batches while writes succeed, at most ``KSWEEP_MLFLOW_SYNC_WAIT_S``
+        from when the oldest was queued; at once while the server is failing (they stay queued
+        and training goes on: module doc). Raises the writer's error if a batch was given up."""
+        with self._cond:
             # Waited for from when the oldest queued batch was queued: a write stuck in the
             # client's own retries holds training up once, not at every epoch.
-            deadline = self._pending[0][1] + self._sync_wait_s
+            deadline = self._pending[0][1] + self._sync_wait_s if self._pending else 0.0
             while self._pending and not _THREAD.failing and time.monotonic() < deadline:
                 self._cond.wait(timeout=deadline - time.monotonic())
             self._raise_if_failed()
-            if self._pending:
-                self.buffered_batches += len(batches)
+            if self._pending:  # the batches queued since the last settle went on unwritten
+                self.buffered_batches += min(self._unsettled, len(self._pending))
+            self._unsettled = 0
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Wait until every queued batch is written (raises the writer's error if one could

@@ -126,8 +126,9 @@ class TrialRun:
 
     ``plots``: log :func:`log_trial_plots`'s PNGs when the run ends. ``deferred``: an epoch's
     metrics are queued for the writer thread and :meth:`log_epoch` returns at once; whoever
-    checkpoints the epoch calls :meth:`flush` first (the sweep's trainables do, before
-    ``tune.report``), so MLflow holds every epoch a checkpoint holds; the run's end flushes too.
+    checkpoints the epoch calls :meth:`settle` first (the sweep's trainables do, before
+    ``tune.report``), the wait a non-deferred ``log_epoch`` makes: MLflow holds every epoch a
+    checkpoint holds unless the server is failing; the run's end writes them all.
     """
 
     def __init__(self, trainer: Trainer, logger: RunLogger, logged_epochs: int = 0, *,
@@ -180,15 +181,16 @@ class TrialRun:
 
     def log_epoch(self, metrics: Mapping[str, float]) -> None:
         """Log one epoch's metrics at step = epoch, unless the run already holds it (queued
-        only when ``deferred``: :meth:`flush` before checkpointing it)."""
+        only when ``deferred``: :meth:`settle` before checkpointing it)."""
         if self.trainer.epoch > self.logged_epochs:
             self.logger.log_metrics(finite_metrics(metrics), step=self.trainer.epoch,
                                     wait=not self.deferred)
             self.logged_epochs = self.trainer.epoch
 
-    def flush(self) -> None:
-        """Wait until MLflow holds every epoch logged so far (raises if one could not be written)."""
-        self.logger.flush()
+    def settle(self) -> None:
+        """Wait for the epochs logged so far as a non-deferred :meth:`log_epoch` would (written,
+        unless the server is failing: they stay queued; raises if one was given up)."""
+        self.logger.settle()
 
     def log_plots(self) -> None:
         """The run's PNGs (:func:`log_trial_plots`) when the run was asked for them, else nothing."""

@@ -6,8 +6,9 @@ MLflow child run, opened by :func:`sweeps.tune.trainable.open_trial_run` with th
 tags (a per-member ``ksweep.trial_id``, plus ``ksweep.cohort``), one metric point per epoch,
 ``selected/*`` logged with its last epoch, its plots (``tracking.trial_plots``) and its end
 state; its own checkpoint. A member's epoch is queued for MLflow's writer thread, and every
-member's run is flushed before the cohort's ``tune.report`` (so a checkpoint never holds an
-epoch MLflow lacks; the writes overlap the other members' epoch ends and the checkpoints).
+member's run is settled before the cohort's ``tune.report`` (the wait a lone trial's
+``log_epoch`` makes: a checkpoint holds no epoch MLflow lacks unless the server is failing;
+the writes overlap the other members' epoch ends and the checkpoints).
 
 Every epoch the cohort reports once to Tune. The checkpoint holds each running member's
 checkpoint (``member_{k}.pt``) and ``members.json``: every member's record (state, run id,
@@ -187,7 +188,7 @@ class _CohortTrial:
             (Path(folder) / MEMBERS_FILE).write_text(json.dumps(self.records))
             for run in self.runs:  # MLflow holds every epoch before Tune records the checkpoint
                 if run is not None:
-                    run.flush()
+                    run.settle()
             tune.report({metric: best, "cohort_size": float(len(self.records)),
                          COHORT_MEMBERS_KEY: json.dumps([progress_record(r) for r in self.records])},
                         checkpoint=tune.Checkpoint.from_directory(folder))

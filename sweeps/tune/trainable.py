@@ -59,7 +59,7 @@ def open_trial_run(
     checkpoint_run_id: str | None, extra_tags: dict[str, str] | None = None,
     leftovers_deleted: bool = False,
 ) -> TrialRun:
-    """The trial's MLflow run: deferred (its caller flushes it before each ``tune.report``), with
+    """The trial's MLflow run: deferred (its caller settles it before each ``tune.report``), with
     PNGs when ``context["trial_plots"]`` (the spec's ``tracking.trial_plots``; absent: none).
 
     Resumed from a checkpoint: attach to the run recorded in it. Started afresh (first
@@ -111,7 +111,7 @@ def train_trial(params: dict[str, Any], *, configs: TrialConfigs, context: dict[
             trainer.save_checkpoint(Path(folder) / STATE_FILE)
             (Path(folder) / RUN_FILE).write_text(json.dumps({"run_id": run_id}))
             if run is not None:  # MLflow holds the epoch before Tune records its checkpoint
-                run.flush()
+                run.settle()
             tune.report(
                 {**metrics, "mlflow_run_id": run_id, C_BASE_PARAM: trainer.c_base},
                 checkpoint=tune.Checkpoint.from_directory(folder),
