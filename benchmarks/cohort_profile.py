@@ -4,7 +4,8 @@ The cohort runs the way a sweep's cohort trainable runs it (sweeps/tune/cohort_t
 without Ray: ``Cohort.create``, one MLflow run per member (a sqlite store in a temporary
 folder), then per epoch the cohort's training pass and each member's epoch end, one
 ``log_batch`` per member (queued for the writer thread, as a sweep's runs are), one checkpoint
-per member, the run settled before its checkpoint would be reported; at the end each member's
+per member, every run settled before the cohort's checkpoint would be reported (the cohort
+trainable's order); at the end each member's
 ``finalize`` and its run's close (end state; the five PNGs only with ``--trial-plots``, as a
 sweep's ``tracking.trial_plots``). Timers wrap the code from the outside (the methods are
 wrapped for the run and restored after it; nothing changes in the library): each phase
@@ -91,6 +92,7 @@ def profile(size: int, cache: Path, *, epochs: int, train_size: int, batched: bo
     ``trial_plots``: each run's five PNGs at its close (a sweep's ``tracking.trial_plots``)."""
     import workers.train.loop as loop
     from workers.cohort import evaluation as cohort_evaluation
+    from workers.cohort.member import own_rng
     from workers.cohort.trainer import Cohort
     from workers.cohort.trial import finish_member_run
     from workers.trial import TrialRun, default_run_name
@@ -137,12 +139,19 @@ def profile(size: int, cache: Path, *, epochs: int, train_size: int, batched: bo
             runs = [TrialRun.start(m.trainer, uri, "cohort-profile", default_run_name(m.config),
                                    plots=trial_plots, deferred=True) for m in cohort.members]
 
-        def on_epoch(member, epoch, metrics):
-            runs[member.position].log_epoch(metrics)
-            cohort.save_checkpoint(member, cache / f"ck-{size}" / f"member_{member.position}.pt")
-            runs[member.position].settle()  # the trainable settles before tune.report
-
-        cohort.run(on_epoch=on_epoch)
+        while cohort.active:  # Cohort.run's loop in the cohort trainable's order (its epoch, report)
+            results = cohort.run_epoch()
+            for position, metrics in results.items():
+                runs[position].log_epoch(metrics)
+            for position in results:
+                cohort.save_checkpoint(cohort.members[position],
+                                       cache / f"ck-{size}" / f"member_{position}.pt")
+            for position in results:  # the trainable settles every run before tune.report
+                runs[position].settle()
+        for member in cohort.members:  # Cohort.run's end: each lone run's finalize
+            if member.status != "failed":
+                with own_rng(member):
+                    member.trainer.finalize()
         with timer.phase("plots + close"):
             for member, run in zip(cohort.members, runs, strict=True):
                 finish_member_run(member, run)
