@@ -18,8 +18,8 @@ after the queue is written. ``submit(wait=False)`` returns at once (a sweep's tr
 write overlaps the rest of the epoch end and the checkpoint); its caller then calls
 :meth:`MetricWriter.settle`, the same wait, before Tune records the epoch's checkpoint, so
 what a checkpoint may hold that MLflow lacks is what it was before: only epochs queued while
-the server fails (a resumed trial backfills those from its checkpoint: workers/trial.py). Values are plain floats by
-the time they are queued (no tensor is kept, no host sync is added).
+the server fails (a resumed trial backfills those from its checkpoint: workers/trial.py).
+Values are plain floats by the time they are queued (no tensor is kept, no host sync is added).
 
 A batch that was written while its reply was lost must not be written again (the same step
 twice is two points): after a failed attempt, the writer first reads the metric's history
@@ -105,6 +105,10 @@ class _WriterThread:
     """
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """A fresh lock, queue and thread (also in a forked child: the parent's may be held)."""
         self.cond = threading.Condition()
         self.ready: deque[MetricWriter] = deque()  # writers with queued batches, each once
         self.failing = False  # the last attempt failed: submit does not wait
@@ -146,6 +150,7 @@ class _WriterThread:
 
 
 _THREAD = _WriterThread()
+os.register_at_fork(after_in_child=_THREAD.reset)
 
 
 class MetricWriter:
@@ -155,7 +160,6 @@ class MetricWriter:
         self._client, self._run_id = client, run_id
         self._sync_wait_s = _env_float(SYNC_WAIT_ENV, 10.0) if sync_wait_s is None else sync_wait_s
         self._pending: deque[tuple[list[Metric], float]] = deque()
-        self._cond = _THREAD.cond
         self._error: BaseException | None = None  # a batch that could not be written at all
         self.buffered_batches = 0  # batches queued while the server was failing (a read-out)
         self._unsettled = 0  # batches submitted since the last settle
@@ -200,6 +204,10 @@ class MetricWriter:
                                        f"{self._run_id} still unwritten")
                 self._cond.wait(timeout=min(left, 5.0))
             self._raise_if_failed()
+
+    @property
+    def _cond(self) -> threading.Condition:
+        return _THREAD.cond  # read each time: a forked child has a new one
 
     def _raise_if_failed(self) -> None:
         if self._error is not None:
