@@ -23,9 +23,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import torch
+from kappa_distributions import describe, kappas  # scripts/ is on sys.path when run as a script
 
-from objectives import token_weight_stats
 from workers.data.dataset_store import DatasetStore
 from workers.data.dataset_table import canonicalize, tokenizer_of
 from workers.lm.loading import fingerprint_files
@@ -33,22 +32,6 @@ from workers.lm.registry import ModelStore, check_dataset_tokenizer
 from workers.lm.surprisal import cached_lm_base_nll
 from workers.lm.tokenizer import ModelTextTokenizer
 from workers.readouts.controls import kappa_length_spearman, trivial_controls
-
-
-def kappas(rows: list[np.ndarray], alpha: float) -> np.ndarray:
-    width = max(map(len, rows))
-    nll = torch.zeros(len(rows), width, dtype=torch.float64)
-    mask = torch.zeros(len(rows), width, dtype=torch.bool)
-    for i, r in enumerate(rows):
-        nll[i, :len(r)] = torch.from_numpy(r.astype(np.float64))
-        mask[i, :len(r)] = True
-    return token_weight_stats(nll, mask, alpha, validate=True).kappa.numpy()
-
-
-def describe(values: np.ndarray) -> dict[str, float]:
-    p10, p50, p90 = np.quantile(values, [0.1, 0.5, 0.9])
-    return {"mean": round(float(values.mean()), 3), "p10": round(float(p10), 3),
-            "p50": round(float(p50), 3), "p90": round(float(p90), 3)}
 
 
 def unigram_rows(ys: list[list[int]], train: np.ndarray, vocab: int) -> list[np.ndarray]:

@@ -49,6 +49,7 @@ MODEL_NAME, DATASET_NAME = "smollm2", "fortunes"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PER_CATEGORY, MAX_TOKENS = 200, 48  # the presets' size (their comments give the arithmetic)
 FORTUNES_DIR = Path("/usr/share/games/fortunes")
+STUDY_TABLES = ("latent_nmi", "latent_ami", "latent_nmi_shuffled")  # report.md's tables, in order
 
 
 @dataclass(frozen=True)
@@ -198,6 +199,8 @@ def export(work: Path, gguf: Path) -> None:
     (found by the sweep-id and run-kind tags; the newest one when a sweep was resumed)."""
     import mlflow
 
+    from sweeps.report.contrasts import claim_words
+    from sweeps.report.text import report_markdown
     from workers.contract import RUN_KIND_SWEEP, RUN_KIND_TAG, SWEEP_ID_TAG, runs_with_tag_filter
 
     env = environment(work)
@@ -214,14 +217,21 @@ def export(work: Path, gguf: Path) -> None:
             raise SystemExit(f"no MLflow parent run of sweep {sweep_id}; did {preset} run?")
         mlflow.artifacts.download_artifacts(run_id=runs[0].info.run_id, dst_path=str(target),
                                             tracking_uri=env["MLFLOW_TRACKING_URI"])
+        # report.md again from report.json: NMI with AMI and the shuffled-label NMI beside it,
+        # and each contrast's verdict in this version's words.
+        report = json.loads((target / "report.json").read_text())
+        for contrast in report["contrasts"]:
+            contrast["claim"] = claim_words(contrast)
+        (target / "report.md").write_text(report_markdown(report, metrics=STUDY_TABLES))
         print(f"{sweep_id}: {sorted(p.name for p in target.rglob('*') if p.is_file())}")
 
 
 def controls(work: Path, gguf: Path) -> None:
-    """kappa_1/kappa_2 under SmolLM2 per category, Spearman(kappa, length) per category, and
-    the length-only / bag-of-tokens / majority test accuracies (cached b_t: no model load)."""
+    """kappa_1/kappa_2 under SmolLM2 per category (and beside the synthetic task's, with a figure),
+    Spearman(kappa, length) per category, and the length-only / bag-of-tokens / majority test
+    accuracies (cached b_t: no model load)."""
     sys.path.insert(0, str(ROOT / "scripts"))
-    from lm_kappa import describe, kappas
+    from kappa_distributions import compare, describe, kappas
 
     from workers.readouts.controls import kappa_length_spearman, trivial_controls
 
@@ -239,9 +249,11 @@ def controls(work: Path, gguf: Path) -> None:
     tokens = {s: [y for y, sp in zip(ys, split, strict=True) if sp == s] for s in ("train", "test")}
     by = {s: [lab for lab, sp in zip(labels, split, strict=True) if sp == s] for s in ("train", "test")}
     out["label_controls"] = trivial_controls(tokens, by)
-    out["not_here"] = ("AMI and NMI against shuffled labels need each trial's test assignments, "
-                       "which the trials do not log yet (workers.readouts.controls."
-                       "mutual_information_controls takes them)")
+    out["kappa_vs_synthetic"] = compare(
+        {c: [row for row, lab in zip(lm.rows, labels, strict=True) if lab == c]
+         for c in sorted(set(labels))}, work / "kappa_distributions.png")
+    out["per_trial"] = ("AMI and the NMI against shuffled labels of every trial are in the "
+                        "reports (latent_ami, latent_nmi_shuffled beside latent_nmi)")
     (work / "controls.json").write_text(json.dumps(out, indent=2, default=float))
     print(json.dumps(out, indent=2, default=float))
 

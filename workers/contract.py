@@ -70,8 +70,11 @@ METRIC_NAMES: tuple[str, ...] = (
     TEST_ELBO,
 )
 # The metrics a dataset without a label cannot give (no latent to recover).
+# Latent recovery beside its chance level (labelled data, overall only, every epoch): AMI and
+# the NMI against shuffled labels (workers.metrics.chance_readouts).
+CHANCE_READOUTS: tuple[str, ...] = ("latent_ami", "latent_nmi_shuffled")
 LABEL_READOUTS = frozenset({"latent_nmi", "latent_ari", "mi_zs", "nmi_auc", "epochs_to_nmi90",
-                            "epochs_to_nmi90_censored"})
+                            "epochs_to_nmi90_censored", *CHANCE_READOUTS})
 LABEL_METRICS = frozenset({VAL_LATENT_NMI, VAL_LATENT_ARI})
 DEFAULT_OBJECTIVE_METRIC = VAL_LATENT_NMI
 # Latent recovery is better when higher; every loss, KL and concentration statistic when lower.
@@ -366,7 +369,7 @@ def readout_names(family: str = "discrete", splits: tuple[str, ...] = SPLITS) ->
     for split in splits:
         for kind in (None, *EXAMPLE_KINDS):
             out.extend(metric_name(split, name, kind) for name in names)
-        out.extend(metric_name(split, name) for name in OVERALL_ONLY_READOUTS)
+        out.extend(metric_name(split, name) for name in OVERALL_ONLY_READOUTS + CHANCE_READOUTS)
     return out
 
 

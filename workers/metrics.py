@@ -23,8 +23,10 @@ import numpy as np
 import torch
 from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.metrics import adjusted_mutual_info_score
 
 __all__ = [
+    "chance_readouts",
     "active_units_discrete",
     "active_units_gaussian",
     "discrete_mutual_information",
@@ -86,6 +88,37 @@ def latent_recovery(
             f"inferred and truth differ in length: {inferred_array.size} vs {truth_array.size}"
         )
     return _fast_recovery(truth_array, inferred_array)
+
+
+def chance_readouts(
+    inferred: torch.Tensor | np.ndarray, truth: torch.Tensor | np.ndarray, *, shuffles: int = 20,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Latent recovery beside its chance level, for labels a model could find by accident.
+
+    Returns:
+        ``{"latent_ami": ..., "latent_nmi_shuffled": ...}``: the adjusted mutual information
+        (arithmetic normalisation, as scikit-learn defines it: 0 in expectation for independent
+        labelings, 1 for a perfect recovery) and the mean NMI of ``inferred`` against
+        ``shuffles`` fixed-seed permutations of ``truth`` (the NMI a clustering of these sizes
+        reaches with no information about the labels). NaN for fewer than 2 examples.
+
+    Raises:
+        ValueError: as :func:`latent_recovery`.
+    """
+    inferred_array = _as_label_array(inferred, "inferred")
+    truth_array = _as_label_array(truth, "truth")
+    if inferred_array.shape != truth_array.shape:
+        raise ValueError(
+            f"inferred and truth differ in length: {inferred_array.size} vs {truth_array.size}"
+        )
+    if truth_array.size < 2:
+        return {"latent_ami": math.nan, "latent_nmi_shuffled": math.nan}
+    rng = np.random.default_rng(seed)
+    shuffled = [_fast_recovery(rng.permutation(truth_array), inferred_array)["latent_nmi"]
+                for _ in range(shuffles)]
+    return {"latent_ami": float(adjusted_mutual_info_score(truth_array, inferred_array)),
+            "latent_nmi_shuffled": float(np.mean(shuffled))}
 
 
 def _fast_recovery(truth: np.ndarray, inferred: np.ndarray) -> dict[str, float]:

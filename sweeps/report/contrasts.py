@@ -187,7 +187,11 @@ def claim_words(entry: dict[str, Any]) -> str:
     if entry["p_adjusted"] is not None and entry["p_adjusted"] < SIGNIFICANCE:
         direction = "higher" if entry["mean_diff"] > 0 else "lower"
         return f"{direction} than {entry['baseline']} (Holm p = {entry['p_adjusted']:.3g})"
-    return f"no significant difference (Holm p = {entry['p_adjusted']:.3g}; interval includes 0)"
+    # The interval is unadjusted: it can exclude 0 while Holm's p does not reach significance.
+    low, high = entry.get("ci_low"), entry.get("ci_high")
+    excludes = low is not None and high is not None and (low > 0 or high < 0)
+    why = "the unadjusted 95% interval excludes 0" if excludes else "interval includes 0"
+    return f"no significant difference (Holm p = {entry['p_adjusted']:.3g}; {why})"
 
 
 def build_contrasts(spec: SweepSpec, rows: Sequence[RowResult], split: str) -> list[dict[str, Any]]:

@@ -306,3 +306,25 @@ def test_corrupting_the_test_values_changes_no_selection():
                   if c["split"] == "test" and c["metric"] == "latent_nmi" and c["kind"] == "all"]
     half = len(test_means) // 2
     assert test_means[:half] != test_means[half:]
+
+
+def test_claim_words_say_what_the_numbers_support() -> None:
+    """Each verdict in words agrees with its numbers: significant after Holm, an unadjusted
+    interval that excludes 0 without Holm significance (not "includes 0"), one that includes 0,
+    too few pairs, exploratory."""
+    from sweeps.report.contrasts import claim_words
+
+    base = {"family": "primary", "n_pairs": 5, "baseline": "uniform", "beta_matching": "exact"}
+    assert claim_words({**base, "mean_diff": 0.04, "ci_low": 0.03, "ci_high": 0.05,
+                        "p_adjusted": 0.0176}) == "higher than uniform (Holm p = 0.0176)"
+    assert claim_words({**base, "mean_diff": 0.045, "ci_low": 0.019, "ci_high": 0.071,
+                        "p_adjusted": 0.213}) == (
+        "no significant difference (Holm p = 0.213; the unadjusted 95% interval excludes 0)")
+    assert claim_words({**base, "mean_diff": -0.01, "ci_low": -0.04, "ci_high": 0.02,
+                        "p_adjusted": 1.0}) == (
+        "no significant difference (Holm p = 1; interval includes 0)")
+    assert claim_words({**base, "n_pairs": 0, "beta_matching": "unmatched", "mean_diff": None,
+                        "ci_low": None, "ci_high": None, "p_adjusted": None}) == (
+        "no claim: no matched effective beta")
+    assert claim_words({**base, "family": "exploratory", "mean_diff": 0.5, "ci_low": 0.4,
+                        "ci_high": 0.6, "p_adjusted": None}).startswith("exploratory")

@@ -184,3 +184,29 @@ def test_latent_recovery_equals_scikit_learn_on_random_labelings():
         got = latent_recovery(inferred, truth)
         assert abs(got["latent_nmi"] - normalized_mutual_info_score(truth, inferred)) < 1e-12
         assert abs(got["latent_ari"] - adjusted_rand_score(truth, inferred)) < 1e-12
+
+
+def test_chance_readouts_known_answers() -> None:
+    """AMI is 1 for a relabelled perfect recovery and ~0 for independent labels; the shuffled
+    NMI equals scikit-learn's NMI averaged over the same fixed-seed permutations."""
+    import numpy as np
+    from sklearn.metrics import normalized_mutual_info_score
+
+    from workers.metrics import chance_readouts
+
+    rng = np.random.default_rng(3)
+    truth = rng.integers(0, 4, 400)
+    perfect = chance_readouts((truth + 1) % 4, truth)
+    assert perfect["latent_ami"] == pytest.approx(1.0)
+    permutations = np.random.default_rng(0)
+    expected = np.mean([normalized_mutual_info_score(permutations.permutation(truth), (truth + 1) % 4)
+                        for _ in range(20)])
+    assert perfect["latent_nmi_shuffled"] == pytest.approx(expected, abs=1e-12)
+    assert 0 < perfect["latent_nmi_shuffled"] < 0.03  # 4 even clusters, 400 rows: chance is small
+    independent = chance_readouts(rng.integers(0, 4, 400), truth)
+    assert abs(independent["latent_ami"]) < 0.02
+    small = chance_readouts([0, 1, 0, 1, 2, 2], [0, 0, 1, 1, 2, 2])  # n = 6: chance NMI is large
+    assert small["latent_nmi_shuffled"] > 0.2
+    assert all(math.isnan(v) for v in chance_readouts([1], [1]).values())
+    with pytest.raises(ValueError, match="differ in length"):
+        chance_readouts([0, 1], [0])

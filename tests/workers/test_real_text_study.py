@@ -146,3 +146,27 @@ def test_export_copies_each_sweep_s_report_and_its_parent_run_s_artifacts(tmp_pa
         target = work / "reports" / sweep_id
         assert json.loads((target / "report.json").read_text()) == {"sweep_id": sweep_id}
         assert (target / "report.md").read_text() == f"{sweep_id} resumed"
+
+
+def test_kappa_distributions_known_answers_and_the_synthetic_kinds(tmp_path: Path) -> None:
+    """Flat surprisal has kappa exactly 1 at every alpha; on the synthetic task (oracle base)
+    the diffuse kind is the least concentrated and prefix / private far more; the figure and
+    the summary cover every group."""
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from kappa_distributions import compare, kappas, synthetic_rows
+
+    flat = [np.full(n, 2.5) for n in (1, 3, 7)]
+    for alpha in (1.0, 2.0):
+        assert np.allclose(kappas(flat, alpha), 1.0, rtol=0, atol=1e-12)
+    kinds = synthetic_rows()
+    assert set(kinds) == {"prefix", "diffuse", "private"}
+    means = {k: float(kappas(rows, 1.0).mean()) for k, rows in kinds.items()}
+    assert means["diffuse"] < 1.3 < 2.5 < min(means["prefix"], means["private"])
+    real = {"a": [np.array([0.1, 4.0, 0.2]), np.array([1.0, 1.0])], "b": [np.array([3.0, 0.5])]}
+    summary = compare(real, tmp_path / "kappa.png")
+    assert (tmp_path / "kappa.png").stat().st_size > 10_000
+    assert set(summary["kappa_1"]) == {"real: a", "real: b", "synthetic: prefix",
+                                       "synthetic: diffuse", "synthetic: private"}
+    assert summary["kappa_2"]["real: a"]["n"] == 2

@@ -8,8 +8,9 @@ number of strategies fitted on the whole split, against s), ``mi_zs`` (I(z; s), 
 ``latent.py``), ``kl_kappa_spearman``, and for the continuous family ``active_units``
 (dimensions whose posterior mean varies over the group's examples by more than 0.01, the
 diagonal of Cov_x(E_q[z|x]); Burda et al. 2016). Overall only: ``mutual_info`` (I(x; z))
-and, for the discrete family, ``active_units`` (categories with aggregate mass >= 0.01).
-``elbo``: the mean over examples of ``sum_t l_t + KL`` (the negative ELBO in nats, lower is
+and, for the discrete family, ``active_units`` (categories with aggregate mass >= 0.01);
+``latent_ami`` and ``latent_nmi_shuffled`` (recovery beside its chance level:
+``workers.metrics.chance_readouts``). ``elbo``: the mean over examples of ``sum_t l_t + KL`` (the negative ELBO in nats, lower is
 better), the same for every stack, so stacks on different loss scales stay comparable.
 
 On a registered dataset the kinds are its groups (``SplitData.kinds``), and without a
@@ -181,6 +182,8 @@ def model_readouts(collected: Collected, data: SplitData, stack, diagnostics, *,
     everything = torch.arange(len(data.split))
     args = (stack, diagnostics, step, num_strategies, seed)
     out = _group_readouts(collected, data, everything, labels, *args)
+    if data.has_label and len(data.split):
+        out.update(latent_metrics.chance_readouts(labels, data.split.strategy.cpu()))
     if alpha == 0:
         out["kl_kappa_spearman"] = math.nan
     kind = data.split.kind.cpu()
