@@ -9,7 +9,7 @@ as a hand-written script would): the trial config from ``spec.trial_config``,
 actor reuse as the driver (so the ratio prices the driver's own work, not a different Tune
 set-up), under Tune's defaults. The ksweep variant is ``sweeps.tune.runner.run_sweep`` (MLflow
 parent and child runs, per-epoch checkpoints, PNGs, report) under the Tune settings a real
-driver runs with (``workers.contract.TUNE_ENV``, as ``ksweep sweep run`` and the launchers set
+driver runs with (``service.orchestrator.driver_env.TUNE_ENV``, as ``ksweep sweep run`` and the launchers set
 them). They run in turn after one warm-up of each, so machine drift hits both alike.
 
 Goals: ksweep wall time at most 1.05x the bare script's at cohort size 1, and a per-trial
@@ -43,10 +43,10 @@ from ray import tune
 import sweeps.tune.runner
 from benchmarks import sweep_profile
 from benchmarks.bare_trial import bare_trial
+from service.orchestrator.driver_env import TUNE_ENV
 from sweeps.plan.build import build_plan
 from sweeps.spec import SweepSpec, load_sweep_spec
 from sweeps.tune.runner import run_sweep
-from workers.contract import TUNE_ENV
 from workers.tracking import ensure_experiment
 
 ROOT = Path(__file__).resolve().parents[1]

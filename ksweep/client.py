@@ -27,7 +27,7 @@ from service.api.schemas import (
     Trial,
     TrialPage,
 )
-from workers.contract import TERMINAL_SWEEP_STATES
+from service.lifecycle import TERMINAL_SWEEP_STATES
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -199,6 +199,7 @@ def export(work: Path, gguf: Path) -> None:
     (found by the sweep-id and run-kind tags; the newest one when a sweep was resumed)."""
     import mlflow
 
+    from sweeps.report.build import chance_and_collapse
     from sweeps.report.contrasts import claim_words
     from sweeps.report.text import report_markdown
     from workers.contract import RUN_KIND_SWEEP, RUN_KIND_TAG, SWEEP_ID_TAG, runs_with_tag_filter
@@ -218,10 +219,12 @@ def export(work: Path, gguf: Path) -> None:
         mlflow.artifacts.download_artifacts(run_id=runs[0].info.run_id, dst_path=str(target),
                                             tracking_uri=env["MLFLOW_TRACKING_URI"])
         # report.md again from report.json: NMI with AMI and the shuffled-label NMI beside it,
-        # and each contrast's verdict in this version's words.
+        # each contrast's verdict and the chance/collapse limits in this version's words.
         report = json.loads((target / "report.json").read_text())
         for contrast in report["contrasts"]:
             contrast["claim"] = claim_words(contrast)
+        report["limitations"] += [words for words in chance_and_collapse(report["cells"], report["split"])
+                                  if words not in report["limitations"]]
         (target / "report.md").write_text(report_markdown(report, metrics=STUDY_TABLES))
         print(f"{sweep_id}: {sorted(p.name for p in target.rglob('*') if p.is_file())}")
 

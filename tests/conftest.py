@@ -47,6 +47,11 @@ def pytest_collection_modifyitems(config, items) -> None:
     """
     if not getattr(config.option, "loadgroup", False):  # set on xdist workers of loadgroup
         return
+    # Longest first (the exclusive group, then the slow tests), so the long tests do not start
+    # last and leave the other workers idle at the end; the sort is stable, so every worker
+    # collects the same order.
+    items.sort(key=lambda item: (item.get_closest_marker("xdist_group") is None,
+                                 item.get_closest_marker("slow") is None))
     from _pytest.nodeid import NodeId  # pytest >= 9.2 only, where the suffix goes missing
 
     for item in items:

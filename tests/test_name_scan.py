@@ -2,36 +2,71 @@
 
 Every string constant of ``objectives/``, ``workers/``, ``sweeps/`` and ``service/`` is read
 with ``ast`` (docstrings and the messages of logging/print calls excluded); one equal to a
-metric name, a tag or a sweep/trial state of :mod:`workers.contract` fails the test unless
-``tests/name_scan_allowlist.txt`` lists that value for that file, with the reason.
+metric name of :mod:`workers.contract`, a tag (a module-level ``*_TAG`` constant of any
+package module) or a state of the state enums fails the test outside the value's home (the
+module that defines it) unless ``tests/name_scan_allowlist.txt`` lists that value for that
+file, with the reason.
 """
 
 from __future__ import annotations
 
 import ast
+import inspect
 from pathlib import Path
 
+from sweeps.tune.status import SweepState, TrialState
 from workers import contract
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("objectives", "workers", "sweeps", "service")
-HOME = ROOT / "workers" / "contract.py"
+CONTRACT = "workers/contract.py"
+STATE_ENUMS = (contract.TrainingStatus, SweepState, TrialState)
 ALLOWLIST = Path(__file__).with_name("name_scan_allowlist.txt")
 MESSAGE_CALLS = {"debug", "info", "warning", "error", "exception", "critical", "print", "echo"}
 
 
-def contract_values() -> dict[str, str]:
-    """Each metric, tag and state value of the contract, with the name that defines it."""
-    values: dict[str, str] = {}
+def package_files() -> list[Path]:
+    return [path for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))]
+
+
+def _relative(path: Path | str) -> str:
+    return str(Path(path).resolve().relative_to(ROOT))
+
+
+def defined_tags() -> dict[str, tuple[str, str]]:
+    """Each module-level ``*_TAG = "..."`` of the packages: value -> (name, defining file).
+
+    A tag value defined by two modules fails: a name has one home.
+    """
+    tags: dict[str, tuple[str, str]] = {}
+    for path in package_files():
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+            value = getattr(node, "value", None)
+            if (isinstance(target, ast.Name) and target.id.endswith("_TAG")
+                    and isinstance(value, ast.Constant) and isinstance(value.value, str)):
+                home = _relative(path)
+                assert tags.get(value.value, (None, home))[1] == home, (
+                    f"{value.value!r} is defined as a tag in {tags[value.value][1]} and {home}")
+                tags[value.value] = (target.id, home)
+    return tags
+
+
+def contract_values() -> dict[str, tuple[str, set[str]]]:
+    """Each metric, tag and state value: value -> (the name that defines it, its home files).
+
+    A state word shared by two enums (``running``) has both modules as homes."""
+    values: dict[str, tuple[str, set[str]]] = {
+        value: (name, {home}) for value, (name, home) in defined_tags().items()}
     for name, value in vars(contract).items():
-        if name.startswith("_"):
-            continue
-        if isinstance(value, str) and (name.endswith("_TAG") or "/" in value):
-            values.setdefault(value, name)
+        if not name.startswith("_") and isinstance(value, str) and "/" in value:
+            values.setdefault(value, (name, {CONTRACT}))
         elif name in ("METRIC_NAMES", "HISTORY_METRICS"):
-            values.update({metric: name for metric in value if metric not in values})
-    for enum in (contract.SweepState, contract.TrialState):
-        values.update({s.value: enum.__name__ for s in enum if s.value not in values})
+            values.update({metric: (name, {CONTRACT}) for metric in value if metric not in values})
+    for enum in STATE_ENUMS:
+        home = _relative(inspect.getfile(enum))
+        for state in enum:
+            values.setdefault(state.value, (enum.__name__, set()))[1].add(home)
     return values
 
 
@@ -51,7 +86,7 @@ def _excluded(tree: ast.AST) -> set[int]:
     return skip
 
 
-def spelled(path: Path, values: dict[str, str]) -> set[str]:
+def spelled(path: Path, values: dict[str, tuple[str, set[str]]]) -> set[str]:
     """The contract values that ``path`` spells as string constants."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     skip = _excluded(tree)
@@ -76,19 +111,29 @@ def allowlist() -> dict[str, set[str]]:
 def test_no_module_spells_a_contract_name_outside_its_home() -> None:
     values, allowed = contract_values(), allowlist()
     found: dict[str, set[str]] = {}
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            if path != HOME:
-                names = spelled(path, values)
-                if names:
-                    found[str(path.relative_to(ROOT))] = names
+    for path in package_files():
+        relative = _relative(path)
+        names = {value for value in spelled(path, values) if relative not in values[value][1]}
+        if names:
+            found[relative] = names
     new = {path: sorted(names - allowed.get(path, set()))
            for path, names in found.items() if names - allowed.get(path, set())}
-    assert not new, "import these from workers.contract instead of spelling them: " + "; ".join(
-        f"{path}: {', '.join(f'{v!r} ({values[v]})' for v in names)}" for path, names in new.items())
+    assert not new, "import these from their home instead of spelling them: " + "; ".join(
+        f"{path}: {', '.join(f'{v!r} ({values[v][0]}, {sorted(values[v][1])})' for v in names)}"
+        for path, names in new.items())
     stale = {path: sorted(names - found.get(path, set()))
              for path, names in allowed.items() if names - found.get(path, set())}
     assert not stale, f"allowlist entries no longer needed (remove them): {stale}"
+
+
+def test_each_value_has_its_home() -> None:
+    values = contract_values()
+    assert values["ksweep.state"] == ("STATE_TAG", {"sweeps/tune/status.py"})
+    assert values["ksweep.cohort"] == ("COHORT_TAG", {"sweeps/tune/cohort_trainable.py"})
+    assert values["val/loss"][1] == {CONTRACT}
+    assert values["finished"] == ("TrainingStatus", {CONTRACT})
+    assert values["running"][1] == {CONTRACT, "sweeps/tune/status.py"}
+    assert values["queued"] == ("SweepState", {"sweeps/tune/status.py"})
 
 
 def test_the_scan_sees_a_spelled_name(tmp_path: Path) -> None:

@@ -25,11 +25,15 @@ from pydantic_core import to_json
 from sqlalchemy import Row
 
 from service.api.schemas import Sweep, utc_time
+from service.lifecycle import ACTIVE_SWEEP_STATES
 from service.store.db import SweepRow
 from service.store.queries import DOCUMENT_COLUMNS
+from sweeps.tune.status import COUNTERS
 from workers.contract import mlflow_ui_url
 
 _DATETIME = TypeAdapter(datetime)
+# The counters' keys, in the API's order (a dict display: zip() cost 0.5 us a sweep).
+_TOTAL, _PENDING, _RUNNING, _DONE, _FAILED, _STOPPED = COUNTERS
 TimeText = Callable[[Any], Any]
 
 # A best config is one of a sweep's few trial configs, so a page holds few distinct texts: they
@@ -68,12 +72,12 @@ def _document(values: Sequence[Any], ui_base: str, time: TimeText) -> dict[str, 
     prefix = f"/api/v1/sweeps/{sweep_id}"
     return {
         "id": sweep_id, "name": name, "owner": owner, "state": state,
-        "counters": {"total": total, "pending": pending, "running": running, "done": done,
-                     "failed": failed, "stopped": stopped},
+        "counters": {_TOTAL: total, _PENDING: pending, _RUNNING: running, _DONE: done,
+                     _FAILED: failed, _STOPPED: stopped},
         "progress": min(1.0, finished / total) if total else 0.0,
         "best": {"metric": best_metric, "value": best_value, "trial_id": best_trial,
                  "config": best_config},
-        "eta_seconds": eta_seconds if state in ("queued", "running") else 0.0,
+        "eta_seconds": eta_seconds if state in ACTIVE_SWEEP_STATES else 0.0,
         "created_at": time(created_at), "started_at": time(started_at),
         "finished_at": time(finished_at), "updated_at": time(updated_at), "error": error,
         "mlflow": {"experiment_id": experiment_id, "parent_run_id": parent_run_id,

@@ -7,11 +7,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from sweeps.tune import status as progress
 from workers import contract
 
-# Literals of the contract's enums' values: the OpenAPI document keeps its inline string enums.
-SweepState = Literal[tuple(s.value for s in contract.SweepState)]  # type: ignore[valid-type]
-TrialState = Literal[tuple(s.value for s in contract.TrialState)]  # type: ignore[valid-type]
+# Literals of the progress record's enums' values: the OpenAPI document keeps its inline string enums.
+SweepState = Literal[tuple(s.value for s in progress.SweepState)]  # type: ignore[valid-type]
+TrialState = Literal[tuple(s.value for s in progress.TrialState)]  # type: ignore[valid-type]
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 

@@ -37,20 +37,34 @@ from service.cli.common import (
     load_spec_or_exit,
     plan_or_exit,
 )
+from service.orchestrator.driver_env import LOOPBACK_RAY_ENV, TUNE_ENV
+from sweeps.tune.status import SweepState, SweepStatus, TrialState
 from workers.contract import (
     LOCAL_MLFLOW_UI,
-    LOOPBACK_RAY_ENV,
-    TRIAL_SUMMARY_METRICS,
-    TUNE_ENV,
+    PERF_TOKENS_PER_SECOND,
+    TRAIN_LOSS,
+    VAL,
+    VAL_ACTIVE_UNITS,
     VAL_ELBO,
+    VAL_KAPPA_MEAN,
+    VAL_KL,
+    VAL_LATENT_ARI,
     VAL_LATENT_NMI,
     VAL_LOSS,
-    SweepStatus,
+    VAL_MUTUAL_INFO,
     default_tracking_uri,
+    metric_name,
     mlflow_ui_url,
 )
 
-SUMMARY_KEYS = TRIAL_SUMMARY_METRICS
+# The final values ``ksweep train`` prints.
+SUMMARY_KEYS: tuple[str, ...] = (
+    TRAIN_LOSS, VAL_LOSS, *(metric_name(VAL, name) for name in (
+        "recon_uniform", "recon_token_weighted", "recon_ncc")),
+    VAL_KL, VAL_KAPPA_MEAN, metric_name(VAL, "kappa_p90"), VAL_LATENT_NMI, VAL_LATENT_ARI,
+    VAL_MUTUAL_INFO, VAL_ACTIVE_UNITS, PERF_TOKENS_PER_SECOND,
+)
+COUNTER_COLUMNS: tuple[str, ...] = tuple(state.value for state in TrialState)  # the live view's, in order
 sweep_app = typer.Typer(help="Run sweeps in-process (no service).", no_args_is_help=True)
 
 
@@ -141,12 +155,11 @@ class LiveView:
 
     def _render(self, status: SweepStatus | None) -> Group:
         table = Table(show_header=True, header_style="bold")
-        for column in ("pending", "running", "done", "stopped", "failed", "best"):
+        for column in (*COUNTER_COLUMNS, "best"):
             table.add_column(column, justify="right")
         if status is not None:
             best = "-" if status.best_value is None else f"{status.best_metric} {status.best_value:.4f}"
-            table.add_row(*(str(getattr(status, k)) for k in ("pending", "running", "done",
-                                                              "stopped", "failed")), best)
+            table.add_row(*(str(getattr(status, k)) for k in COUNTER_COLUMNS), best)
         return Group(self.progress, table)
 
     def publish(self, status: SweepStatus) -> None:
@@ -198,4 +211,4 @@ def run_command(
                   f"{mlflow_ui_url(LOCAL_MLFLOW_UI, outcome.experiment_id)}")
     if os.environ.get("KSWEEP_PRINT_REPORT_JSON"):
         console.print_json(json.dumps(outcome.report))
-    raise typer.Exit(0 if outcome.status.state == "succeeded" else 1)
+    raise typer.Exit(0 if outcome.status.state == SweepState.SUCCEEDED else 1)

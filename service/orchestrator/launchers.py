@@ -22,10 +22,12 @@ from typing import Any, Protocol
 import httpx
 import psutil
 
+from service.orchestrator.driver_env import LOOPBACK_RAY_ENV, TUNE_ENV
 from service.settings import Settings
-from workers.contract import ATTEMPT_TAG, LOOPBACK_RAY_ENV, SWEEP_ID_TAG, TUNE_ENV
+from workers.contract import SWEEP_ID_TAG
 
 DRIVER_MODULE = "service.driver"
+ATTEMPT_TAG = "ksweep.attempt"  # a Ray Job's metadata: which start of its sweep it is
 log = logging.getLogger("ksweep.launchers")
 
 
@@ -112,7 +114,7 @@ class LocalLauncher:
         if self.settings.ray_address:
             env["RAY_ADDRESS"] = self.settings.ray_address
         else:
-            # Its own local Ray listens on loopback only (workers.contract.LOOPBACK_RAY_ENV).
+            # Its own local Ray listens on loopback only (driver_env.LOOPBACK_RAY_ENV).
             env.update({name: os.environ.get(name, value) for name, value in LOOPBACK_RAY_ENV.items()})
         with open(log_path, "ab") as log:
             process = subprocess.Popen(

@@ -21,7 +21,8 @@ from service.settings import Settings
 from service.store.db import SweepRow
 from service.store.lease import Lease, new_holder_id
 from service.store.queries import Store
-from workers.contract import STATE_TAG, SWEEP_ID_TAG, SweepState, runs_with_tag_filter
+from sweeps.tune.status import STATE_TAG, SweepState
+from workers.contract import SWEEP_ID_TAG, runs_with_tag_filter
 
 log = logging.getLogger("ksweep.supervisor")
 LAUNCHING = "launching"

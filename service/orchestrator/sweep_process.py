@@ -22,8 +22,7 @@ from service.store.retry import store_retrying
 from sweeps.plan.budget import build_plan_within_budget
 from sweeps.spec import SweepSpec
 from sweeps.tune.runner import run_sweep
-from sweeps.tune.status import SweepStatus
-from workers.contract import SweepState
+from sweeps.tune.status import SweepState, SweepStatus
 
 
 class StoreSink:

@@ -31,6 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from service.lifecycle import ACTIVE_SWEEP_STATES
 from service.store.db import (
     SweepRow,
     TrialRow,
@@ -39,8 +40,7 @@ from service.store.db import (
     migrate,
     utcnow,
 )
-from sweeps.tune.status import SweepStatus
-from workers.contract import ACTIVE_SWEEP_STATES, COUNTERS, SweepState
+from sweeps.tune.status import COUNTERS, SweepState, SweepStatus
 
 
 def _summary_column(column: Any) -> Any:
@@ -281,8 +281,8 @@ class Store:
     def finish(self, sweep_id: str, state: str, *, error: str | None = None,
                from_states: Sequence[str] = ACTIVE_SWEEP_STATES) -> bool:
         """Move an active sweep to a terminal state (False when it was not active)."""
-        values: dict[str, Any] = {"state": state, "finished_at": utcnow(), "eta_seconds": 0.0,
-                                  "running": 0}
+        values: dict[str, Any] = dict(state=state, finished_at=utcnow(), eta_seconds=0.0,
+                                      running=0)  # the running counter's column
         if error is not None:
             values["error"] = error[:5000]
         return self._transition(sweep_id, from_states, **values)

@@ -23,9 +23,12 @@ if TYPE_CHECKING:  # numpy (random search) and rich (render_plan) load where use
     import numpy as np  # imports this module for SweepPlan
     from rich.console import Console
 
-__all__ = ["SweepPlan", "build_plan", "cohort_size_for", "render_plan", "row_label",
+__all__ = ["SEARCH_AXES", "SweepPlan", "build_plan", "cohort_size_for", "render_plan", "row_label",
            "trial_key"]
 
+# The search axes of a sweep, in this order: every trial's params (beta and free bits only
+# when the sweep sweeps them), its progress record's config and its report row.
+SEARCH_AXES: tuple[str, ...] = ("alpha", "loss_stack", "model", "seed", "beta", "free_bits")
 SHOWN_ROWS = 50
 SHOWN_COHORTS = 20
 AUTO_COHORT_MAX = 32

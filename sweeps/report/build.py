@@ -14,26 +14,38 @@ be recomputed from the MLflow child runs alone.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sweeps.plan.build import SweepPlan, build_plan
+from sweeps.plan.build import SEARCH_AXES, SweepPlan, build_plan
 from sweeps.report.contrasts import build_contrasts
 from sweeps.report.plots import write_report_plots
-from sweeps.report.readout_table import ALL_KINDS, RowResult, TrialOutcome, expand_outcomes
+from sweeps.report.readout_table import (
+    ALL_KINDS,
+    UNFINISHED,
+    RowResult,
+    TrialOutcome,
+    expand_outcomes,
+)
 from sweeps.report.statistics import MIN_PAIRS_FOR_CLAIM, mean_interval, metric_range
 from sweeps.report.text import report_markdown
 from sweeps.spec import SweepSpec
-from workers.contract import BEST_METRIC_PREFIX, ORACLE_ABSENT_REASON, TEST_ELBO
+from sweeps.tune.status import TrialState
+from workers.contract import LATENT_AMI, LATENT_METRICS, LATENT_NMI_SHUFFLED, NMI_AUC, TEST_ELBO
 
 __all__ = ["TrialOutcome", "build_report", "metric_mode", "report_markdown", "summary_metrics",
            "write_report_plots"]
 
-COLLAPSE_METRIC = "latent_nmi"
-"""Per-epoch metrics the runner keeps as curves for the plots."""
-_MAXIMISED = ("latent_nmi", "latent_ari", "nmi_auc", "mutual_info", "active_units")
-_CONFIG = ("alpha", "loss_stack", "model", "beta", "free_bits")
+COLLAPSE_METRIC = "latent_nmi"  # the read-out whose fall over beta the collapse table finds
+BEST_METRIC_PREFIX = "best/"  # the summary metrics of the best cell, on the parent run
+ORACLE_ABSENT_REASON = (
+    "they need the oracle's h_t (each token's surprisal given the true latent) and the "
+    "synthetic task's prefix/private kinds, and a registered dataset has neither")
+"""Why a dataset trial has no oracle read-outs (the report says it in these words)."""
+_MAXIMISED = (*LATENT_METRICS, NMI_AUC)  # latent recovery and its speed: higher is better
+_CONFIG = tuple(axis for axis in SEARCH_AXES if axis != "seed")  # a cell: every axis but the seed
 
 
 def metric_mode(metric: str) -> str:
@@ -159,8 +171,9 @@ def _limitations(rows, cells, contrasts, excluded, source, split, seeds, epochs)
                      "p-value and the report makes no claim.")
     dropped = sum(excluded.values())
     if dropped:
-        words.append(f"Excluded trials: {excluded['failed']} failed, {excluded['stopped']} "
-                     f"stopped early by the scheduler, {excluded['unfinished']} unfinished; "
+        words.append(f"Excluded trials: {excluded[TrialState.FAILED]} failed, "
+                     f"{excluded[TrialState.STOPPED]} stopped early by the scheduler, "
+                     f"{excluded[UNFINISHED]} unfinished; "
                      "their seeds are missing from the cells (see n).")
     nan_cells = [c for c in cells if c["n_nan"]]
     if nan_cells:
@@ -178,6 +191,35 @@ def _limitations(rows, cells, contrasts, excluded, source, split, seeds, epochs)
     if any(r.shared_with for r in rows):
         words.append("Shared trials (one objective standing in several rows) report their "
                      "kappa diagnostics at the alpha of the row that ran.")
+    return words + chance_and_collapse(cells, split)
+
+
+KL_READOUT = "kl"
+COLLAPSE_KL_NATS = 0.01  # a latent carrying < 0.01 nats per example is, for reading, unused
+
+
+def chance_and_collapse(cells, split: str) -> list[str]:
+    """Cells whose NMI is at its chance level (within the shuffled-label NMI's interval), and
+    cells whose latent is unused (test KL below COLLAPSE_KL_NATS): NMI there is no recovery."""
+    def key(cell):
+        return (cell["alpha"], cell["loss_stack"], cell["model"], cell["beta"], cell["free_bits"])
+
+    own = [c for c in cells if c["split"] == split and c["kind"] == ALL_KINDS and c["mean"] is not None
+           and not math.isnan(c["mean"])]
+    chance = {key(c): c for c in own if c["metric"] == LATENT_NMI_SHUFFLED}
+    nmi = [c for c in own if c["metric"] == COLLAPSE_METRIC and key(c) in chance]
+    words = []
+    if nmi:
+        at_chance = [c for c in nmi if c["mean"] <= chance[key(c)]["ci_high"]]
+        words.append(f"{len(at_chance)} of {len(nmi)} {split} latent_nmi cell(s) are at chance level "
+                     "(mean NMI within the interval of the NMI against shuffled labels): read "
+                     f"{LATENT_AMI} beside them; a contrast between chance-level cells is not "
+                     "latent recovery.")
+    kl = [c for c in own if c["metric"] == KL_READOUT]
+    collapsed = [c for c in kl if c["mean"] < COLLAPSE_KL_NATS]
+    if collapsed:
+        words.append(f"{len(collapsed)} of {len(kl)} cell(s) have a mean {split} KL below "
+                     f"{COLLAPSE_KL_NATS:g} nats: their latent is barely used (posterior collapse).")
     return words
 
 

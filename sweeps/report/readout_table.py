@@ -22,11 +22,22 @@ from typing import Any
 from sweeps.plan.build import SweepPlan, row_label, trial_key
 from sweeps.plan.equivalence import effective_beta, kl_weight
 from sweeps.spec import SweepSpec
-from workers.contract import SELECTED_EPOCH, SELECTED_PREFIX, SPLITS, TEST, VAL
+from sweeps.tune.status import TrialState
+from workers.contract import (
+    EPOCHS_TO_NMI,
+    EPOCHS_TO_NMI_CENSORED,
+    NMI_AUC,
+    SELECTED_EPOCH,
+    SELECTED_PREFIX,
+    SPLITS,
+    TEST,
+    VAL,
+)
 
 __all__ = ["RowResult", "TrialOutcome", "expand_outcomes", "trial_readouts"]
 
 ALL_KINDS = "all"
+UNFINISHED = "unfinished"  # the exclusion count of trials neither done, stopped nor failed
 _SPLITS = (VAL, TEST)  # the report reads the splits no trial trains on
 # split, kind, name: the kind segment is a synthetic kind or a dataset's group name
 # (sanitized to these characters by the dataset source).
@@ -34,7 +45,7 @@ _NAME = rf"({'|'.join(SPLITS)})/(?:([A-Za-z0-9_.-]+)/)?([^/]+)$"
 _SELECTED = re.compile("^" + re.escape(SELECTED_PREFIX) + _NAME)
 _PLAIN = re.compile("^" + _NAME)
 # Trial-level read-outs of the whole curve (workers.readouts.speed): logged once, unprefixed.
-_CURVE_READOUTS = frozenset({"nmi_auc", "epochs_to_nmi90", "epochs_to_nmi90_censored"})
+_CURVE_READOUTS = frozenset({NMI_AUC, EPOCHS_TO_NMI, EPOCHS_TO_NMI_CENSORED})
 
 
 @dataclass
@@ -116,9 +127,9 @@ def _kl_values(spec: SweepSpec, alpha: float, stack: str, beta: float | None,
 def _usable(outcome: TrialOutcome) -> bool:
     # Stopped early by its own val-loss rule (it logged the epoch it chose): usable. Stopped
     # by the scheduler (ASHA) before the end: not comparable with trials that ran.
-    if outcome.state == "done":
+    if outcome.state == TrialState.DONE:
         return True
-    return outcome.state == "stopped" and SELECTED_EPOCH in outcome.final
+    return outcome.state == TrialState.STOPPED and SELECTED_EPOCH in outcome.final
 
 
 def expand_outcomes(spec: SweepSpec, plan: SweepPlan, outcomes: Iterable[TrialOutcome],
@@ -130,10 +141,10 @@ def expand_outcomes(spec: SweepSpec, plan: SweepPlan, outcomes: Iterable[TrialOu
     """
     rows_of = plan.rows_of_trial() if spec.search.kind == "grid" else {}
     results: list[RowResult] = []
-    excluded = {"failed": 0, "stopped": 0, "unfinished": 0}
+    excluded = {TrialState.FAILED.value: 0, TrialState.STOPPED.value: 0, UNFINISHED: 0}
     for outcome in outcomes:
         if not _usable(outcome):
-            state = outcome.state if outcome.state in excluded else "unfinished"
+            state = outcome.state if outcome.state in excluded else UNFINISHED
             excluded[state] += 1
             continue
         values, source = trial_readouts(outcome.final, metrics)

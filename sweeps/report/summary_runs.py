@@ -20,19 +20,33 @@ from typing import Any
 from mlflow.tracking import MlflowClient
 
 from workers.contract import (
-    RUN_KIND_SUMMARY,
     RUN_KIND_TAG,
     RUN_KIND_TRIAL,
     SHARED_BY_TAG,
-    SHARED_VIEW_TAG_PREFIX,
     SWEEP_ID_TAG,
-    runs_page_url,
+    mlflow_ui_url,
 )
 from workers.tracking import RunLogger
 
-__all__ = ["log_summary_runs", "publish_summary", "save_view", "trials_view_state", "view_state"]
+__all__ = ["RUN_KIND_SUMMARY", "log_summary_runs", "publish_summary", "runs_page_url", "save_view",
+           "trials_view_state", "view_state"]
+
+RUN_KIND_SUMMARY = "summary"  # the run_kind tag of a summary run
+SHARED_VIEW_TAG_PREFIX = "mlflow.sharedViewState."
+"""MLflow >= 3.15 keeps a shared runs-page view as the experiment tag ``<prefix><key>``."""
+VIEW_STATE_QUERY = "viewStateShareKey"
 
 TRIAL_COLUMNS = ("alpha", "loss_stack", "model", "seed", "c_base")
+
+
+def runs_page_url(base_url: str, experiment_id: str, share_key: str | None = None,
+                  charts: bool = False) -> str:
+    """The runs page of an experiment, opened on a shared view when a key is given, and in
+    its chart mode (``compareRunsMode=CHART``) with ``charts``."""
+    url = mlflow_ui_url(base_url, experiment_id)
+    query = [f"{VIEW_STATE_QUERY}={share_key}"] if share_key is not None else []
+    query += ["compareRunsMode=CHART"] if charts else []
+    return f"{url}?{'&'.join(query)}" if query else url
 
 
 def _series(report: Mapping[str, Any]) -> dict[tuple, dict[float, dict[str, float]]]:

@@ -17,12 +17,16 @@ import json
 from pathlib import Path
 
 from sweeps.spec import READOUT_METRICS, SweepSpec
+from sweeps.spec.sections import DEFAULT_OBJECTIVE_METRIC
 from workers.contract import (
-    DEFAULT_OBJECTIVE_METRIC,
+    CHANCE_READOUTS,
     ELBO,
-    LABEL_METRICS,
-    LABEL_READOUTS,
+    EPOCHS_TO_NMI,
+    EPOCHS_TO_NMI_CENSORED,
+    NMI_AUC,
     TEST_ELBO,
+    VAL_LATENT_ARI,
+    VAL_LATENT_NMI,
 )
 from workers.data.config import DatasetDataConfig
 from workers.data.dataset_resolve import DatasetResolutionError, dataset_columns, resolve_dataset
@@ -31,6 +35,11 @@ from workers.data.dataset_table import BASE_NLL, LABEL
 from workers.lm.resolve import resolve_model
 
 NO_LABEL = "has no label column, so there is no latent to recover"
+
+# The read-outs and metrics a dataset without a label cannot give (no latent to recover).
+LABEL_READOUTS = frozenset({"latent_nmi", "latent_ari", "mi_zs", NMI_AUC, EPOCHS_TO_NMI,
+                            EPOCHS_TO_NMI_CENSORED, *CHANCE_READOUTS})
+LABEL_METRICS = frozenset({VAL_LATENT_NMI, VAL_LATENT_ARI})
 
 
 def _previous_sha256(previous: Path | None, name: str) -> str | None:

@@ -7,9 +7,11 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from workers.contract import DEFAULT_OBJECTIVE_METRIC, MAXIMISED_METRICS, METRIC_NAMES
+from workers.contract import LATENT_METRICS, METRIC_NAMES, VAL, VAL_LATENT_NMI, metric_name
 
 __all__ = [
+    "DEFAULT_OBJECTIVE_METRIC",
+    "MAXIMISED_METRICS",
     "METRIC_NAMES",
     "READOUT_METRICS",
     "AlphaRange",
@@ -26,9 +28,11 @@ __all__ = [
     "ValueRange",
 ]
 
-# Every metric a trial reports per epoch (docs/concepts/design.md, "What a trial records"), i.e. every valid objective metric, and
-# which of them are better when higher: workers/contract.py.
-_MAXIMISED = MAXIMISED_METRICS
+# Every metric a trial reports per epoch (METRIC_NAMES, docs/concepts/design.md, "What a trial
+# records") is a valid objective metric. Latent recovery is better when higher; every loss, KL
+# and concentration statistic when lower.
+MAXIMISED_METRICS = frozenset(metric_name(VAL, name) for name in LATENT_METRICS)
+DEFAULT_OBJECTIVE_METRIC = VAL_LATENT_NMI
 MAX_COHORT_SIZE = 256
 
 
@@ -171,7 +175,7 @@ class ObjectiveSpec(BaseModel):
         """The given modes, or the default per metric."""
         if self.modes is not None:
             return list(self.modes)
-        return ["max" if metric in _MAXIMISED else "min" for metric in self.metrics]
+        return ["max" if metric in MAXIMISED_METRICS else "min" for metric in self.metrics]
 
 
 class BudgetSpec(BaseModel):

@@ -12,32 +12,31 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sweeps.tune.cohort_trainable import MEMBERS_FILE
+from sweeps.plan.build import SEARCH_AXES
+from sweeps.tune.cohort_trainable import COHORT_MEMBERS_KEY, ENDED, MEMBERS_FILE, member_trial_id
 from sweeps.tune.search_space import MEMBERS
-from workers.contract import COHORT_MEMBERS_KEY, SEARCH_AXES, member_trial_id
+from sweeps.tune.status import TrialState, finished_state
+from workers.contract import TrainingStatus
 
 __all__ = ["member_state", "member_views", "saved_members"]
 
 
 def member_state(record_state: str | None, tune_state: str, epochs: int, budget: int) -> str:
-    """A member's progress state from its own record and its cohort's Tune trial status.
+    """A member's :class:`TrialState` from its record's training status and its cohort's Tune
+    trial status.
 
     An ended member is done when it ran its budget, stopped when it ended sooner (the
     trainer's early stopping, as a lone trial), failed when it diverged. A member still
     running follows its cohort: pending, running, failed with it (ERROR), or stopped when
     Tune ended the cohort early (time budget).
     """
-    if record_state in ("finished", "stopped", "failed"):
-        if record_state == "failed":
-            return "failed"
-        return "done" if epochs >= budget else "stopped"
-    if tune_state == "ERROR":
-        return "failed"
-    if tune_state == "TERMINATED":
-        return "done" if epochs >= budget else "stopped"
+    if record_state in ENDED:
+        return finished_state(record_state == TrainingStatus.FAILED, epochs, budget)
+    if tune_state in ("ERROR", "TERMINATED"):
+        return finished_state(tune_state == "ERROR", epochs, budget)
     if tune_state in ("RUNNING", "PAUSED"):
-        return "running"
-    return "pending"
+        return TrialState.RUNNING.value
+    return TrialState.PENDING.value
 
 
 def member_views(cohort_id: str, config: dict[str, Any], result: dict[str, Any] | None,

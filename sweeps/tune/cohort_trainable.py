@@ -36,14 +36,12 @@ from workers.cohort.member import own_rng
 from workers.cohort.trainer import Cohort, Member
 from workers.contract import (
     C_BASE_PARAM,
-    COHORT_MEMBERS_KEY,
-    COHORT_TAG,
     FAILURE_TAG,
     HISTORY_METRICS,
     METRIC_NAMES,
     STOPPED_EARLY_TAG,
+    TrainingStatus,
     failure_text,
-    member_trial_id,
 )
 from workers.trial import TrialRun
 
@@ -51,7 +49,16 @@ if TYPE_CHECKING:
     from sweeps.spec.trials import TrialConfigs
 
 MEMBERS_FILE = "members.json"
-ENDED = ("finished", "stopped", "failed")
+ENDED = frozenset(TrainingStatus) - {TrainingStatus.RUNNING}
+COHORT_TAG = "ksweep.cohort"
+"""On a trial run trained in a cohort: the Tune trial id of its cohort (absent for a lone trial)."""
+COHORT_MEMBERS_KEY = "cohort_members"
+"""Key of a cohort Tune trial's report: its members' progress records as one JSON string."""
+
+
+def member_trial_id(cohort_trial_id: str, position: int) -> str:
+    """The trial id of member ``position`` of the cohort that Tune runs as ``cohort_trial_id``."""
+    return f"{cohort_trial_id}-m{position}"
 
 
 def _numbers(metrics: dict[str, Any]) -> dict[str, float]:
@@ -73,18 +80,18 @@ def _close(member: Member, run: TrialRun | None) -> None:
     replayed after its run had ended (nothing to write)."""
     if run is None:
         return
-    if member.status == "failed":
-        run.logger.set_tags({FAILURE_TAG: member.error or "failed"})
+    if member.status == TrainingStatus.FAILED:
+        run.logger.set_tags({FAILURE_TAG: member.error or TrainingStatus.FAILED.value})
     run.log_plots()
-    run.logger.finish("FAILED" if member.status == "failed" else "FINISHED")
+    run.logger.finish("FAILED" if member.status == TrainingStatus.FAILED else "FINISHED")
 
 
 def _close_leftover(client: MlflowClient, record: dict[str, Any]) -> None:
     """A member that ended before a kill, whose run the kill left RUNNING: end it now."""
     if record.get("run_id") and client.get_run(record["run_id"]).info.status == "RUNNING":
-        if record["state"] == "failed":
-            client.set_tag(record["run_id"], FAILURE_TAG, record.get("error") or "failed")
-        client.set_terminated(record["run_id"], "FAILED" if record["state"] == "failed" else "FINISHED")
+        if record["state"] == TrainingStatus.FAILED:
+            client.set_tag(record["run_id"], FAILURE_TAG, record.get("error") or TrainingStatus.FAILED.value)
+        client.set_terminated(record["run_id"], "FAILED" if record["state"] == TrainingStatus.FAILED else "FINISHED")
 
 
 class _CohortTrial:
@@ -96,8 +103,9 @@ class _CohortTrial:
         self.cohort_id = tune.get_context().get_trial_id()
         self.configs = [configs.trial_config_for(m) for m in self.members]
         self.records: list[dict[str, Any]] = [
-            {"trial_id": member_trial_id(self.cohort_id, k), "params": member, "state": "running",
-             "epochs": 0, "run_id": None, "error": None, "final": {}, "history": {}}
+            {"trial_id": member_trial_id(self.cohort_id, k), "params": member,
+             "state": TrainingStatus.RUNNING.value, "epochs": 0, "run_id": None, "error": None,
+             "final": {}, "history": {}}
             for k, member in enumerate(self.members)]
         self.running: list[int] = []
         self.runs: list[TrialRun | None] = []  # None: replayed, its run already ended
@@ -112,7 +120,7 @@ class _CohortTrial:
             for record in saved:
                 if record["state"] in ENDED:
                     _close_leftover(client, record)
-        self.running = [k for k, r in enumerate(self.records) if r["state"] == "running"]
+        self.running = [k for k, r in enumerate(self.records) if r["state"] == TrainingStatus.RUNNING]
         if not self.running:  # every member ended before the restore: nothing re-runs
             return None
         checkpoints = ({i: folder / f"member_{k}.pt" for i, k in enumerate(self.running)}
@@ -152,14 +160,14 @@ class _CohortTrial:
             record = self.records[self.running[position]]
             if record["state"] in ENDED:
                 continue
-            if member.status == "failed":
-                record.update(state="failed", error=member.error)
+            if member.status == TrainingStatus.FAILED:
+                record.update(state=TrainingStatus.FAILED.value, error=member.error)
                 ended.append(position)
                 continue
             if position not in results:
                 continue
             metrics = results[position]
-            if member.status in ("finished", "stopped"):  # the lone trial's last epoch
+            if member.status in (TrainingStatus.FINISHED, TrainingStatus.STOPPED):  # its lone last epoch
                 with own_rng(member):
                     metrics = {**metrics, **member.trainer.finalize()}
                 ended.append(position)
@@ -183,7 +191,7 @@ class _CohortTrial:
         best = (max(values) if mode == "max" else min(values)) if values else math.nan
         with tempfile.TemporaryDirectory(prefix="ksweep-cohort-") as folder:
             for position, member in enumerate(cohort.members):
-                if member.status == "running":
+                if member.status == TrainingStatus.RUNNING:
                     cohort.save_checkpoint(member, Path(folder) / f"member_{self.running[position]}.pt")
             (Path(folder) / MEMBERS_FILE).write_text(json.dumps(self.records))
             for run in self.runs:  # MLflow holds every epoch before Tune records the checkpoint
@@ -197,7 +205,7 @@ class _CohortTrial:
         """End the runs of members still running: stopped early (Tune's stop) or failed."""
         self.close_ended(cohort)
         for position, member in enumerate(cohort.members):
-            if member.status != "running" or self.records[self.running[position]]["state"] in ENDED:
+            if member.status != TrainingStatus.RUNNING or self.records[self.running[position]]["state"] in ENDED:
                 continue
             run = self.runs[position]
             if run is None:
@@ -206,7 +214,7 @@ class _CohortTrial:
                 run.logger.set_tags({STOPPED_EARLY_TAG: "true"})
                 run.logger.finish("FINISHED")
             else:
-                member.status, member.error = "failed", failure_text(error)
+                member.status, member.error = TrainingStatus.FAILED.value, failure_text(error)
                 _close(member, run)
 
 

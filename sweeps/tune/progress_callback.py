@@ -17,10 +17,11 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from ray import tune
 
+from sweeps.plan.build import SEARCH_AXES
 from sweeps.tune.cohort_results import member_views
 from sweeps.tune.search_space import MEMBERS, is_cohort
-from sweeps.tune.status import ProgressSink, SweepStatus, publish
-from workers.contract import METRIC_NAMES, SEARCH_AXES, STOPPED_EARLY_TAG
+from sweeps.tune.status import ProgressSink, SweepStatus, TrialState, finished_state, publish
+from workers.contract import METRIC_NAMES, STOPPED_EARLY_TAG
 
 log = logging.getLogger("ksweep.runner")
 
@@ -124,21 +125,14 @@ class ProgressCallback(tune.Callback):
         publish(sinks, status)
 
 
-def finished_state(errored: bool, reached: int, epochs: int) -> str:
-    """A finished trial failed, ran its whole budget (done) or was stopped early by ASHA."""
-    if errored:
-        return "failed"
-    return "done" if reached >= epochs else "stopped"
-
-
 def _trial_state(trial, epochs: int) -> str:
     status = trial.status
     if status in ("ERROR", "TERMINATED"):
         reached = (trial.last_result or {}).get("training_iteration", 0)
         return finished_state(status == "ERROR", reached, epochs)
     if status in ("RUNNING", "PAUSED"):
-        return "running"
-    return "pending"
+        return TrialState.RUNNING.value
+    return TrialState.PENDING.value
 
 
 def trial_record(trial_id: str, state: str, config: dict[str, Any], result: dict[str, Any],
@@ -169,7 +163,7 @@ def update_status_from_trials(status: SweepStatus, trials, epochs: int, metric: 
     """Counters, per-trial records and best-so-far from Tune's trials (the same after a restore).
 
     A cohort Tune trial counts as its members: each is a trial with its own state and record."""
-    counts = {"done": 0, "failed": 0, "stopped": 0, "running": 0, "pending": 0}
+    counts = dict.fromkeys(TrialState, 0)
     best_value, best_trial, best_config = None, None, None
     records = []
     for trial_id, state, config, result in _views(trials, epochs):
@@ -182,9 +176,9 @@ def update_status_from_trials(status: SweepStatus, trials, epochs: int, metric: 
         ):
             best_value, best_trial = float(value), trial_id
             best_config = {k: config.get(k) for k in SEARCH_AXES}
-    started = counts["done"] + counts["failed"] + counts["stopped"] + counts["running"]
-    status.done, status.failed, status.stopped = counts["done"], counts["failed"], counts["stopped"]
-    status.running = counts["running"]
+    status.done, status.failed = counts[TrialState.DONE], counts[TrialState.FAILED]
+    status.stopped, status.running = counts[TrialState.STOPPED], counts[TrialState.RUNNING]
+    started = status.done + status.failed + status.stopped + status.running
     status.pending = max(0, status.total - started)
     status.best_metric, status.best_value = metric, best_value
     status.best_trial, status.best_config = best_trial, best_config

@@ -26,7 +26,7 @@ from mlflow.tracking import MlflowClient
 from ray import tune
 
 from sweeps.plan.budget import build_plan_within_budget
-from sweeps.plan.build import SweepPlan
+from sweeps.plan.build import SEARCH_AXES, SweepPlan
 from sweeps.report.build import (
     TrialOutcome,
     build_report,
@@ -38,33 +38,39 @@ from sweeps.report.summary_runs import publish_summary
 from sweeps.spec import SweepSpec
 from sweeps.spec.datasets import resolve_spec_data
 from sweeps.tune.cohort_results import member_state, saved_members
-from sweeps.tune.cohort_trainable import train_sweep_trial
-from sweeps.tune.progress_callback import LIVE, ProgressCallback, finished_state, trial_record
+from sweeps.tune.cohort_trainable import member_trial_id, train_sweep_trial
+from sweeps.tune.progress_callback import LIVE, ProgressCallback, trial_record
 from sweeps.tune.search_space import MEMBERS, is_cohort
 from sweeps.tune.setup import TUNE_FOLDER, ensure_ray, make_tuner, param_space
-from sweeps.tune.status import MlflowTagSink, ProgressSink, StatusFileSink, SweepStatus, publish
+from sweeps.tune.status import (
+    ProgressSink,
+    StatusFileSink,
+    SweepState,
+    SweepStatus,
+    TrialState,
+    finished_state,
+    publish,
+)
+from sweeps.tune.tag_sink import MlflowTagSink
 from workers.contract import (
     FAILURE_TAG,
     HISTORY_METRICS,
     LOCAL_MLFLOW_UI,
     MAX_ERROR_CHARS,
-    NOTE_TAG,
     RUN_KIND_SWEEP,
     RUN_KIND_TAG,
-    SEARCH_AXES,
     SWEEP_ID_TAG,
-    TUNE_ENV,
     failure_text,
-    member_trial_id,
     runs_with_tag_filter,
 )
 from workers.mlflow_retry import retrying
 from workers.tracking import RunLogger, ensure_experiment, flatten_config
 
-__all__ = ["STATUS_FILE", "TUNE_ENV", "SweepOutcome", "ensure_ray", "param_space", "run_sweep",
+__all__ = ["STATUS_FILE", "SweepOutcome", "ensure_ray", "param_space", "run_sweep",
            "sweep_dir"]
 
 STATUS_FILE = "status.json"
+NOTE_TAG = "mlflow.note.content"  # the run description the MLflow UI shows
 
 log = logging.getLogger("ksweep.runner")
 
@@ -134,7 +140,7 @@ def _member_outcomes(result, epochs: int) -> list[TrialOutcome]:
             trial_id=record.get("trial_id") or member_trial_id(cohort_id, k),
             params={key: params.get(key) for key in SEARCH_AXES}, state=state,
             final=dict(record.get("final", {})), history=dict(record.get("history", {})),
-            epochs=reached, error=record.get("error") or (error if state == "failed" else None),
+            epochs=reached, error=record.get("error") or (error if state == TrialState.FAILED else None),
             run_id=record.get("run_id"),
         ))
     return outcomes
@@ -207,9 +213,9 @@ def _log_report(parent: RunLogger, report: dict[str, Any], outcomes: list[TrialO
 
 def _final_status(status: SweepStatus, spec: SweepSpec, outcomes: list[TrialOutcome]) -> None:
     """Counters and records from the outcomes; failed when no trial got anywhere."""
-    status.done = sum(o.state == "done" for o in outcomes)
-    status.failed = sum(o.state == "failed" for o in outcomes)
-    status.stopped = sum(o.state == "stopped" for o in outcomes)
+    status.done = sum(o.state == TrialState.DONE for o in outcomes)
+    status.failed = sum(o.state == TrialState.FAILED for o in outcomes)
+    status.stopped = sum(o.state == TrialState.STOPPED for o in outcomes)
     status.running = 0
     status.total = max(status.total, len(outcomes)) if spec.search.kind != "optuna" else len(outcomes)
     status.pending = 0
@@ -221,10 +227,10 @@ def _final_status(status: SweepStatus, spec: SweepSpec, outcomes: list[TrialOutc
     ]
     if outcomes and status.done + status.stopped == 0:
         first = next((o.error for o in outcomes if o.error), "unknown error")
-        status.state = "failed"
+        status.state = SweepState.FAILED.value
         status.error = f"all {len(outcomes)} trials failed; first error: {first}"[:MAX_ERROR_CHARS]
     else:
-        status.state = "succeeded"
+        status.state = SweepState.SUCCEEDED.value
 
 
 def run_sweep(
@@ -248,7 +254,7 @@ def run_sweep(
     by the caller; the parent run, the search space, the counters and the report all read it.
     ``mlflow_ui_url``: the MLflow UI the report's saved-view links point at.
 
-    The driver process should carry :data:`TUNE_ENV` in its environment (the launchers and
+    The driver process should carry ``TUNE_ENV`` (:mod:`service.orchestrator.driver_env`) in its environment (the launchers and
     ``ksweep sweep run`` see to it); this function reads no environment variable itself
     beyond what Ray and Tune read. ``data_root`` is the dataset store a spec naming a
     dataset reads (resolved to its hash here, once: :mod:`sweeps.spec.datasets`); ``model_root``
@@ -295,13 +301,13 @@ def run_sweep(
             "publish_summary")
         _log_report(parent, report, outcomes, folder)
         _final_status(status, spec, outcomes)
-        if status.state == "failed":
+        if status.state == SweepState.FAILED:
             parent.set_tags({FAILURE_TAG: status.error})
         publish(all_sinks, status)
     except Exception as error:
         # The parent run ends FAILED with the reason whatever failed, the status file
         # included (a full disk under the sweep root): MLflow may live elsewhere.
-        status.state, status.error = "failed", failure_text(error)
+        status.state, status.error = SweepState.FAILED.value, failure_text(error)
         parent.set_tags({FAILURE_TAG: status.error})
         parent.finish("FAILED")
         try:
@@ -310,5 +316,5 @@ def run_sweep(
             log.warning("could not publish the failed status of sweep %s", sweep_id,
                         exc_info=True)
         raise
-    parent.finish("FINISHED" if status.state == "succeeded" else "FAILED")
+    parent.finish("FINISHED" if status.state == SweepState.SUCCEEDED else "FAILED")
     return SweepOutcome(sweep_id, status, report, parent.run_id, parent.experiment_id, outcomes)

@@ -13,9 +13,8 @@ from typing import Any
 
 from ray import tune
 
-from sweeps.plan.build import SweepPlan
+from sweeps.plan.build import SEARCH_AXES, SweepPlan
 from sweeps.spec import SweepSpec, ValueRange
-from workers.contract import SEARCH_AXES
 
 __all__ = ["COHORT_INDEX", "MEMBERS", "TRIAL_INDEX", "is_cohort", "lone_params", "param_space"]
 

@@ -2,7 +2,7 @@
 scheduler and the Tuner (new, or restored from the sweep's Tune state).
 
 Tune reads a few knobs only from the driver process's environment;
-:data:`workers.contract.TUNE_ENV` lists them, and whoever starts a driver process passes
+:data:`service.orchestrator.driver_env.TUNE_ENV` lists them, and whoever starts a driver process passes
 them (the launchers put them in the driver's environment, ``ksweep sweep run`` sets them
 as it starts). Nothing here writes ``os.environ``.
 """

@@ -23,8 +23,9 @@ from workers.contract import (
     RUN_KIND_TRIAL,
     STOPPED_EARLY_TAG,
     SWEEP_ID_TAG,
+    TAG_PREFIX,
     TRIAL_ID_TAG,
-    param_tag,
+    TrainingStatus,
     runs_with_tag_filter,
 )
 from workers.mlflow_retry import retrying
@@ -37,6 +38,11 @@ if TYPE_CHECKING:
 
 STATE_FILE = "state.pt"
 RUN_FILE = "run.json"
+
+
+def param_tag(name: str) -> str:
+    """The run tag mirroring a trial's search param (``ksweep.alpha``...)."""
+    return f"{TAG_PREFIX}{name}"
 
 
 def delete_leftover_runs(context: dict[str, Any], tags: dict[str, str],
@@ -80,12 +86,14 @@ def open_trial_run(
 
 
 def _ended_run(context: dict[str, Any], run_id: str) -> str | None:
-    """'finished' or 'stopped' (early, by the scheduler) when the run ended FINISHED, else None."""
+    """How the run ended when it ended FINISHED: stopped (early, by the scheduler) or finished
+    (a :class:`~workers.contract.TrainingStatus` value); None when it did not."""
     client = MlflowClient(tracking_uri=context["tracking_uri"])
     run = retrying(lambda: client.get_run(run_id), f"get run {run_id}")
     if run.info.status != "FINISHED":
         return None
-    return "stopped" if run.data.tags.get(STOPPED_EARLY_TAG) == "true" else "finished"
+    stopped = run.data.tags.get(STOPPED_EARLY_TAG) == "true"
+    return (TrainingStatus.STOPPED if stopped else TrainingStatus.FINISHED).value
 
 
 def train_trial(params: dict[str, Any], *, configs: TrialConfigs, context: dict[str, Any]) -> None:
@@ -101,7 +109,7 @@ def train_trial(params: dict[str, Any], *, configs: TrialConfigs, context: dict[
             trainer.load_checkpoint(Path(folder) / STATE_FILE)
             checkpoint_run_id = json.loads((Path(folder) / RUN_FILE).read_text())["run_id"]
     ended = None if checkpoint_run_id is None else _ended_run(context, checkpoint_run_id)
-    if ended == "stopped":  # stopped early by the scheduler before the kill: it stays stopped
+    if ended == TrainingStatus.STOPPED:  # stopped early by the scheduler before the kill: it stays stopped
         return
     run = None if ended else open_trial_run(trainer, params, context, trial_id, checkpoint_run_id)
     run_id = checkpoint_run_id if run is None else run.logger.run_id

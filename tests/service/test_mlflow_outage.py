@@ -15,9 +15,9 @@ from conftest import auth, tiny_spec
 from mlflow.tracking import MlflowClient
 from sweep_checks import check_consistent, poll, trials_of
 
+from sweeps.tune.status import STATE_TAG, counter_tag
 from tests.support.groups import exclusive
 from tests.support.outage_servers import MlflowServer
-from workers.contract import STATE_TAG, counter_tag
 
 pytestmark = [pytest.mark.slow, exclusive]  # the MLflow server stopped and restarted
 

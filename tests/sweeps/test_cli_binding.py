@@ -1,6 +1,6 @@
 """``ksweep sweep run`` starts its own local Ray (GCS, raylet, workers, agents): every socket
-that process tree listens on is on loopback (workers.contract.LOOPBACK_RAY_ENV, set by the CLI
-before Ray is imported)."""
+that process tree listens on is on loopback (``LOOPBACK_RAY_ENV`` of
+service.orchestrator.driver_env, set by the CLI before Ray is imported)."""
 
 from __future__ import annotations
 

@@ -16,8 +16,9 @@ from test_runner import _runs, _sweep, _write_spec
 
 from sweeps.plan.build import build_plan
 from sweeps.spec import load_sweep_spec
+from sweeps.tune.cohort_trainable import COHORT_TAG
 from sweeps.tune.status import read_status
-from workers.contract import COHORT_TAG, SWEEP_ID_TAG, TRIAL_ID_TAG
+from workers.contract import SWEEP_ID_TAG, TRIAL_ID_TAG
 from workers.tracking import CREATE_TOKEN_TAG
 
 pytestmark = pytest.mark.slow

@@ -328,3 +328,24 @@ def test_claim_words_say_what_the_numbers_support() -> None:
         "no claim: no matched effective beta")
     assert claim_words({**base, "family": "exploratory", "mean_diff": 0.5, "ci_low": 0.4,
                         "ci_high": 0.6, "p_adjusted": None}).startswith("exploratory")
+
+
+def test_chance_level_and_collapse_are_said() -> None:
+    """A test NMI inside its shuffled-label NMI's interval is counted as chance level; one above
+    it is not; a mean KL under 0.01 nats is counted as collapse; val cells are not read."""
+    from sweeps.report.build import chance_and_collapse
+
+    def cell(metric: str, mean: float, high: float, stack: str = "ncc", split: str = "test"):
+        return {"alpha": 2.0, "loss_stack": stack, "model": "discrete", "beta": 1.0,
+                "free_bits": 0.0, "kind": "all", "split": split, "metric": metric,
+                "mean": mean, "ci_low": 0.0, "ci_high": high}
+
+    cells = [cell("latent_nmi", 0.032, 0.057), cell("latent_nmi_shuffled", 0.027, 0.052),
+             cell("latent_nmi", 0.40, 0.45, "uniform"),
+             cell("latent_nmi_shuffled", 0.03, 0.05, "uniform"),
+             cell("kl", 0.0007, 0.001), cell("kl", 2.5, 2.9, "uniform"),
+             cell("kl", 0.0001, 0.0002, "uniform", split="val")]
+    words = chance_and_collapse(cells, "test")
+    assert words[0].startswith("1 of 2 test latent_nmi cell(s) are at chance level")
+    assert words[1].startswith("1 of 2 cell(s) have a mean test KL below 0.01 nats")
+    assert chance_and_collapse([cell("latent_nmi", 0.4, 0.5)], "test") == []

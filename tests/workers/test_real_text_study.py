@@ -121,8 +121,11 @@ def test_export_copies_each_sweep_s_report_and_its_parent_run_s_artifacts(tmp_pa
 
     import mlflow
 
+    from sweeps.report.build import build_report
+    from tests.sweeps.test_report import caveat_spec, known_outcomes
     from workers.contract import RUN_KIND_SWEEP, RUN_KIND_TAG, SWEEP_ID_TAG
 
+    sweep_spec = caveat_spec()
     spec = importlib.util.spec_from_file_location("real_text_study_export", SCRIPT)
     assert spec is not None and spec.loader is not None
     rts = importlib.util.module_from_spec(spec)
@@ -135,17 +138,24 @@ def test_export_copies_each_sweep_s_report_and_its_parent_run_s_artifacts(tmp_pa
     for _, sweep_id in rts.PRESETS.values():
         folder = Path(env["KSWEEP_SWEEP_ROOT"]) / sweep_id
         folder.mkdir(parents=True)
-        (folder / "report.json").write_text(json.dumps({"sweep_id": sweep_id}))
+        report = build_report(sweep_spec, sweep_id, known_outcomes(sweep_spec))
+        report["contrasts"][0]["claim"] = "words of an older version"  # re-rendered on export
+        (folder / "report.json").write_text(json.dumps(report))
         for start, attempt in ((1_000, "first"), (2_000, "resumed")):  # ms: an order, no tie
             run = client.create_run(experiment, start_time=start, tags={
                 SWEEP_ID_TAG: sweep_id, RUN_KIND_TAG: RUN_KIND_SWEEP})
             client.log_text(run.info.run_id, f"{sweep_id} {attempt}", "report.md")
+            if attempt == "resumed":
+                client.log_text(run.info.run_id, "newest parent run", "resumed.txt")
             client.set_terminated(run.info.run_id)
     rts.export(work, tmp_path / "unused.gguf")
     for _, sweep_id in rts.PRESETS.values():
         target = work / "reports" / sweep_id
-        assert json.loads((target / "report.json").read_text()) == {"sweep_id": sweep_id}
-        assert (target / "report.md").read_text() == f"{sweep_id} resumed"
+        assert json.loads((target / "report.json").read_text())["sweep_id"] == sweep_id
+        assert (target / "resumed.txt").read_text() == "newest parent run"  # its artifacts
+        markdown = (target / "report.md").read_text()  # rendered again from report.json
+        assert markdown.splitlines()[0].endswith(f"({sweep_id})")
+        assert "words of an older version" not in markdown and "latent_nmi" in markdown
 
 
 def test_kappa_distributions_known_answers_and_the_synthetic_kinds(tmp_path: Path) -> None:

@@ -12,19 +12,20 @@ import numpy as np
 import torch
 
 from workers.cohort.grouping import cohort_key, cohort_problem
+from workers.contract import TrainingStatus
 from workers.train.config import TrialConfig
 from workers.train.loop import Trainer
 
 
 @dataclass
 class Member:
-    """One trial of a cohort. ``status``: running | finished | failed | stopped."""
+    """One trial of a cohort. ``status``: a :class:`~workers.contract.TrainingStatus` value."""
 
     position: int  # index in the configs the cohort was made from
     trainer: Trainer
     generator: torch.Generator  # the stream of the forward's noise (the lone trial's torch RNG)
     host_rng: tuple  # (python, numpy, torch CPU) states, swapped in around its evaluation
-    status: str = "running"
+    status: str = TrainingStatus.RUNNING.value
     error: str | None = None
     step_losses: list[float] = field(default_factory=list)  # every step's training loss
     best: float = math.inf

@@ -29,7 +29,7 @@ from objectives import LossInputs
 from workers.cohort.evaluation import member_outputs
 from workers.cohort.member import Member, MemberCallback, capture, check_cohort, own_rng
 from workers.cohort.optim import StackedAdamW, clip_per_member
-from workers.contract import PERF_EPOCH_SECONDS, PERF_TOKENS_PER_SECOND, VAL_LOSS
+from workers.contract import PERF_EPOCH_SECONDS, PERF_TOKENS_PER_SECOND, VAL_LOSS, TrainingStatus
 from workers.models import CVAEOutput
 from workers.models.backbone import upcast
 from workers.models.functional import cvae_forward
@@ -76,7 +76,7 @@ class Cohort:
 
     @property
     def active(self) -> list[Member]:
-        return [m for m in self.members if m.status == "running"]
+        return [m for m in self.members if m.status == TrainingStatus.RUNNING]
 
     @property
     def epoch(self) -> int:
@@ -325,7 +325,7 @@ class Cohort:
         return results
 
     def _fail(self, member: Member, reason: str) -> None:
-        member.status, member.error = "failed", reason
+        member.status, member.error = TrainingStatus.FAILED.value, reason
 
     @staticmethod
     def _after_epoch(member: Member, metrics: dict[str, float], patience: int | None, monitor: str) -> None:
@@ -334,17 +334,17 @@ class Cohort:
             member.best, member.since_best = value, 0
         else:
             member.since_best += 1
-        trainer = member.trainer  # the lone trainer's own early stopping, where it has one
-        stopped = bool(getattr(getattr(trainer, "selection", None), "stopped", False))
+        trainer = member.trainer
+        stopped = trainer.selection.stopped  # the lone trainer's own early stopping
         if trainer.epoch >= member.config.training.epochs:
-            member.status = "finished"
+            member.status = TrainingStatus.FINISHED.value
         elif stopped or (patience is not None and member.since_best >= patience):
-            member.status = "stopped"
+            member.status = TrainingStatus.STOPPED.value
 
-    def stop(self, member: Member, reason: str = "stopped") -> None:
+    def stop(self, member: Member, reason: str = TrainingStatus.STOPPED.value) -> None:
         """Take a running member out (e.g. a scheduler's decision); the others go on."""
-        if member.status == "running":
-            member.status, member.error = "stopped", reason
+        if member.status == TrainingStatus.RUNNING:
+            member.status, member.error = TrainingStatus.STOPPED.value, reason
             self._stack()
 
     def run(self, on_epoch: MemberCallback | None = None, patience: int | None = None,
@@ -361,7 +361,7 @@ class Cohort:
                     self.stop(member, "stopped by on_epoch")
         for member in self.members:  # the lone run's end-of-run step, where the trainer has one
             finalize = getattr(member.trainer, "finalize", None)
-            if member.status != "failed" and finalize is not None:
+            if member.status != TrainingStatus.FAILED and finalize is not None:
                 with own_rng(member):
                     finalize()
         return self.members

@@ -13,19 +13,25 @@ from pathlib import Path
 from typing import Any
 
 from workers.cohort.trainer import Cohort, Member, MemberCallback
-from workers.contract import FAILURE_TAG, MAX_ERROR_CHARS, STOPPED_EARLY_TAG, failure_text
+from workers.contract import (
+    FAILURE_TAG,
+    MAX_ERROR_CHARS,
+    STOPPED_EARLY_TAG,
+    TrainingStatus,
+    failure_text,
+)
 from workers.train.config import TrialConfig
 from workers.trial import TrialRun, default_run_name
 
 
 def finish_member_run(member: Member, run: TrialRun) -> None:
     """End a member's run the way :meth:`TrialRun.train` ends a lone trial's."""
-    if member.status == "failed":
-        run.logger.set_tags({FAILURE_TAG: (member.error or "failed")[:MAX_ERROR_CHARS]})
-    elif member.status == "stopped" and member.trainer.epoch < member.config.training.epochs:
+    if member.status == TrainingStatus.FAILED:
+        run.logger.set_tags({FAILURE_TAG: (member.error or TrainingStatus.FAILED.value)[:MAX_ERROR_CHARS]})
+    elif member.status == TrainingStatus.STOPPED and member.trainer.epoch < member.config.training.epochs:
         run.logger.set_tags({STOPPED_EARLY_TAG: "true"})
     run.log_plots()
-    run.logger.finish("FAILED" if member.status == "failed" else "FINISHED")
+    run.logger.finish("FAILED" if member.status == TrainingStatus.FAILED else "FINISHED")
 
 
 def run_logged_cohort(
@@ -70,8 +76,8 @@ def run_logged_cohort(
         cohort.run(on_epoch=log, patience=patience)
     except BaseException as error:  # the cohort itself broke: no member's run stays RUNNING
         for member, run in zip(cohort.members, runs, strict=True):
-            if member.status == "running":
-                member.status, member.error = "failed", failure_text(error)
+            if member.status == TrainingStatus.RUNNING:
+                member.status, member.error = TrainingStatus.FAILED.value, failure_text(error)
             finish_member_run(member, run)
         raise
     for member, run in zip(cohort.members, runs, strict=True):

@@ -24,7 +24,7 @@ from service.api.dataset_upload import (
 from service.api.deps import Services, get_services, may_act_on, read_access, require_owner
 from service.api.errors import ProblemError
 from service.api.schemas import PROBLEM_MEDIA_TYPE, Problem
-from workers.contract import ACTIVE_SWEEP_STATES
+from service.lifecycle import ACTIVE_SWEEP_STATES
 from workers.data.dataset_limits import DatasetError
 from workers.data.dataset_store import (
     NAME_PATTERN,

@@ -30,13 +30,13 @@ from service.api.schemas import (
     TrialState,
 )
 from service.api.strict_body import StrictRoute, strict_body
+from service.lifecycle import ACTIVE_SWEEP_STATES
 from service.store.db import SweepRow
 from service.store.queries import IdempotencyConflict
 from sweeps.plan.budget import build_plan_within_budget
 from sweeps.plan.build import SweepPlan
 from sweeps.spec import SweepSpec, load_sweep_spec
-from workers.contract import ACTIVE_SWEEP_STATES
-from workers.contract import SweepState as SweepStates
+from sweeps.tune.status import SweepState as SweepStates
 
 # Spec bodies are parsed strictly (service.api.strict_body); `_schema` only documents them.
 router = APIRouter(tags=["sweeps"], route_class=StrictRoute)
