@@ -3,8 +3,11 @@
 The cohort runs the way a sweep's cohort trainable runs it (sweeps/tune/cohort_trainable.py),
 without Ray: ``Cohort.create``, one MLflow run per member (a sqlite store in a temporary
 folder), then per epoch the cohort's training pass and each member's epoch end, one
-``log_batch`` per member, one checkpoint per member; at the end each member's ``finalize`` and
-its run's close (PNGs, end state). Timers wrap the code from the outside (the methods are
+``log_batch`` per member (queued for the writer thread, as a sweep's runs are), one checkpoint
+per member, every run settled before the cohort's checkpoint would be reported (the cohort
+trainable's order); at the end each member's
+``finalize`` and its run's close (end state; the five PNGs only with ``--trial-plots``, as a
+sweep's ``tracking.trial_plots``). Timers wrap the code from the outside (the methods are
 wrapped for the run and restored after it; nothing changes in the library): each phase
 counts its exclusive wall and process-CPU seconds (a phase inside another one is taken out of
 the outer one), and the rest of the wall is ``other``. Phases:
@@ -15,10 +18,12 @@ the outer one), and the rest of the wall is ``other``. Phases:
 - ``eval forward`` (the batched or lone forwards over the splits), ``eval read-outs``
   (``Trainer.evaluate_split`` less its forward), ``gradient shares``
   (``Trainer.gradient_readouts``);
-- ``logging``: ``TrialRun.log_epoch``; ``checkpoints``: ``Cohort.save_checkpoint``;
+- ``logging``: ``TrialRun.log_epoch`` (queueing the batch); ``metrics wait``: waiting for
+  the writer thread (``TrialRun.settle``); ``checkpoints``: ``Cohort.save_checkpoint``;
 - ``finalize``: ``Trainer.finalize``; ``plots + close``: ``finish_member_run``.
 
-``python -m benchmarks.cohort_profile [--sizes 1 32 128] [--eval batched lone] [--out FILE]``
+``python -m benchmarks.cohort_profile [--sizes 1 32 128] [--eval batched lone] [--trial-plots]
+[--out FILE]``
 prints a table per K and writes it to ``docs/bench/cohort_profile_cpu_<date>.txt`` by
 default. Torch runs on one thread.
 """
@@ -41,7 +46,8 @@ from benchmarks.bench_cohort import sweep_configs
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("create", "mlflow start", "train pass", "write-back", "restack", "eval forward",
-          "eval read-outs", "gradient shares", "logging", "checkpoints", "finalize", "plots + close")
+          "eval read-outs", "gradient shares", "logging", "metrics wait", "checkpoints", "finalize",
+          "plots + close")
 
 
 class PhaseTimer:
@@ -80,10 +86,13 @@ class PhaseTimer:
         return lambda: setattr(owner, attribute, original)
 
 
-def profile(size: int, cache: Path, *, epochs: int, train_size: int, batched: bool) -> tuple[PhaseTimer, float, float]:
-    """One logged cohort of ``size`` trials, timed by phase; returns (timer, wall, cpu)."""
+def profile(size: int, cache: Path, *, epochs: int, train_size: int, batched: bool,
+            trial_plots: bool = False) -> tuple[PhaseTimer, float, float]:
+    """One logged cohort of ``size`` trials, timed by phase; returns (timer, wall, cpu).
+    ``trial_plots``: each run's five PNGs at its close (a sweep's ``tracking.trial_plots``)."""
     import workers.train.loop as loop
     from workers.cohort import evaluation as cohort_evaluation
+    from workers.cohort.member import own_rng
     from workers.cohort.trainer import Cohort
     from workers.cohort.trial import finish_member_run
     from workers.trial import TrialRun, default_run_name
@@ -101,6 +110,7 @@ def profile(size: int, cache: Path, *, epochs: int, train_size: int, batched: bo
         timer.wrap(loop.Trainer, "gradient_readouts", "gradient shares"),
         timer.wrap(loop.Trainer, "finalize", "finalize"),
         timer.wrap(TrialRun, "log_epoch", "logging"),
+        timer.wrap(TrialRun, "settle", "metrics wait"),
         timer.wrap(Cohort, "save_checkpoint", "checkpoints"),
     ]
     forward = "eval forward"
@@ -126,14 +136,22 @@ def profile(size: int, cache: Path, *, epochs: int, train_size: int, batched: bo
         created[0] = True
         cohort.batched_eval = batched
         with timer.phase("mlflow start"):
-            runs = [TrialRun.start(m.trainer, uri, "cohort-profile", default_run_name(m.config))
-                    for m in cohort.members]
+            runs = [TrialRun.start(m.trainer, uri, "cohort-profile", default_run_name(m.config),
+                                   plots=trial_plots, deferred=True) for m in cohort.members]
 
-        def on_epoch(member, epoch, metrics):
-            runs[member.position].log_epoch(metrics)
-            cohort.save_checkpoint(member, cache / f"ck-{size}" / f"member_{member.position}.pt")
-
-        cohort.run(on_epoch=on_epoch)
+        while cohort.active:  # Cohort.run's loop in the cohort trainable's order (its epoch, report)
+            results = cohort.run_epoch()
+            for position, metrics in results.items():
+                runs[position].log_epoch(metrics)
+            for position in results:
+                cohort.save_checkpoint(cohort.members[position],
+                                       cache / f"ck-{size}" / f"member_{position}.pt")
+            for position in results:  # the trainable settles every run before tune.report
+                runs[position].settle()
+        for member in cohort.members:  # Cohort.run's end: each lone run's finalize
+            if member.status != "failed":
+                with own_rng(member):
+                    member.trainer.finalize()
         with timer.phase("plots + close"):
             for member, run in zip(cohort.members, runs, strict=True):
                 finish_member_run(member, run)
@@ -159,21 +177,24 @@ def table(size: int, timer: PhaseTimer, wall: float, cpu: float, label: str) -> 
 
 
 def main(sizes: tuple[int, ...] = (1, 32, 128), modes: tuple[str, ...] = ("lone", "batched"),
-         epochs: int = 2, train_size: int = 256, out: Path | None = None) -> list[str]:
+         epochs: int = 2, train_size: int = 256, out: Path | None = None,
+         trial_plots: bool = False) -> list[str]:
     torch.set_num_threads(1)
     load = os.getloadavg()
     lines = [f"== cohort_profile {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC on "
              f"{platform.machine()} ({os.cpu_count()} CPUs, load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} "
              f"at the start: figures measured under load), torch {torch.__version__}, 1 thread",
              f"   quickstart task, {epochs} epochs, {train_size} train / 128 val / 128 test examples, "
-             "batch 64; eval 'lone' = member by member, 'batched' = one forward for all members"]
+             "batch 64; eval 'lone' = member by member, 'batched' = one forward for all members; "
+             f"per-trial PNGs {'on' if trial_plots else 'off (a sweep default)'}"]
     print("\n".join(lines), flush=True)
     with tempfile.TemporaryDirectory() as folder:
-        profile(2, Path(folder), epochs=1, train_size=64, batched=True)  # warm-up: imports, MLflow schema
+        # warm-up: imports, MLflow schema
+        profile(2, Path(folder), epochs=1, train_size=64, batched=True, trial_plots=trial_plots)
         for size in sizes:
             for mode in modes:
                 timer, wall, cpu = profile(size, Path(folder), epochs=epochs, train_size=train_size,
-                                           batched=mode == "batched")
+                                           batched=mode == "batched", trial_plots=trial_plots)
                 block = table(size, timer, wall, cpu, f"eval {mode}, load {os.getloadavg()[0]:.1f}")
                 print("\n".join(block), flush=True)
                 lines.extend(block)
@@ -190,7 +211,8 @@ if __name__ == "__main__":
     parser.add_argument("--eval", nargs="+", default=["lone", "batched"], choices=["lone", "batched"])
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--train-size", type=int, default=256)
+    parser.add_argument("--trial-plots", action="store_true", help="draw each run's five PNGs")
     parser.add_argument("--out", type=Path,
                         default=ROOT / "docs" / "bench" / f"cohort_profile_cpu_{datetime.date.today()}.txt")
     args = parser.parse_args()
-    main(tuple(args.sizes), tuple(args.eval), args.epochs, args.train_size, args.out)
+    main(tuple(args.sizes), tuple(args.eval), args.epochs, args.train_size, args.out, args.trial_plots)

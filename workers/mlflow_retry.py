@@ -9,12 +9,17 @@ for up to ``KSWEEP_MLFLOW_OUTAGE_S`` seconds (900), so an outage longer than the
 retries is survived too; errors that no retry can mend (a bad parameter, a missing run) are raised
 at once.
 
-A trial's per-epoch metrics go through a :class:`MetricWriter`: a background thread writes
-them in order. While writes succeed, :meth:`MetricWriter.submit` waits for its batch (at most
-``KSWEEP_MLFLOW_SYNC_WAIT_S``, 10 s), so MLflow holds every epoch before the trial reports
-(and checkpoints) it, as without a buffer; once a write fails, epochs are queued and training
-goes on, and the run is only ended after the queue is written. Values are plain floats by
-the time they are queued (no tensor is kept, no host sync is added).
+A trial's per-epoch metrics go through a :class:`MetricWriter`: one background thread per
+process writes every run's batches, each run's in order. While writes succeed,
+:meth:`MetricWriter.submit` waits for its batch (at most ``KSWEEP_MLFLOW_SYNC_WAIT_S``, 10 s),
+so MLflow holds every epoch before the trial reports (and checkpoints) it, as without a
+buffer; once a write fails, epochs are queued and training goes on, and the run is only ended
+after the queue is written. ``submit(wait=False)`` returns at once (a sweep's trials: the
+write overlaps the rest of the epoch end and the checkpoint); its caller then calls
+:meth:`MetricWriter.settle`, the same wait, before Tune records the epoch's checkpoint, so
+what a checkpoint may hold that MLflow lacks is what it was before: only epochs queued while
+the server fails (a resumed trial backfills those from its checkpoint: workers/trial.py).
+Values are plain floats by the time they are queued (no tensor is kept, no host sync is added).
 
 A batch that was written while its reply was lost must not be written again (the same step
 twice is two points): after a failed attempt, the writer first reads the metric's history
@@ -90,38 +95,102 @@ def step_logged(client, run_id: str, key: str, step: int) -> bool:
     return any(point.step == step for point in client.get_metric_history(run_id, key))
 
 
+class _WriterThread:
+    """The one thread of a process that writes every :class:`MetricWriter`'s batches.
+
+    One thread, not one per run: a cohort's K member runs would otherwise write to the store
+    at once (a sqlite store serialises them behind its lock anyway). Each writer's batches
+    are written in order; writers with batches take turns, one batch each. A failing write
+    marks the server ``failing`` for every writer (it is the same server), a success clears it.
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """A fresh lock, queue and thread (also in a forked child: the parent's may be held)."""
+        self.cond = threading.Condition()
+        self.ready: deque[MetricWriter] = deque()  # writers with queued batches, each once
+        self.failing = False  # the last attempt failed: submit does not wait
+        self._thread: threading.Thread | None = None
+
+    def wake(self, writer: MetricWriter) -> None:
+        """Queue ``writer``'s turn (call holding ``cond``, after adding its batches)."""
+        if writer not in self.ready:
+            self.ready.append(writer)
+        if self._thread is None or not self._thread.is_alive():  # none yet, or lost in a fork
+            self._thread = threading.Thread(target=self._run, name="mlflow-metrics", daemon=True)
+            self._thread.start()
+        self.cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                while not self.ready:
+                    self.cond.wait()
+                writer = self.ready[0]
+                batch = writer._pending[0][0]
+            try:
+                writer._write(batch)
+            except Exception as error:  # noqa: BLE001 (recorded, raised by its next submit or flush)
+                with self.cond:
+                    writer._error = error
+                    writer._pending.clear()
+                    self.failing = False  # given up: the next write finds the server afresh
+                    self.ready.popleft()
+                    self.cond.notify_all()
+                continue
+            with self.cond:
+                writer._pending.popleft()
+                self.failing = False
+                self.ready.popleft()
+                if writer._pending:
+                    self.ready.append(writer)
+                self.cond.notify_all()
+
+
+_THREAD = _WriterThread()
+os.register_at_fork(after_in_child=_THREAD.reset)
+
+
 class MetricWriter:
-    """Writes a run's metric batches in order from a background thread (see the module doc)."""
+    """Queues a run's metric batches for the process's writer thread (see the module doc)."""
 
     def __init__(self, client, run_id: str, sync_wait_s: float | None = None) -> None:
         self._client, self._run_id = client, run_id
         self._sync_wait_s = _env_float(SYNC_WAIT_ENV, 10.0) if sync_wait_s is None else sync_wait_s
         self._pending: deque[tuple[list[Metric], float]] = deque()
-        self._cond = threading.Condition()
-        self._failing = False  # the last attempt failed: do not wait for the next batches
         self._error: BaseException | None = None  # a batch that could not be written at all
-        self._thread: threading.Thread | None = None
         self.buffered_batches = 0  # batches queued while the server was failing (a read-out)
+        self._unsettled = 0  # batches submitted since the last settle
 
-    def submit(self, batches: Sequence[list[Metric]]) -> None:
-        """Queue batches; wait for them while writes succeed (module doc)."""
+    def submit(self, batches: Sequence[list[Metric]], wait: bool = True) -> None:
+        """Queue batches; ``wait``: then :meth:`settle`. False: return at once, and the caller
+        calls :meth:`settle` before it checkpoints the epoch (module doc)."""
         with self._cond:
             self._raise_if_failed()
             now = time.monotonic()
             self._pending.extend((list(batch), now) for batch in batches)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=f"mlflow-{self._run_id[:8]}",
-                                                daemon=True)
-                self._thread.start()
-            self._cond.notify_all()
+            self._unsettled += len(batches)
+            if self._pending:
+                _THREAD.wake(self)
+        if wait:
+            self.settle()
+
+    def settle(self) -> None:
+        """Wait for the queued batches while writes succeed, at most ``KSWEEP_MLFLOW_SYNC_WAIT_S``
+        from when the oldest was queued; at once while the server is failing (they stay queued
+        and training goes on: module doc). Raises the writer's error if a batch was given up."""
+        with self._cond:
             # Waited for from when the oldest queued batch was queued: a write stuck in the
             # client's own retries holds training up once, not at every epoch.
-            deadline = self._pending[0][1] + self._sync_wait_s
-            while self._pending and not self._failing and time.monotonic() < deadline:
+            deadline = self._pending[0][1] + self._sync_wait_s if self._pending else 0.0
+            while self._pending and not _THREAD.failing and time.monotonic() < deadline:
                 self._cond.wait(timeout=deadline - time.monotonic())
             self._raise_if_failed()
-            if self._pending:
-                self.buffered_batches += len(batches)
+            if self._pending:  # the batches queued since the last settle went on unwritten
+                self.buffered_batches += min(self._unsettled, len(self._pending))
+            self._unsettled = 0
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Wait until every queued batch is written (raises the writer's error if one could
@@ -136,29 +205,14 @@ class MetricWriter:
                 self._cond.wait(timeout=min(left, 5.0))
             self._raise_if_failed()
 
+    @property
+    def _cond(self) -> threading.Condition:
+        return _THREAD.cond  # read each time: a forked child has a new one
+
     def _raise_if_failed(self) -> None:
         if self._error is not None:
             raise RuntimeError(f"MLflow metrics of run {self._run_id} could not be written: "
                                f"{self._error}") from self._error
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._pending:
-                    self._cond.wait()
-                batch = self._pending[0][0]
-            try:
-                self._write(batch)
-            except Exception as error:  # noqa: BLE001 (recorded, raised by the next submit or flush)
-                with self._cond:
-                    self._error = error
-                    self._pending.clear()
-                    self._cond.notify_all()
-                return
-            with self._cond:
-                self._pending.popleft()
-                self._failing = False
-                self._cond.notify_all()
 
     def _write(self, batch: list[Metric]) -> None:
         first = batch[0]
@@ -168,7 +222,7 @@ class MetricWriter:
                 self._client.log_batch(self._run_id, metrics=batch, synchronous=True)
             except BaseException:
                 with self._cond:
-                    self._failing = True
+                    _THREAD.failing = True
                     self._cond.notify_all()
                 raise
 

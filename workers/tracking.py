@@ -270,19 +270,21 @@ class RunLogger:
             self._retry(lambda batch=batch: self._client.log_batch(
                 self._run_id, params=batch, synchronous=True), "log_batch(params)")
 
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+    def log_metrics(self, metrics: Mapping[str, float], step: int, wait: bool = True) -> None:
         """Log one point per metric at ``step`` (the epoch).
 
         One ``log_batch`` call per 1000 metrics (so one call for any realistic epoch),
         all with the same timestamp. Values go through ``float`` (0-d tensors are fine);
         NaN and infinities are logged as they are, since MLflow stores them. A batch is
-        never written twice (the module doc of :mod:`workers.mlflow_retry`).
+        never written twice (the module doc of :mod:`workers.mlflow_retry`). ``wait=False``
+        (buffered loggers only; unbuffered ones always write before returning): return once
+        the batch is queued; :meth:`settle` before checkpointing the step.
         """
         timestamp = int(time.time() * 1000)
         points = [Metric(key, float(value), timestamp, int(step)) for key, value in metrics.items()]
         batches = [list(batch) for batch in _chunks(points, MAX_METRICS_PER_BATCH)]
         if self._writer is not None:
-            self._writer.submit(batches)
+            self._writer.submit(batches, wait=wait)
             return
         for batch in batches:
             first = batch[0]
@@ -291,6 +293,13 @@ class RunLogger:
                      f"log_batch of step {first.step} to run {self._run_id}",
                      done=lambda first=first: step_logged(self._client, self._run_id,
                                                           first.key, first.step))
+
+    def settle(self) -> None:
+        """Wait for the queued metrics as ``log_metrics(wait=True)`` would: until written while
+        writes succeed, not while the server is failing (:meth:`MetricWriter.settle
+        <workers.mlflow_retry.MetricWriter.settle>`; nothing to do unbuffered)."""
+        if self._writer is not None:
+            self._writer.settle()
 
     def flush(self) -> None:
         """Wait until every buffered metric is written (nothing to do unbuffered)."""

@@ -5,7 +5,8 @@ A :class:`TrialRun` owns the run of one :class:`~workers.train.Trainer`: the par
 run starts, one metric point per epoch (an epoch the run already holds, after a resume, is
 not logged twice, and one the checkpoint holds but the run lacks is logged from the restored
 history; epochs are buffered while the MLflow server is down, and the run ends once
-they are written: :mod:`workers.mlflow_retry`), the PNG artifacts at the end, and how the run ends: ``FINISHED``;
+they are written: :mod:`workers.mlflow_retry`), the PNG artifacts at the end when asked
+(``plots``; a sweep's ``tracking.trial_plots``), and how the run ends: ``FINISHED``;
 ``FINISHED`` with ``ksweep.stopped_early`` when a scheduler stopped it before its budget
 (Tune ends such a trial with ``SystemExit`` inside ``tune.report``); ``FAILED`` with the
 reason in ``ksweep.failure`` when training raised.
@@ -121,28 +122,40 @@ def default_run_name(config: TrialConfig) -> str:
 
 
 class TrialRun:
-    """A trainer and its MLflow run, from the first epoch (or a checkpoint) to the end."""
+    """A trainer and its MLflow run, from the first epoch (or a checkpoint) to the end.
 
-    def __init__(self, trainer: Trainer, logger: RunLogger, logged_epochs: int = 0) -> None:
+    ``plots``: log :func:`log_trial_plots`'s PNGs when the run ends. ``deferred``: an epoch's
+    metrics are queued for the writer thread and :meth:`log_epoch` returns at once; whoever
+    checkpoints the epoch calls :meth:`settle` first (the sweep's trainables do, before
+    ``tune.report``), the wait a non-deferred ``log_epoch`` makes: MLflow holds every epoch a
+    checkpoint holds unless the server is failing; the run's end writes them all.
+    """
+
+    def __init__(self, trainer: Trainer, logger: RunLogger, logged_epochs: int = 0, *,
+                 plots: bool = True, deferred: bool = False) -> None:
         self.trainer = trainer
         self.logger = logger
         self.logged_epochs = logged_epochs
         self.final_pending = False  # the last epoch was logged without finalize()'s values
+        self.plots = plots
+        self.deferred = deferred
 
     @classmethod
     def start(
         cls, trainer: Trainer, tracking_uri: str, experiment_name: str, run_name: str,
-        tags: Mapping[str, Any] | None = None, parent_run_id: str | None = None,
+        tags: Mapping[str, Any] | None = None, parent_run_id: str | None = None, *,
+        plots: bool = True, deferred: bool = False,
     ) -> TrialRun:
-        """A new run carrying the trial's params."""
+        """A new run carrying the trial's params (``plots``, ``deferred``: the class doc)."""
         logger = RunLogger.start(tracking_uri, experiment_name, run_name, dict(tags or {}),
                                  parent_run_id=parent_run_id, buffered=True)
         logger.log_params(trial_params(trainer), fresh=True)  # one log_batch, no read
         log_dataset_input(trainer, logger)
-        return cls(trainer, logger)
+        return cls(trainer, logger, plots=plots, deferred=deferred)
 
     @classmethod
-    def attach(cls, trainer: Trainer, tracking_uri: str, run_id: str) -> TrialRun:
+    def attach(cls, trainer: Trainer, tracking_uri: str, run_id: str, *, plots: bool = True,
+               deferred: bool = False) -> TrialRun:
         """Continue the run of a trainer restored from a checkpoint (its epochs are logged).
 
         The run may hold epochs past the checkpoint: a trial killed after logging an epoch
@@ -151,7 +164,8 @@ class TrialRun:
         """
         logger = RunLogger.attach(tracking_uri, run_id, buffered=True)
         last_step = logger.last_step()
-        run = cls(trainer, logger, logged_epochs=max(trainer.epoch, last_step))
+        run = cls(trainer, logger, logged_epochs=max(trainer.epoch, last_step), plots=plots,
+                  deferred=deferred)
         run.backfill(last_step)
         return run
 
@@ -162,14 +176,26 @@ class TrialRun:
         for epoch in range(last_step + 1, trainer.epoch + 1):
             metrics = {key: values[epoch - 1] for key, values in trainer.history.items()
                        if len(values) == trainer.epoch}
-            self.logger.log_metrics(finite_metrics(metrics), step=epoch)
+            self.logger.log_metrics(finite_metrics(metrics), step=epoch, wait=not self.deferred)
             self.final_pending = True
 
     def log_epoch(self, metrics: Mapping[str, float]) -> None:
-        """Log one epoch's metrics at step = epoch, unless the run already holds it."""
+        """Log one epoch's metrics at step = epoch, unless the run already holds it (queued
+        only when ``deferred``: :meth:`settle` before checkpointing it)."""
         if self.trainer.epoch > self.logged_epochs:
-            self.logger.log_metrics(finite_metrics(metrics), step=self.trainer.epoch)
+            self.logger.log_metrics(finite_metrics(metrics), step=self.trainer.epoch,
+                                    wait=not self.deferred)
             self.logged_epochs = self.trainer.epoch
+
+    def settle(self) -> None:
+        """Wait for the epochs logged so far as a non-deferred :meth:`log_epoch` would (written,
+        unless the server is failing: they stay queued; raises if one was given up)."""
+        self.logger.settle()
+
+    def log_plots(self) -> None:
+        """The run's PNGs (:func:`log_trial_plots`) when the run was asked for them, else nothing."""
+        if self.plots:
+            log_trial_plots(self.logger, self.trainer)
 
     def train(self, after_epoch: EpochHook | None = None) -> dict[str, float]:
         """Train until the budget is spent or early stopping ends it, logging every epoch,
@@ -203,15 +229,15 @@ class TrialRun:
             if not trainer.finished:
                 self.logger.set_tags({STOPPED_EARLY_TAG: "true"})
             else:
-                log_trial_plots(self.logger, trainer)
+                self.log_plots()
             self.logger.finish("FINISHED")
             raise
         except Exception as error:
             self.logger.set_tags({FAILURE_TAG: failure_text(error)})
-            log_trial_plots(self.logger, trainer)
+            self.log_plots()
             self.logger.finish("FAILED")
             raise
-        log_trial_plots(self.logger, trainer)
+        self.log_plots()
         self.logger.finish("FINISHED")
         return metrics
 
@@ -226,15 +252,17 @@ def run_logged_trial(
     parent_run_id: str | None = None,
     on_epoch: EpochHook | None = None,
     on_start: Callable[[Trainer, RunLogger], None] | None = None,
+    plots: bool = True,
 ) -> tuple[Trainer, RunLogger]:
     """Build, train and log one trial (``ksweep train``); the run ends as :class:`TrialRun` says.
+    ``plots``: its five PNGs (on by default here: one trial, looked at by hand).
 
     Raises:
         TrialDiverged, TrialCheckFailed: after tagging the run with the reason.
     """
     trainer = Trainer.create(config, cache_root)
     run = TrialRun.start(trainer, tracking_uri, experiment_name, default_run_name(config),
-                         tags, parent_run_id)
+                         tags, parent_run_id, plots=plots)
     if on_start is not None:
         on_start(trainer, run.logger)
     run.train(after_epoch=on_epoch)

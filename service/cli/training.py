@@ -71,6 +71,8 @@ sweep_app = typer.Typer(help="Run sweeps in-process (no service).", no_args_is_h
 def train_command(
     config_path: Path = typer.Argument(..., exists=True, dir_okay=False, help="Trial config YAML/JSON."),
     experiment: str = typer.Option("ksweep-trials", help="MLflow experiment name."),
+    plots: bool = typer.Option(True, help="Log the trial's five PNGs (kappa histograms, curves, "
+                               "profiles); a sweep draws them only with tracking.trial_plots."),
 ) -> None:
     """Train one trial (no Ray) and log it to MLflow (MLFLOW_TRACKING_URI, default ./mlflow.db)."""
     from workers.train import TrialCheckFailed, TrialDiverged, load_trial_config
@@ -105,6 +107,7 @@ def train_command(
             trainer, logger = run_logged_trial(
                 config, tracking_uri, experiment, default_sweep_root(), on_epoch=on_epoch,
                 on_start=lambda trainer, logger: progress.update(task, description="training"),
+                plots=plots,
             )
         except (TrialDiverged, TrialCheckFailed) as error:
             console.print(f"[red]trial failed:[/red] {error}")

@@ -14,6 +14,7 @@ from sweeps.spec.sections import (
     ResourcesSpec,
     SchedulerSpec,
     SearchSpec,
+    TrackingSpec,
     ValueRange,
 )
 from sweeps.spec.sweep import SweepSpec
@@ -32,6 +33,7 @@ __all__ = [
     "SchedulerSpec",
     "SearchSpec",
     "SweepSpec",
+    "TrackingSpec",
     "ValueRange",
     "load_sweep_spec",
     "parse_sweep_spec",

@@ -24,6 +24,7 @@ __all__ = [
     "ResourcesSpec",
     "SchedulerSpec",
     "SearchSpec",
+    "TrackingSpec",
     "ValueRange",
 ]
 
@@ -210,6 +211,18 @@ class ResourcesSpec(BaseModel):
         "concurrent workers) capped at 32 (workers: budget.max_concurrent_trials, else 4); 1 for "
         "Optuna and ASHA, which decide trial by trial. 1: one trial per worker. A cohort of one "
         "trial runs as a lone trial. The cpu/gpu above are then reserved per cohort.")
+
+
+class TrackingSpec(BaseModel):
+    """What each trial writes to MLflow besides its params, per-epoch metrics and end state."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trial_plots: bool = Field(
+        False, description="Draw five PNGs per trial run (kappa histograms of train, val and "
+        "test, reconstruction curves, per-position profiles) under its 'plots/' artifacts. Off "
+        "by default: they cost more than a cohort member's training on the CPU, and the MLflow "
+        "UI charts the same per-epoch metrics. The sweep's own report plots are always drawn.")
 
 
 READOUT_METRICS: tuple[str, ...] = (

@@ -44,6 +44,7 @@ from sweeps.spec.sections import (
     ResourcesSpec,
     SchedulerSpec,
     SearchSpec,
+    TrackingSpec,
     ValueRange,
 )
 from sweeps.spec.trials import TrialConfigs
@@ -175,6 +176,9 @@ class SweepSpec(BaseModel):
     )
     analysis: AnalysisSpec = Field(
         default_factory=AnalysisSpec, description="What the report compares (families, contrasts)."
+    )
+    tracking: TrackingSpec = Field(
+        default_factory=TrackingSpec, description="What each trial's MLflow run gets (PNGs)."
     )
 
     @field_validator("tags", mode="before")

@@ -4,7 +4,11 @@ The members are trained by :class:`workers.cohort.trainer.Cohort` (one vectorize
 each member's lone epoch-end code) and each keeps everything a lone trial has: its own
 MLflow child run, opened by :func:`sweeps.tune.trainable.open_trial_run` with the lone trial's
 tags (a per-member ``ksweep.trial_id``, plus ``ksweep.cohort``), one metric point per epoch,
-``selected/*`` logged with its last epoch, its plots and its end state; its own checkpoint.
+``selected/*`` logged with its last epoch, its plots (``tracking.trial_plots``) and its end
+state; its own checkpoint. A member's epoch is queued for MLflow's writer thread, and every
+member's run is settled before the cohort's ``tune.report`` (the wait a lone trial's
+``log_epoch`` makes: a checkpoint holds no epoch MLflow lacks unless the server is failing;
+the writes overlap the other members' epoch ends and the checkpoints).
 
 Every epoch the cohort reports once to Tune. The checkpoint holds each running member's
 checkpoint (``member_{k}.pt``) and ``members.json``: every member's record (state, run id,
@@ -39,7 +43,7 @@ from workers.contract import (
     TrainingStatus,
     failure_text,
 )
-from workers.trial import TrialRun, log_trial_plots
+from workers.trial import TrialRun
 
 if TYPE_CHECKING:
     from sweeps.spec.trials import TrialConfigs
@@ -78,7 +82,7 @@ def _close(member: Member, run: TrialRun | None) -> None:
         return
     if member.status == TrainingStatus.FAILED:
         run.logger.set_tags({FAILURE_TAG: member.error or TrainingStatus.FAILED.value})
-    log_trial_plots(run.logger, member.trainer)
+    run.log_plots()
     run.logger.finish("FAILED" if member.status == TrainingStatus.FAILED else "FINISHED")
 
 
@@ -123,10 +127,13 @@ class _CohortTrial:
                        if folder is not None else None)
         cohort = Cohort.create([self.configs[k] for k in self.running], self.context["cache_root"],
                                checkpoints)
-        from sweeps.tune.trainable import open_trial_run
+        from sweeps.tune.trainable import delete_leftover_runs, open_trial_run
 
         self.runs = []
         client = MlflowClient(tracking_uri=self.context["tracking_uri"])
+        fresh = {self.records[k]["trial_id"] for k in self.running if not self.records[k]["run_id"]}
+        if fresh:  # one search for the cohort: every member's run carries the cohort's tag
+            delete_leftover_runs(self.context, {COHORT_TAG: self.cohort_id}, fresh)
         for member, k in zip(cohort.members, self.running, strict=True):
             record = self.records[k]
             if record["run_id"] and client.get_run(record["run_id"]).info.status != "RUNNING":
@@ -138,7 +145,8 @@ class _CohortTrial:
                 self.runs.append(None)
                 continue
             run = open_trial_run(member.trainer, self.members[k], self.context, record["trial_id"],
-                                 record["run_id"], extra_tags={COHORT_TAG: self.cohort_id})
+                                 record["run_id"], extra_tags={COHORT_TAG: self.cohort_id},
+                                 leftovers_deleted=True)
             record["run_id"] = run.logger.run_id
             record["final"][C_BASE_PARAM] = member.trainer.c_base
             self.runs.append(run)
@@ -186,6 +194,9 @@ class _CohortTrial:
                 if member.status == TrainingStatus.RUNNING:
                     cohort.save_checkpoint(member, Path(folder) / f"member_{self.running[position]}.pt")
             (Path(folder) / MEMBERS_FILE).write_text(json.dumps(self.records))
+            for run in self.runs:  # MLflow holds every epoch before Tune records the checkpoint
+                if run is not None:
+                    run.settle()
             tune.report({metric: best, "cohort_size": float(len(self.records)),
                          COHORT_MEMBERS_KEY: json.dumps([progress_record(r) for r in self.records])},
                         checkpoint=tune.Checkpoint.from_directory(folder))

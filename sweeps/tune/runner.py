@@ -282,6 +282,7 @@ def run_sweep(
         "tracking_uri": tracking_uri, "experiment_name": experiment_name, "sweep_id": sweep_id,
         "parent_run_id": parent.run_id, "cache_root": str(Path(sweep_root).resolve()),
         "metric": spec.primary_metric, "mode": spec.primary_mode,
+        "trial_plots": spec.tracking.trial_plots,
     }
     epochs = spec.template.training.epochs
     callback = ProgressCallback(sweep_id, epochs, spec.primary_metric, spec.primary_mode, tracking_uri)

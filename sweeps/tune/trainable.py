@@ -45,31 +45,44 @@ def param_tag(name: str) -> str:
     return f"{TAG_PREFIX}{name}"
 
 
+def delete_leftover_runs(context: dict[str, Any], tags: dict[str, str],
+                         trial_ids: set[str] | None = None) -> None:
+    """Delete the sweep's runs carrying ``tags`` (one search), only those of ``trial_ids``
+    when given: the runs a trial started before its last failure, with no checkpoint."""
+    client = MlflowClient(tracking_uri=context["tracking_uri"])
+    experiment_id = ensure_experiment(client, context["experiment_name"])
+    stale_filter = runs_with_tag_filter(**{SWEEP_ID_TAG: context["sweep_id"], **tags})
+    stale_runs = retrying(lambda: client.search_runs([experiment_id], filter_string=stale_filter),
+                          f"search for leftover runs of {tags}")
+    for run_id in [stale.info.run_id for stale in stale_runs
+                   if trial_ids is None or stale.data.tags.get(TRIAL_ID_TAG) in trial_ids]:
+        retrying(lambda run_id=run_id: client.delete_run(run_id), f"delete leftover run {run_id}",
+                 done=lambda run_id=run_id: client.get_run(run_id).info.lifecycle_stage == "deleted")
+
+
 def open_trial_run(
     trainer: Trainer, params: dict[str, Any], context: dict[str, Any], trial_id: str,
     checkpoint_run_id: str | None, extra_tags: dict[str, str] | None = None,
+    leftovers_deleted: bool = False,
 ) -> TrialRun:
-    """The trial's MLflow run.
+    """The trial's MLflow run: deferred (its caller settles it before each ``tune.report``), with
+    PNGs when ``context["trial_plots"]`` (the spec's ``tracking.trial_plots``; absent: none).
 
     Resumed from a checkpoint: attach to the run recorded in it. Started afresh (first
     try, or a retry before any checkpoint): a leftover run of this trial is deleted
-    first, so no trial ever has two runs.
+    first (unless ``leftovers_deleted``: a cohort deletes its members' in one search), so no
+    trial ever has two runs.
     """
     uri = context["tracking_uri"]
+    options = {"plots": bool(context.get("trial_plots", False)), "deferred": True}
     if checkpoint_run_id is not None:
-        return TrialRun.attach(trainer, uri, checkpoint_run_id)
-    client = MlflowClient(tracking_uri=uri)
-    experiment_id = ensure_experiment(client, context["experiment_name"])
-    stale_filter = runs_with_tag_filter(**{SWEEP_ID_TAG: context["sweep_id"], TRIAL_ID_TAG: trial_id})
-    stale_runs = retrying(lambda: client.search_runs([experiment_id], filter_string=stale_filter),
-                          f"search for leftover runs of trial {trial_id}")
-    for run_id in [stale.info.run_id for stale in stale_runs]:
-        retrying(lambda run_id=run_id: client.delete_run(run_id), f"delete leftover run {run_id}",
-                 done=lambda run_id=run_id: client.get_run(run_id).info.lifecycle_stage == "deleted")
+        return TrialRun.attach(trainer, uri, checkpoint_run_id, **options)
+    if not leftovers_deleted:
+        delete_leftover_runs(context, {TRIAL_ID_TAG: trial_id})
     tags = {SWEEP_ID_TAG: context["sweep_id"], TRIAL_ID_TAG: trial_id, RUN_KIND_TAG: RUN_KIND_TRIAL,
             **{param_tag(k): v for k, v in params.items()}, **(extra_tags or {})}
     return TrialRun.start(trainer, uri, context["experiment_name"], trainer.config.name or trial_id,
-                          tags, parent_run_id=context["parent_run_id"])
+                          tags, parent_run_id=context["parent_run_id"], **options)
 
 
 def _ended_run(context: dict[str, Any], run_id: str) -> str | None:
@@ -105,6 +118,8 @@ def train_trial(params: dict[str, Any], *, configs: TrialConfigs, context: dict[
         with tempfile.TemporaryDirectory(prefix="ksweep-ckpt-") as folder:
             trainer.save_checkpoint(Path(folder) / STATE_FILE)
             (Path(folder) / RUN_FILE).write_text(json.dumps({"run_id": run_id}))
+            if run is not None:  # MLflow holds the epoch before Tune records its checkpoint
+                run.settle()
             tune.report(
                 {**metrics, "mlflow_run_id": run_id, C_BASE_PARAM: trainer.c_base},
                 checkpoint=tune.Checkpoint.from_directory(folder),

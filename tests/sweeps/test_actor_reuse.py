@@ -49,8 +49,12 @@ def test_kill_right_after_a_trial_finished_does_not_rerun_it(tmp_path, cohort_si
                                            "resources.cohort_size": cohort_size})
     process = _sweep(tmp_path, spec, "ru1")
     db = tmp_path / "mlflow.db"
+    tune_folder = tmp_path / "root" / "ru1" / "tune"
     deadline = time.time() + 600
-    while _finished_child_runs(db) < 2:
+    # Killed before Tune first saved its experiment state, the driver would start the sweep
+    # afresh under new trial ids (not what this test is about): trials without per-trial PNGs
+    # can finish two in less than its save period.
+    while _finished_child_runs(db) < 2 or not any(tune_folder.glob("experiment_state-*.json")):
         if process.poll() is not None:
             pytest.fail(f"the sweep ended before it could be killed: {process.stdout.read()}")
         if time.time() > deadline:

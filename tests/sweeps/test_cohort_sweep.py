@@ -27,10 +27,13 @@ EARLY_STOPPING = {
     "template.data.train_size": 256, "template.data.val_size": 128,
     "template.training.epochs": 6, "template.training.patience": 1,
     "template.training.min_epochs": 2, "template.training.learning_rate": 0.01,
-    "alpha": [1], "seeds": 2,
+    "alpha": [1], "seeds": 2, "tracking.trial_plots": True,
     "loss_stacks": ["uniform", "raw_token_weighted",
                     {"name": "concentration_corrected", "terms": {"concentration_corrected": 1.0}}],
 }
+TRIAL_PLOTS = {f"plots/{name}.png" for name in (
+    "kappa_histogram_train", "kappa_histogram_val", "kappa_histogram_test",
+    "reconstruction_curves", "position_profiles_val")}
 COMPARED = ("selected/epoch", "training/stop_epoch", "selected/test/latent_nmi",
             "selected/test/loss", "selected/val/loss", "selected/test/kl", "selected/test/kappa_mean",
             "selected/test/prefix/latent_nmi", "val/nmi_auc")
@@ -87,8 +90,8 @@ def _check_same_trials(tmp_path):
         for run in (lone_run, member):
             steps = [m.step for m in client.get_metric_history(run.info.run_id, "val/loss")]
             assert steps == list(range(1, stop + 1)), (key, steps)
-        assert {a.path for a in client.list_artifacts(member.info.run_id, "plots")} == {
-            a.path for a in client.list_artifacts(lone_run.info.run_id, "plots")}
+        for run in (member, lone_run):  # tracking.trial_plots: all five, member and lone alike
+            assert {a.path for a in client.list_artifacts(run.info.run_id, "plots")} == TRIAL_PLOTS
     assert stopped_early >= 1, "the spec must exercise early stopping"
     # The report and the progress count members as trials, in the same states.
     report1, report6 = _report(tmp_path, "k1"), _report(tmp_path, "k6")

@@ -88,6 +88,8 @@ def test_quickstart_sweep_end_to_end(tmp_path):
         assert float(child.data.params["c_base"]) > 0
         history = client.get_metric_history(child.info.run_id, "val/latent_nmi")
         assert [m.step for m in history] == list(range(1, epochs + 1))
+        # No per-trial PNGs unless tracking.trial_plots asks (members and lone trials alike).
+        assert client.list_artifacts(child.info.run_id, "plots") == []
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"report.json", "report.md", "spec.json", "plots"} <= artifacts
     plots = {a.path for a in client.list_artifacts(parent.info.run_id, "plots")}
@@ -156,6 +158,7 @@ def test_killed_driver_resumes_without_rerunning_or_duplicating(tmp_path):
         assert child.info.status == "FINISHED"
         steps = [m.step for m in client.get_metric_history(child.info.run_id, "val/loss")]
         assert steps == [1, 2, 3, 4, 5, 6], (child.data.tags["ksweep.trial_id"], steps)
+        assert client.list_artifacts(child.info.run_id, "plots") == []  # lone, trial_plots off
     # Completed trials were not re-run: their runs were not touched after the kill.
     for child in children:
         if child.info.run_id in finished_before:

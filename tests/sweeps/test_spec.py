@@ -355,6 +355,14 @@ def test_unknown_fields_rejected_with_path():
     assert "budget.max_trial" in rejected(budget={"max_trial": 3})
 
 
+def test_trial_plots_are_off_unless_the_spec_asks_for_them():
+    assert spec().tracking.trial_plots is False
+    assert spec(tracking={"trial_plots": True}).tracking.trial_plots is True
+    message = rejected(tracking={"trial_plot": True})
+    assert "tracking.trial_plot" in message and "Extra inputs are not permitted" in message
+    assert "tracking.trial_plots" in rejected(tracking={"trial_plots": "sometimes"})
+
+
 def test_name_and_tags():
     with pytest.raises(ValidationError, match="name"):
         SweepSpec.model_validate({"name": "-bad name"})

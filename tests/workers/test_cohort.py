@@ -215,3 +215,8 @@ def test_each_member_is_its_own_mlflow_run(tmp_path):
         assert [step for step, _ in history] == [1, 2]
         assert [value for _, value in history] == pytest.approx(member.trainer.history["val/loss"])
     assert len({r.info.run_id for r in runs}) == 3
+    for record in runs[:2]:  # plots=True (run_logged_cohort's default): five PNGs per member
+        assert {a.path for a in client.list_artifacts(record.info.run_id, "plots")} == {
+            f"plots/{name}.png" for name in ("kappa_histogram_train", "kappa_histogram_val",
+                                             "kappa_histogram_test", "reconstruction_curves",
+                                             "position_profiles_val")}

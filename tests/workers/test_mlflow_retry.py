@@ -5,6 +5,8 @@ under a sweep, is tests/service/test_mlflow_outage.py."""
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 
 import pytest
@@ -101,3 +103,51 @@ def test_an_outage_past_the_budget_fails_the_writes_and_still_ends_the_run(clien
     assert client.get_run(logger.run_id).info.status == "FAILED"
     with pytest.raises(RuntimeError, match="could not be written"):
         logger.log_metrics({"val/loss": 2.0}, step=2)
+
+
+class RecordingClient(FaultyClient):
+    """A FaultyClient that records (thread name, run id, step) of every metric batch written."""
+
+    def __init__(self, client: MlflowClient, **faults) -> None:
+        super().__init__(client, **faults)
+        self.written: list[tuple[str, str, int]] = []
+
+    def log_batch(self, run_id, metrics=(), **kwargs):
+        super().log_batch(run_id, metrics=metrics, **kwargs)
+        if metrics:
+            self.written.append((threading.current_thread().name, run_id, metrics[0].step))
+
+
+def test_deferred_epochs_of_several_runs_are_written_in_order_by_one_thread(client):
+    recording = RecordingClient(client)
+    loggers = [_logger(client, recording, buffered=True) for _ in range(3)]
+    for step in (1, 2, 3, 4):
+        for logger in loggers:  # a cohort's members: one deferred batch per run per epoch
+            logger.log_metrics({"val/loss": float(step), "val/kl": 2.0 * step}, step=step, wait=False)
+    for logger in loggers:
+        logger.settle()  # what a trainable calls before tune.report: written, writes succeeding
+        assert _steps(client, logger.run_id, "val/loss") == [1, 2, 3, 4]
+        assert _steps(client, logger.run_id, "val/kl") == [1, 2, 3, 4]
+        assert [step for _, run_id, step in recording.written if run_id == logger.run_id] == [1, 2, 3, 4]
+        assert logger.buffered_batches == 0  # queued while writes succeed: not counted as buffered
+        logger.finish()
+    assert {thread for thread, _, _ in recording.written} == {"mlflow-metrics"}
+    assert len(recording.written) == recording.metric_calls == 12  # once each, none twice
+
+
+def test_a_deferred_write_during_an_outage_lets_training_go_on_and_fails_at_the_end(client,
+                                                                                   monkeypatch):
+    monkeypatch.setenv(OUTAGE_ENV, "3")
+    faulty = FaultyClient(client, refused=10**6)
+    logger = _logger(client, faulty, buffered=True)
+    started = time.monotonic()
+    logger.log_metrics({"val/loss": 1.0}, step=1, wait=False)
+    assert time.monotonic() - started < 1.0  # queued, not written
+    logger.settle()  # as a non-deferred epoch: no wait while the server fails
+    assert time.monotonic() - started < 2.0 and logger.buffered_batches == 1
+    with pytest.raises(RuntimeError, match="could not be written"):
+        logger.flush()  # the run's end waits for them all: given up after the budget
+    assert client.get_metric_history(logger.run_id, "val/loss") == []
+    with pytest.raises(RuntimeError, match="could not be written"):
+        logger.finish("FAILED")
+    assert client.get_run(logger.run_id).info.status == "FAILED"

@@ -1,7 +1,7 @@
 """A cohort whose members each keep their own MLflow run: the cohort's ``run_logged_trial``.
 
 Every member gets a :class:`~workers.trial.TrialRun` (its params, one metric point per epoch
-through one ``log_batch`` call, its PNGs, its end state), so in MLflow and in the service a
+through one ``log_batch`` call, its PNGs when asked, its end state), so in MLflow and in the service a
 member is indistinguishable from a lone trial: FINISHED; FINISHED with ``ksweep.stopped_early``
 when it left the cohort early; FAILED with the reason in ``ksweep.failure`` when it diverged.
 """
@@ -21,7 +21,7 @@ from workers.contract import (
     failure_text,
 )
 from workers.train.config import TrialConfig
-from workers.trial import TrialRun, default_run_name, log_trial_plots
+from workers.trial import TrialRun, default_run_name
 
 
 def finish_member_run(member: Member, run: TrialRun) -> None:
@@ -30,7 +30,7 @@ def finish_member_run(member: Member, run: TrialRun) -> None:
         run.logger.set_tags({FAILURE_TAG: (member.error or TrainingStatus.FAILED.value)[:MAX_ERROR_CHARS]})
     elif member.status == TrainingStatus.STOPPED and member.trainer.epoch < member.config.training.epochs:
         run.logger.set_tags({STOPPED_EARLY_TAG: "true"})
-    log_trial_plots(run.logger, member.trainer)
+    run.log_plots()
     run.logger.finish("FAILED" if member.status == TrainingStatus.FAILED else "FINISHED")
 
 
@@ -46,23 +46,27 @@ def run_logged_cohort(
     patience: int | None = None,
     checkpoints: Mapping[int, Path | str] | None = None,
     run_ids: Mapping[int, str] | None = None,
+    plots: bool = True,
 ) -> list[tuple[Member, TrialRun]]:
     """Train ``configs`` as one cohort, each member logged as its own (child) run.
 
     ``tags[i]``: member i's run tags (e.g. its Tune trial id). ``checkpoints[i]`` and
     ``run_ids[i]`` resume member i from its checkpoint into its existing run. ``on_epoch`` runs
     after each member's epoch is logged (report, checkpoint); a truthy return stops the member.
+    ``plots``: each member's five PNGs, as ``run_logged_trial``'s.
     """
     cohort = Cohort.create(configs, cache_root, checkpoints)
     runs = []
     for member in cohort.members:
         position = member.position
         if run_ids and run_ids.get(position):
-            runs.append(TrialRun.attach(member.trainer, tracking_uri, run_ids[position]))
+            runs.append(TrialRun.attach(member.trainer, tracking_uri, run_ids[position],
+                                        plots=plots))
         else:
             runs.append(TrialRun.start(member.trainer, tracking_uri, experiment_name,
                                        default_run_name(member.config),
-                                       tags[position] if tags else None, parent_run_id))
+                                       tags[position] if tags else None, parent_run_id,
+                                       plots=plots))
 
     def log(member: Member, epoch: int, metrics: dict[str, float]) -> object:
         runs[member.position].log_epoch(metrics)
