@@ -36,7 +36,7 @@ import torch
 from objectives import LossInputs
 from workers.cohort.member import per_member
 from workers.cohort.optim import clip_per_member
-from workers.contract import PERF_COMPILE_SECONDS
+from workers.contract import PERF_COMPILE_SECONDS, TrainingStatus
 from workers.models import CVAEOutput
 from workers.models.backbone import upcast
 from workers.models.functional import cvae_forward
@@ -277,7 +277,7 @@ class CompiledStep:
         cohort, rows = self.cohort, self.rows
         training = rows[0].config.training
         size, batch_size = cohort._data["target"].shape[1], training.batch_size
-        alive = tuple(m.status == "running" for m in rows)
+        alive = tuple(m.status == TrainingStatus.RUNNING for m in rows)
         alive_tensor = torch.tensor(alive, device=cohort.device)
         running = torch.tensor([k for k, a in enumerate(alive) if a], dtype=torch.long)
         order = torch.stack([torch.randperm(size, generator=m.trainer._generator) if a else torch.arange(size)
