@@ -181,9 +181,11 @@ def main(sizes: tuple[int, ...] = (1, 32, 128), modes: tuple[str, ...] = ("lone"
          trial_plots: bool = False) -> list[str]:
     torch.set_num_threads(1)
     load = os.getloadavg()
+    # Under load when the 1-minute average at the start is above the CPU count.
+    loaded = ": figures measured under load" if load[0] > (os.cpu_count() or 1) else ""
     lines = [f"== cohort_profile {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC on "
              f"{platform.machine()} ({os.cpu_count()} CPUs, load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} "
-             f"at the start: figures measured under load), torch {torch.__version__}, 1 thread",
+             f"at the start{loaded}), torch {torch.__version__}, 1 thread",
              f"   quickstart task, {epochs} epochs, {train_size} train / 128 val / 128 test examples, "
              "batch 64; eval 'lone' = member by member, 'batched' = one forward for all members; "
              f"per-trial PNGs {'on' if trial_plots else 'off (a sweep default)'}"]
