@@ -3,10 +3,8 @@
 A latent that "recovers" a label on real text may only have found the text's length, or its
 vocabulary. Beside every NMI the study reports:
 
-- ``ami``: adjusted mutual information (0 in expectation for independent assignments, where
-  NMI is not: NMI grows with the number of clusters even on noise);
-- ``nmi_shuffled``: NMI of the same assignments against permuted labels (mean over shuffles),
-  the chance level of this sample;
+- AMI and the NMI against shuffled labels: logged by every trial beside its NMI
+  (``latent_ami``, ``latent_nmi_shuffled``: :func:`workers.metrics.chance_readouts`);
 - ``length_only_accuracy`` / ``bag_of_tokens_accuracy``: test accuracy of a logistic
   regression trained on the train split from the length alone, or from token counts alone;
   ``majority_accuracy`` is the floor both are read against;
@@ -24,34 +22,8 @@ import numpy as np
 from scipy.stats import spearmanr
 from sklearn.feature_extraction.text import CountVectorizer
 from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import adjusted_mutual_info_score, normalized_mutual_info_score
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
-
-
-def mutual_information_controls(
-    assignments: Sequence[Hashable], labels: Sequence[Hashable], *, shuffles: int = 20,
-    seed: int = 0,
-) -> dict[str, float]:
-    """NMI, AMI and the NMI against shuffled labels of one clustering.
-
-    Returns:
-        ``{"nmi", "ami", "nmi_shuffled", "nmi_shuffled_p95"}``; NaN for fewer than 2 examples.
-
-    Raises:
-        ValueError: the two sequences differ in length.
-    """
-    if len(assignments) != len(labels):
-        raise ValueError(f"assignments has {len(assignments)} items and labels {len(labels)}")
-    if len(labels) < 2:
-        return dict.fromkeys(("nmi", "ami", "nmi_shuffled", "nmi_shuffled_p95"), math.nan)
-    a, y = np.asarray(assignments), np.asarray(labels)
-    rng = np.random.default_rng(seed)
-    chance = [normalized_mutual_info_score(rng.permutation(y), a) for _ in range(shuffles)]
-    return {"nmi": float(normalized_mutual_info_score(y, a)),
-            "ami": float(adjusted_mutual_info_score(y, a)),
-            "nmi_shuffled": float(np.mean(chance)),
-            "nmi_shuffled_p95": float(np.quantile(chance, 0.95))}
 
 
 def majority_accuracy(train_labels: Sequence[Hashable], test_labels: Sequence[Hashable]) -> float:
