@@ -201,16 +201,17 @@ COLLAPSE_KL_NATS = 0.01  # a latent carrying < 0.01 nats per example is, for rea
 def chance_and_collapse(cells, split: str) -> list[str]:
     """Cells whose NMI is at its chance level (within the shuffled-label NMI's interval), and
     cells whose latent is unused (test KL below COLLAPSE_KL_NATS): NMI there is no recovery."""
-    def key(cell):
-        return (cell["alpha"], cell["loss_stack"], cell["model"], cell["beta"], cell["free_bits"])
-
     own = [c for c in cells if c["split"] == split and c["kind"] == ALL_KINDS and c["mean"] is not None
            and not math.isnan(c["mean"])]
-    chance = {key(c): c for c in own if c["metric"] == LATENT_NMI_SHUFFLED}
-    nmi = [c for c in own if c["metric"] == COLLAPSE_METRIC and key(c) in chance]
+    index = _cell_index(own)
+
+    def chance_of(cell):
+        return index.get((tuple(cell[k] for k in _CONFIG), split, ALL_KINDS, LATENT_NMI_SHUFFLED))
+
+    nmi = [c for c in own if c["metric"] == COLLAPSE_METRIC and chance_of(c) is not None]
     words = []
     if nmi:
-        at_chance = [c for c in nmi if c["mean"] <= chance[key(c)]["ci_high"]]
+        at_chance = [c for c in nmi if c["mean"] <= chance_of(c)["ci_high"]]
         words.append(f"{len(at_chance)} of {len(nmi)} {split} latent_nmi cell(s) are at chance level "
                      "(mean NMI within the interval of the NMI against shuffled labels): read "
                      f"{LATENT_AMI} beside them; a contrast between chance-level cells is not "
