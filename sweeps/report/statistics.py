@@ -35,6 +35,8 @@ MIN_PAIRS_FOR_CLAIM = 3
 # Matched in order; the first pattern that matches wins. None: unbounded on that side.
 _RANGES: tuple[tuple[str, tuple[float | None, float | None]], ...] = (
     (r"latent_nmi(_auc)?$", (0.0, 1.0)),
+    (r"latent_nmi_shuffled$", (0.0, 1.0)),  # an NMI, before the generic mi_* pattern
+    (r"latent_ami$", (None, 1.0)),  # 1 at most; below 0 where worse than chance
     (r"nmi_auc$", (0.0, 1.0)),
     (r"latent_ari$", (-1.0, 1.0)),
     (r"(share|_frac|fraction)(_\w+)?$", (0.0, 1.0)),

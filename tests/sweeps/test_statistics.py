@@ -35,6 +35,8 @@ def test_interval_clipped_to_the_metric_range():
 def test_metric_ranges():
     assert metric_range("selected/test/prefix/latent_nmi") == (0.0, 1.0)
     assert metric_range("val/latent_ari") == (-1.0, 1.0)
+    assert metric_range("test/latent_nmi_shuffled") == (0.0, 1.0)
+    assert metric_range("test/latent_ami") == (None, 1.0)
     assert metric_range("val/kl") == (0.0, None)
     assert metric_range("test/recon_uniform") == (0.0, None)
     assert metric_range("val/kappa_p90") == (1.0, None)
