@@ -72,7 +72,12 @@ def test_sweep_survives_api_kill9_then_queued_sweep_runs_and_cancel_keeps_finish
     service = make_service(KSWEEP_MAX_CONCURRENT_SWEEPS="1")
     tracking_uri = service.env["MLFLOW_TRACKING_URI"]
     client = service.client()
-    first = client.post("/sweeps", json=tiny_spec("first"), headers=auth("alice")).json()
+    # The first sweep runs its 3 trials one at a time, so a finished trial is seen while the
+    # sweep still runs (as one cohort its members end together, and with per-trial PNGs off by
+    # default the sweep could end between two polls).
+    first = client.post("/sweeps", json=tiny_spec("first", **{
+        "budget.max_concurrent_trials": 1, "resources.cohort_size": 1}),
+        headers=auth("alice")).json()
     # The second sweep tests the lone path's cancel (trials that end one by one), so it pins
     # cohort_size 1 (auto would train its 3 trials as one cohort: test_cohort_cancel.py).
     second = client.post("/sweeps", json=tiny_spec("second", **{
