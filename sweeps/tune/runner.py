@@ -42,6 +42,7 @@ from sweeps.tune.cohort_trainable import member_trial_id, train_sweep_trial
 from sweeps.tune.progress_callback import LIVE, ProgressCallback, trial_record
 from sweeps.tune.search_space import MEMBERS, is_cohort
 from sweeps.tune.setup import TUNE_FOLDER, ensure_ray, make_tuner, param_space
+from sweeps.tune.state_backup import ExperimentStateBackup
 from sweeps.tune.status import (
     ProgressSink,
     StatusFileSink,
@@ -190,7 +191,7 @@ def _fit(spec: SweepSpec, plan: SweepPlan, folder: Path, context: dict[str, Any]
         {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu},
     )
     run_config = tune.RunConfig(
-        name=TUNE_FOLDER, storage_path=str(folder), verbose=0, callbacks=[callback],
+        name=TUNE_FOLDER, storage_path=str(folder), verbose=0, callbacks=[callback, ExperimentStateBackup()],
         failure_config=tune.FailureConfig(max_failures=spec.budget.max_failures_per_trial),
         checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
     )

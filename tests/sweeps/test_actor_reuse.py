@@ -5,7 +5,8 @@ trial's function returned (``TUNE_GLOBAL_CHECKPOINT_S``); a driver killed in bet
 that trial as unfinished, from its last checkpoint (the final epoch). The resumed trial must
 then leave its FINISHED run alone: no second run, no point logged twice, the end time kept.
 Sweeps reuse trial actors (``reuse_actors=True``), so the next trial of a slot runs in the
-same process as the one just finished: that is the case killed here.
+same process as the one just finished: that is the case killed here, with Tune's state file
+cut short as a kill during its copy leaves it.
 """
 
 import os
@@ -16,6 +17,7 @@ from collections import Counter
 
 import pytest
 
+from sweeps.tune.state_backup import BACKUP_NAME
 from sweeps.tune.status import read_status
 from tests.sweeps.test_runner import _runs, _sweep, _write_spec
 
@@ -53,8 +55,8 @@ def test_kill_right_after_a_trial_finished_does_not_rerun_it(tmp_path, cohort_si
     deadline = time.time() + 600
     # Killed before Tune first saved its experiment state, the driver would start the sweep
     # afresh under new trial ids (not what this test is about): trials without per-trial PNGs
-    # can finish two in less than its save period.
-    while _finished_child_runs(db) < 2 or not any(tune_folder.glob("experiment_state-*.json")):
+    # can finish two in less than its save period. The backup is written before the state.
+    while _finished_child_runs(db) < 2 or not (tune_folder / BACKUP_NAME).exists():
         if process.poll() is not None:
             pytest.fail(f"the sweep ended before it could be killed: {process.stdout.read()}")
         if time.time() > deadline:
@@ -65,6 +67,10 @@ def test_kill_right_after_a_trial_finished_does_not_rerun_it(tmp_path, cohort_si
     # before Tune can record it as TERMINATED.
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
+    # As if the kill had landed while Tune copied its state file into the sweep folder (it
+    # once did, by chance): the restore must use the last whole copy, not start afresh.
+    state = max(tune_folder.glob("experiment_state-*.json"))
+    state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
     _, _, _, before = _runs(tmp_path, "quickstart", "ru1")
     finished_before = {c.info.run_id: c.info.end_time for c in before
                        if c.info.status == "FINISHED"}
@@ -88,4 +94,4 @@ def test_kill_right_after_a_trial_finished_does_not_rerun_it(tmp_path, cohort_si
         assert [m.step for m in client.get_metric_history(child.info.run_id, "selected/epoch")
                 ] == [EPOCHS]
     status = read_status(tmp_path / "root" / "ru1" / "status.json")
-    assert (status.state, status.done, status.failed) == ("succeeded", 4, 0)
+    assert (status.state, status.done, status.failed) == ("succeeded", 4, 0), status.trials
