@@ -21,6 +21,9 @@ TUNE_ENV: dict[str, str] = {
     # to end (its run finished, PNGs logged) before handing the actor to the next trial;
     # past it the next trial fails. Tune's default is 2 s, less than PNGs take under load.
     "TUNE_FUNCTION_THREAD_TIMEOUT_S": "120",
+    # No TensorBoard event files (they would load torch into the driver through tensorboardX);
+    # the sweep adds the CSV and JSON loggers its results are read from itself.
+    "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
 }
 
 # The environment of a process that starts its own local Ray, set before Ray is imported:

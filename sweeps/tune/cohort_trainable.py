@@ -32,8 +32,6 @@ from ray import tune
 
 from sweeps.tune.search_space import MEMBERS, is_cohort, lone_params
 from sweeps.tune.trainable import train_trial
-from workers.cohort.member import own_rng
-from workers.cohort.trainer import Cohort, Member
 from workers.contract import (
     C_BASE_PARAM,
     FAILURE_TAG,
@@ -43,10 +41,11 @@ from workers.contract import (
     TrainingStatus,
     failure_text,
 )
-from workers.trial import TrialRun
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the training stack is imported where a trial runs: the driver never loads torch
     from sweeps.spec.trials import TrialConfigs
+    from workers.cohort.trainer import Cohort, Member
+    from workers.trial import TrialRun
 
 MEMBERS_FILE = "members.json"
 ENDED = frozenset(TrainingStatus) - {TrainingStatus.RUNNING}
@@ -123,6 +122,8 @@ class _CohortTrial:
         self.running = [k for k, r in enumerate(self.records) if r["state"] == TrainingStatus.RUNNING]
         if not self.running:  # every member ended before the restore: nothing re-runs
             return None
+        from workers.cohort.trainer import Cohort
+
         checkpoints = ({i: folder / f"member_{k}.pt" for i, k in enumerate(self.running)}
                        if folder is not None else None)
         cohort = Cohort.create([self.configs[k] for k in self.running], self.context["cache_root"],
@@ -154,6 +155,8 @@ class _CohortTrial:
 
     def epoch(self, cohort: Cohort) -> None:
         """Train one epoch, log it per member; the members that ended go to ``unclosed``."""
+        from workers.cohort.member import own_rng
+
         results = cohort.run_epoch()
         ended = self.unclosed
         for position, member in enumerate(cohort.members):

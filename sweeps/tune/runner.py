@@ -24,6 +24,7 @@ from typing import Any
 
 from mlflow.tracking import MlflowClient
 from ray import tune
+from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
 from sweeps.plan.budget import build_plan_within_budget
 from sweeps.plan.build import SEARCH_AXES, SweepPlan
@@ -190,8 +191,12 @@ def _fit(spec: SweepSpec, plan: SweepPlan, folder: Path, context: dict[str, Any]
         tune.with_parameters(train_sweep_trial, configs=spec.trial_configs(), context=context),
         {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu},
     )
+    # CSV and JSON: the result grid's metrics_dataframe is read from their files (TUNE_ENV turns
+    # off Tune's automatic loggers, TensorBoard's among them).
+    loggers = [CSVLoggerCallback(), JsonLoggerCallback()]
     run_config = tune.RunConfig(
-        name=TUNE_FOLDER, storage_path=str(folder), verbose=0, callbacks=[callback, ExperimentStateBackup()],
+        name=TUNE_FOLDER, storage_path=str(folder), verbose=0,
+        callbacks=[callback, ExperimentStateBackup(), *loggers],
         failure_config=tune.FailureConfig(max_failures=spec.budget.max_failures_per_trial),
         checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
     )

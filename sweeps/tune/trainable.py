@@ -30,11 +30,11 @@ from workers.contract import (
 )
 from workers.mlflow_retry import retrying
 from workers.tracking import ensure_experiment
-from workers.train import Trainer
-from workers.trial import TrialRun
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the training stack is imported where a trial runs: the driver never loads torch
     from sweeps.spec.trials import TrialConfigs
+    from workers.train import Trainer
+    from workers.trial import TrialRun
 
 STATE_FILE = "state.pt"
 RUN_FILE = "run.json"
@@ -73,6 +73,8 @@ def open_trial_run(
     first (unless ``leftovers_deleted``: a cohort deletes its members' in one search), so no
     trial ever has two runs.
     """
+    from workers.trial import TrialRun
+
     uri = context["tracking_uri"]
     options = {"plots": bool(context.get("trial_plots", False)), "deferred": True}
     if checkpoint_run_id is not None:
@@ -99,6 +101,8 @@ def _ended_run(context: dict[str, Any], run_id: str) -> str | None:
 def train_trial(params: dict[str, Any], *, configs: TrialConfigs, context: dict[str, Any]) -> None:
     """Tune function trainable. ``params``: alpha, loss_stack, model, seed; ``configs`` builds
     this trial's configuration from them (the sweep's template and stacks, not its spec)."""
+    from workers.train import Trainer
+
     config = configs.trial_config_for(params)
     trial_id = tune.get_context().get_trial_id()
     trainer = Trainer.create(config, context["cache_root"])

@@ -2,11 +2,11 @@
 local Ray with a temporary sqlite MLflow store, and a real SIGKILL of Ray's own processes."""
 
 import contextlib
+import json
 import os
 import re
 import signal
 import sqlite3
-import struct
 import subprocess
 import sys
 import time
@@ -115,22 +115,16 @@ def _trial_dir(tmp_path: Path, sweep_id: str) -> Path:
 
 
 def _steps_per_worker(trial_dir: Path) -> list[list[int]]:
-    """The epochs each run of a trial reported, one list per (re)start: Tune's TensorBoard
-    logger opens a new event file, named by its creation time, whenever the trial starts."""
-    # Tune writes these files only where tensorboardX is installed (Ray's dependency, not ours).
-    event_pb2 = pytest.importorskip("tensorboardX.proto.event_pb2")
-
-    per_file = []
-    for path in sorted(trial_dir.glob("events.out.tfevents.*"), key=lambda p: int(p.name.split(".")[3])):
-        data, offset, steps = path.read_bytes(), 0, set()
-        while offset < len(data):  # TFRecord: u64 length, u32 crc, the Event, u32 crc
-            (length,) = struct.unpack("<Q", data[offset:offset + 8])
-            event = event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
-            offset += 12 + length + 4
-            if event.summary.value and event.step > 0:
-                steps.add(event.step)
-        per_file.append(sorted(steps))
-    return per_file
+    """The epochs each run of a trial reported, one list per (re)start, from Tune's
+    ``result.json`` (one line per result, appended across restarts; a restart's first result
+    has ``iterations_since_restore`` 1)."""
+    per_start: list[list[int]] = []
+    for line in (trial_dir / "result.json").read_text().splitlines():
+        result = json.loads(line)
+        if result["iterations_since_restore"] == 1 or not per_start:
+            per_start.append([])
+        per_start[-1].append(int(result["training_iteration"]))
+    return per_start
 
 
 def _num_failures(tmp_path: Path, sweep_id: str) -> list[int]:
