@@ -10,9 +10,11 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
 
-# Reinstall whenever pyproject.toml changes.
+# Reinstall whenever pyproject.toml changes. --no-compile: Python byte-compiles a module when
+# it is first imported; pip compiling every installed file up front doubled the install time
+# (72 s vs 31 s on the 2-core machine), mostly for modules nothing imports.
 $(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --no-compile -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -4,7 +4,8 @@ Each pytest process (an xdist worker, or the lone process of a plain ``pytest``)
 Ray temp folder through ``RAY_TMPDIR``: every local Ray a test starts (in-process or in a
 driver, service or cluster child, which inherit the environment) keeps its sockets, logs and
 ``session_latest`` link there, so two workers' Rays never share a session folder.
-Tests that must not overlap with others of their kind carry ``xdist_group(EXCLUSIVE)``.
+Tests that must not overlap with others of their kind, or that share a costly session fixture,
+carry an ``xdist_group`` (:mod:`tests.support.groups`).
 """
 
 from __future__ import annotations
@@ -14,11 +15,6 @@ import shutil
 import tempfile
 
 import pytest
-
-# The one xdist group of the suite (``--dist loadgroup`` runs its tests on one worker, one at
-# a time): tests that kill whole process trees, restart Postgres or the MLflow server, start a
-# Ray head or a cluster, or run Docker / chromium.
-EXCLUSIVE = "exclusive"
 
 _ray_tmp: str | None = None
 

@@ -29,7 +29,6 @@ from workers.contract import (
     failure_text,
 )
 from workers.mlflow_retry import retrying
-from workers.plots import plot_kappa_histogram, plot_position_profiles, plot_reconstruction_curves
 from workers.tracking import RunLogger, flatten_config, provenance_params
 from workers.train import Trainer, TrialConfig
 
@@ -84,6 +83,13 @@ def finite_metrics(metrics: Mapping[str, float]) -> dict[str, float]:
 def log_trial_plots(logger: RunLogger, trainer: Trainer) -> None:
     """The kappa histograms (train, val, test), the reconstruction curves and (after
     ``Trainer.finalize``) the per-position profiles per kind, as PNG artifacts."""
+    # matplotlib is loaded by the runs that draw (tracking.trial_plots is opt-in in sweeps).
+    from workers.plots import (
+        plot_kappa_histogram,
+        plot_position_profiles,
+        plot_reconstruction_curves,
+    )
+
     with tempfile.TemporaryDirectory(prefix="ksweep-plots-") as folder:
         for split, values in trainer.kappa_values.items():
             path = plot_kappa_histogram(

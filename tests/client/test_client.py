@@ -29,6 +29,7 @@ from ksweep import (
 from ksweep.frames import from_mlflow
 from tests.client.conftest import repo_root
 from tests.service.conftest import tiny_spec
+from tests.support.groups import client_service
 from tests.support.serve_process import free_port
 
 pytestmark = pytest.mark.slow
@@ -47,6 +48,7 @@ def _ksweep(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120, cwd=repo_root())
 
 
+@client_service
 def test_submit_and_wait_return_typed_sweeps(ended_sweep, client):
     submitted, ended = ended_sweep["submitted"], ended_sweep["ended"]
     assert isinstance(submitted, Sweep) and submitted.state == "queued"
@@ -60,6 +62,7 @@ def test_submit_and_wait_return_typed_sweeps(ended_sweep, client):
     assert ended_sweep["id"] in {s.id for s in client.list(limit=500).items}
 
 
+@client_service
 def test_trials_and_report_are_models(ended_sweep, client):
     trials = client.trials(ended_sweep["id"])
     assert len(trials) == 3 and all(isinstance(t, Trial) and t.epochs == 2 for t in trials)
@@ -70,12 +73,14 @@ def test_trials_and_report_are_models(ended_sweep, client):
     assert len(nmi) == 4 and all(0.0 <= c.mean <= 1.0 for c in nmi)
 
 
+@client_service
 def test_wait_draws_a_bar_with_counts_and_eta(ended_sweep, client, capsys):
     client.wait(ended_sweep["id"], progress=True)
     err = capsys.readouterr().err
     assert "3/3" in err and "succeeded" in err and "ETA" in err
 
 
+@client_service
 def test_errors_carry_the_problem_fields(client, service_env, tmp_path):
     with pytest.raises(InvalidRequest) as invalid:
         client.submit(tiny_spec("bad", alpha=[-1, 1]))
@@ -96,6 +101,7 @@ def test_errors_carry_the_problem_fields(client, service_env, tmp_path):
         Client(f"http://127.0.0.1:{free_port()}").get("x")
 
 
+@client_service
 def test_history_refuses_unknown_metrics(ended_sweep, client):
     with pytest.raises(InvalidRequest) as error:
         client.history(ended_sweep["id"], ["val/latent_nmi", "val/no_such"])
@@ -105,6 +111,7 @@ def test_history_refuses_unknown_metrics(ended_sweep, client):
         client.history(ended_sweep["id"], ["val/latent nmi"])
 
 
+@client_service
 def test_frames_equal_the_ones_from_mlflow_alone(ended_sweep, client, tracking_uri):
     metrics = ["val/latent_nmi", "train/loss"]
     served = client.frames(ended_sweep["id"], metrics)
@@ -131,6 +138,7 @@ def test_frames_equal_the_ones_from_mlflow_alone(ended_sweep, client, tracking_u
     assert len(served.contrasts) == len(report.contrasts)
 
 
+@client_service
 def test_from_mlflow_by_experiment_and_clear_errors(ended_sweep, tracking_uri):
     by_name = from_mlflow(tracking_uri, "client")  # the experiment is named after the spec
     assert set(by_name.trials["trial_id"]) == set(from_mlflow(tracking_uri, ended_sweep["id"])
@@ -139,6 +147,7 @@ def test_from_mlflow_by_experiment_and_clear_errors(ended_sweep, tracking_uri):
         from_mlflow(tracking_uri, "no-such-sweep")
 
 
+@client_service
 def test_export_writes_every_format(ended_sweep, client, service_env, tmp_path):
     sweep_id = ended_sweep["id"]
     cells = client.frame(sweep_id, "cells")
@@ -159,6 +168,7 @@ def test_export_writes_every_format(ended_sweep, client, service_env, tmp_path):
     assert refused.returncode == 2 and "metrics" in refused.stdout
 
 
+@client_service
 def test_report_renders_tables_within_the_terminal(ended_sweep, service_env):
     sweep_id = ended_sweep["id"]
     shown = _ksweep(service_env, "report", sweep_id)
@@ -175,6 +185,7 @@ def test_report_renders_tables_within_the_terminal(ended_sweep, service_env):
     assert missing.returncode == 2 and "Sweep not found" in missing.stdout
 
 
+@client_service
 def test_watch_ends_with_one_line(ended_sweep, service_env):
     watched = _ksweep(service_env, "watch", ended_sweep["id"])
     assert watched.returncode == 0, watched.stdout + watched.stderr

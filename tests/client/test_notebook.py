@@ -9,6 +9,7 @@ import time
 import pytest
 
 from tests.client.conftest import repo_root
+from tests.support.groups import client_service
 
 NOTEBOOK = repo_root() / "examples" / "client_notebook.ipynb"
 
@@ -24,6 +25,7 @@ def test_committed_notebook_has_no_outputs():
 
 
 @pytest.mark.slow
+@client_service
 def test_notebook_runs_against_the_service(service_env, monkeypatch):
     import nbformat
     from nbclient import NotebookClient

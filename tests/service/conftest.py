@@ -13,6 +13,7 @@ import psutil
 import pytest
 import yaml
 
+from tests.support.mlflow_store import sqlite_store_uri
 from tests.support.serve_process import ServeProcess
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,7 +56,7 @@ class ServiceProcess(ServeProcess):
             "KSWEEP_HOST": "127.0.0.1",
             "KSWEEP_SWEEP_ROOT": str(workdir / "root"),
             "KSWEEP_API_TOKENS": ",".join(f"{o}:{t}" for o, t in TOKENS.items()),
-            "MLFLOW_TRACKING_URI": f"sqlite:///{workdir}/mlflow.db",
+            "MLFLOW_TRACKING_URI": sqlite_store_uri(workdir),
             "KSWEEP_DRIVER_NUM_CPUS": "2",
             "KSWEEP_POLL_INTERVAL_S": "0.5",
             "KSWEEP_CANCEL_GRACE_S": "5",

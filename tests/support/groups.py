@@ -1,4 +1,4 @@
-"""The suite's one pytest-xdist group (docs/development.md, "Parallel runs").
+"""The suite's pytest-xdist groups (docs/development.md, "Parallel runs").
 
 ``make test`` runs with ``--dist loadgroup``: every test marked :data:`exclusive` goes to the
 same worker, one after another, while the other workers run the rest. A test belongs here when
@@ -14,3 +14,9 @@ import pytest
 
 GROUP = "exclusive"
 exclusive = pytest.mark.xdist_group(GROUP)
+
+# The client tests that share tests/client/conftest.py's session service and its ended sweep
+# (about a minute to start and run): together on one worker, they pay for it once, not once
+# per worker.
+CLIENT_SERVICE = "client_service"
+client_service = pytest.mark.xdist_group(CLIENT_SERVICE)

@@ -18,6 +18,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from sweeps.tune.status import read_status
+from tests.support.mlflow_store import sqlite_store_uri
 from workers.contract import FAILURE_TAG, RUN_KIND_SWEEP, RUN_KIND_TAG, RUN_KIND_TRIAL
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +31,7 @@ GCS_RECONNECT_ENV = {"RAY_gcs_rpc_server_reconnect_timeout_s": "20"}
 def _env(tmp_path: Path) -> dict[str, str]:
     return {
         **os.environ,
-        "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db",
+        "MLFLOW_TRACKING_URI": sqlite_store_uri(tmp_path),
         "KSWEEP_SWEEP_ROOT": str(tmp_path / "root"),
         "RAY_ADDRESS": "",
         "PYTHONUNBUFFERED": "1",

@@ -13,6 +13,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from sweeps.tune.status import read_status
+from tests.support.mlflow_store import sqlite_store_uri
 from workers.contract import RUN_KIND_SWEEP, RUN_KIND_TAG, RUN_KIND_TRIAL
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,10 +21,11 @@ QUICKSTART = ROOT / "sweeps" / "examples" / "quickstart.yaml"
 pytestmark = pytest.mark.slow
 
 
-def _env(tmp_path: Path) -> dict[str, str]:
+def _env(tmp_path: Path, fresh_store: bool = False) -> dict[str, str]:
     return {
         **os.environ,
-        "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db",
+        "MLFLOW_TRACKING_URI": (f"sqlite:///{tmp_path}/mlflow.db" if fresh_store
+                                else sqlite_store_uri(tmp_path)),
         "KSWEEP_SWEEP_ROOT": str(tmp_path / "root"),
         "RAY_ADDRESS": "",
         "PYTHONUNBUFFERED": "1",
@@ -31,11 +33,13 @@ def _env(tmp_path: Path) -> dict[str, str]:
     }
 
 
-def _sweep(tmp_path: Path, spec: Path, sweep_id: str, **popen):
+def _sweep(tmp_path: Path, spec: Path, sweep_id: str, fresh_store: bool = False, **popen):
+    """``ksweep sweep run`` on ``tmp_path``'s MLflow store (a migrated empty copy unless
+    ``fresh_store``: then the driver creates it, as on a user's first run)."""
     return subprocess.Popen(
         [sys.executable, "-m", "service.cli", "sweep", "run", str(spec), "--sweep-id", sweep_id,
          "--num-cpus", "2"],
-        env=_env(tmp_path), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        env=_env(tmp_path, fresh_store), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True, start_new_session=True, **popen,
     )
 
@@ -65,7 +69,7 @@ def _write_spec(tmp_path: Path, name: str, changes: dict) -> Path:
 @pytest.mark.timeout(1800)  # 15 trials: about 3 minutes on 2 CPUs, far more on a busy machine
 def test_quickstart_sweep_end_to_end(tmp_path):
     started = time.monotonic()
-    process = _sweep(tmp_path, QUICKSTART, "qs1")
+    process = _sweep(tmp_path, QUICKSTART, "qs1", fresh_store=True)  # as a first run
     output, _ = process.communicate(timeout=1700)
     print(f"quickstart wall time {time.monotonic() - started:.0f} s")  # a figure for docs/bench/; no assert
     assert process.returncode == 0, output
