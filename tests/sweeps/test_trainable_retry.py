@@ -11,6 +11,7 @@ from mlflow.protos.databricks_pb2 import INTERNAL_ERROR
 from mlflow.tracking import MlflowClient
 
 import sweeps.tune.trainable as trainable
+import workers.trial
 from workers.contract import SWEEP_ID_TAG, TRIAL_ID_TAG
 from workers.tracking import ensure_experiment
 
@@ -47,7 +48,7 @@ def test_leftover_run_is_deleted_through_an_outage(tmp_path, monkeypatch):
     monkeypatch.setattr(trainable, "MlflowClient", lambda tracking_uri: faulty)
     # Only the cleanup is under test: opening the new run (TrialRun.start) is recorded instead.
     opened = []
-    monkeypatch.setattr(trainable, "TrialRun", SimpleNamespace(
+    monkeypatch.setattr(workers.trial, "TrialRun", SimpleNamespace(  # imported where a trial runs
         start=lambda *args, **kwargs: opened.append(args[4]) or "run"))
     trainer = SimpleNamespace(config=SimpleNamespace(name="t1"))
     context = {"tracking_uri": uri, "experiment_name": "retry-trainable", "sweep_id": "s1",
