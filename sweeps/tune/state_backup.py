@@ -1,20 +1,21 @@
-"""A whole copy of Tune's experiment state, so a driver killed mid-save still resumes.
+"""Tune's last saved state, kept whole beside the sweep, so a killed driver resumes from it.
 
-Tune writes ``experiment_state-<session>.json`` into a staging folder, then copies it into
-the sweep's Tune folder in the background, in place. A driver killed during that copy
-leaves a truncated file, and ``Tuner.restore`` then logs "Failed to restore the run state"
-and starts the sweep afresh under new trial ids: every trial would run (and log an MLflow
-run) a second time. :class:`ExperimentStateBackup` keeps the last complete state beside it
-(written whole, then renamed), and :func:`repair_experiment_state` puts it back before a
-restore.
+After each save Tune writes ``experiment_state-<session>.json`` and the searcher's state into a
+staging folder, then copies them into the sweep's Tune folder in the background. A driver
+killed before that copy ends leaves the Tune folder with either a truncated state file (Tune
+then logs "Failed to restore the run state" and starts the sweep afresh under new trial ids:
+every trial would run, and log an MLflow run, a second time) or the previous save's state,
+which may name a trial checkpoint Tune has since deleted (``num_to_keep``; the restored trial
+then fails). :class:`ExperimentStateBackup` keeps the last save's files in one file written
+whole, and :func:`repair_experiment_state` puts them in place before a restore.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,10 @@ from ray import tune
 log = logging.getLogger(__name__)
 
 STATE_PATTERN = "experiment_state-*.json"  # Tune's TuneController.CKPT_FILE_TMPL
-BACKUP_NAME = "ksweep-experiment-state.json"  # not matching STATE_PATTERN: Tune never reads it
+# The searcher's files of a session (BasicVariantGenerator, SearchGenerator, Searcher).
+SEARCHER_TEMPLATES = ("basic-variant-state-{}.json", "search_gen_state-{}.json",
+                      "searcher-state-{}.pkl")
+BACKUP_NAME = "ksweep-state-backup.json"  # not matching Tune's patterns: Tune never reads it
 
 
 def _newest_state(folder: Path) -> Path | None:
@@ -31,20 +35,36 @@ def _newest_state(folder: Path) -> Path | None:
     return max(folder.glob(STATE_PATTERN), default=None)
 
 
-def _is_whole(path: Path) -> bool:
+def _write_whole(path: Path, data: bytes) -> None:
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_bytes(data)
+    os.replace(partial, path)  # a kill leaves the old file or the new one, never a part
+
+
+def _saved_files(staging: Path) -> dict[str, bytes]:
+    """The newest experiment state in ``staging`` and its session's searcher files."""
+    state = _newest_state(staging)
+    if state is None:
+        return {}
+    session = state.name.removeprefix("experiment_state-").removesuffix(".json")
+    names = [state.name, *(t.format(session) for t in SEARCHER_TEMPLATES)]
+    return {name: (staging / name).read_bytes() for name in names if (staging / name).exists()}
+
+
+def _read_backup(path: Path) -> dict[str, bytes] | None:
     try:
-        json.loads(path.read_bytes())
-    except (OSError, ValueError):  # truncated JSON, or not UTF-8 where the copy stopped
-        return False
-    return True
+        stored = json.loads(path.read_bytes())
+        return {name: base64.b64decode(text) for name, text in stored["files"].items()}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 class ExperimentStateBackup(tune.Callback):
-    """After each Tune save, copies the staged (complete) state into the Tune folder.
+    """After each Tune save, copies the staged state (whole at that moment) into the Tune folder.
 
     Tune calls the callbacks' ``get_state`` right after it has written the experiment state
-    and the searcher's state to its staging folder, before syncing them up: the one hook
-    that sees the state whole.
+    and the searcher's state to its staging folder, before copying them up: the one hook that
+    sees a save whole.
     """
 
     def __init__(self) -> None:
@@ -60,31 +80,29 @@ class ExperimentStateBackup(tune.Callback):
     def get_state(self) -> dict[str, Any] | None:
         if self._staging is None or self._experiment is None:
             return None
-        staged = _newest_state(self._staging)
-        if staged is None:
-            return None
-        partial = self._experiment / f".{BACKUP_NAME}.partial"
+        backup = self._experiment / BACKUP_NAME
         try:
-            shutil.copyfile(staged, partial)
-            os.replace(partial, self._experiment / BACKUP_NAME)  # a kill leaves the old one whole
+            files = _saved_files(self._staging)
+            if files:
+                body = {"files": {n: base64.b64encode(b).decode("ascii") for n, b in files.items()}}
+                _write_whole(backup, json.dumps(body).encode())
         except OSError as error:  # a full disk must not stop the sweep: the next save retries
+            backup.unlink(missing_ok=True)  # an older backup must not win over a newer copy
             log.warning("could not back up Tune's experiment state: %s", error)
-        return None  # nothing of ours to restore
+        return None  # nothing of ours for Tune to restore
 
 
 def repair_experiment_state(tune_folder: Path) -> bool:
-    """Put the backup in place of a truncated newest state file; True when it did.
-
-    A whole newest state, no state, or no whole backup: nothing is touched (Tune then
-    restores, starts afresh, or fails as it would have).
-    """
-    newest = _newest_state(tune_folder)
-    backup = tune_folder / BACKUP_NAME
-    if newest is None or _is_whole(newest) or not backup.exists() or not _is_whole(backup):
+    """Put the last save's files in place where the Tune folder lacks them whole; True when it
+    changed a file. No backup (a sweep that never saved): nothing is touched."""
+    files = _read_backup(tune_folder / BACKUP_NAME)
+    if not files:
         return False
-    partial = tune_folder / f".{BACKUP_NAME}.restoring"
-    shutil.copyfile(backup, partial)
-    os.replace(partial, newest)
-    log.warning("Tune's experiment state %s was cut short (a kill during its save); "
-                "restored the last whole copy", newest.name)
-    return True
+    changed = [name for name, data in files.items()
+               if not (tune_folder / name).exists() or (tune_folder / name).read_bytes() != data]
+    for name in changed:
+        _write_whole(tune_folder / name, files[name])
+    if changed:
+        log.warning("Tune's copy of its last saved state was cut short or behind (a kill during "
+                    "the copy); restored %s from the sweep's backup", ", ".join(sorted(changed)))
+    return bool(changed)
