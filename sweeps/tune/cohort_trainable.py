@@ -31,7 +31,7 @@ from mlflow.tracking import MlflowClient
 from ray import tune
 
 from sweeps.tune.search_space import MEMBERS, is_cohort, lone_params
-from sweeps.tune.trainable import train_trial
+from sweeps.tune.trainable import delete_leftover_runs, open_trial_run, train_trial
 from workers.contract import (
     C_BASE_PARAM,
     FAILURE_TAG,
@@ -128,8 +128,6 @@ class _CohortTrial:
                        if folder is not None else None)
         cohort = Cohort.create([self.configs[k] for k in self.running], self.context["cache_root"],
                                checkpoints)
-        from sweeps.tune.trainable import delete_leftover_runs, open_trial_run
-
         self.runs = []
         client = MlflowClient(tracking_uri=self.context["tracking_uri"])
         fresh = {self.records[k]["trial_id"] for k in self.running if not self.records[k]["run_id"]}

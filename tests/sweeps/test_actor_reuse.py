@@ -17,7 +17,7 @@ from collections import Counter
 
 import pytest
 
-from sweeps.tune.state_backup import BACKUP_NAME
+from sweeps.tune.state_backup import BACKUP_NAME, STATE_PATTERN
 from sweeps.tune.status import read_status
 from tests.sweeps.test_runner import _runs, _sweep, _write_spec
 
@@ -69,7 +69,7 @@ def test_kill_right_after_a_trial_finished_does_not_rerun_it(tmp_path, cohort_si
     process.wait()
     # As if the kill had landed while Tune copied its state file into the sweep folder (it
     # once did, by chance): the restore must use the last whole copy, not start afresh.
-    state = max(tune_folder.glob("experiment_state-*.json"))
+    state = max(tune_folder.glob(STATE_PATTERN))
     state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
     _, _, _, before = _runs(tmp_path, "quickstart", "ru1")
     finished_before = {c.info.run_id: c.info.end_time for c in before

@@ -8,67 +8,19 @@ import re
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
-import yaml
-from mlflow.tracking import MlflowClient
 
 from sweeps.tune.status import read_status
-from tests.support.mlflow_store import sqlite_store_uri
-from workers.contract import FAILURE_TAG, RUN_KIND_SWEEP, RUN_KIND_TAG, RUN_KIND_TRIAL
+from tests.sweeps.test_runner import _runs, _sweep, _write_spec
+from workers.contract import FAILURE_TAG, RUN_KIND_TAG
 
-ROOT = Path(__file__).resolve().parents[2]
-QUICKSTART = ROOT / "sweeps" / "examples" / "quickstart.yaml"
 pytestmark = pytest.mark.slow
 # Ray reads its config overrides from RAY_<name> in every process it starts.
 GCS_RECONNECT_ENV = {"RAY_gcs_rpc_server_reconnect_timeout_s": "20"}
-
-
-def _env(tmp_path: Path) -> dict[str, str]:
-    return {
-        **os.environ,
-        "MLFLOW_TRACKING_URI": sqlite_store_uri(tmp_path),
-        "KSWEEP_SWEEP_ROOT": str(tmp_path / "root"),
-        "RAY_ADDRESS": "",
-        "PYTHONUNBUFFERED": "1",
-        "PYTHONPATH": str(ROOT),  # this checkout's code, whatever the venv's install points at
-    }
-
-
-def _sweep(tmp_path: Path, spec: Path, sweep_id: str, env: dict[str, str] | None = None,
-           **popen):
-    return subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "sweep", "run", str(spec), "--sweep-id", sweep_id,
-         "--num-cpus", "2"],
-        env=_env(tmp_path) | (env or {}), cwd=tmp_path, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, start_new_session=True, **popen,
-    )
-
-
-def _runs(tmp_path: Path, experiment: str, sweep_id: str):
-    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
-    exp = client.get_experiment_by_name(experiment)
-    runs = client.search_runs([exp.experiment_id], filter_string=f"tags.`ksweep.sweep_id` = '{sweep_id}'")
-    parents = [r for r in runs if r.data.tags.get(RUN_KIND_TAG) == RUN_KIND_SWEEP]
-    children = [r for r in runs if r.data.tags.get(RUN_KIND_TAG) == RUN_KIND_TRIAL]
-    return client, exp, parents, children
-
-
-def _write_spec(tmp_path: Path, name: str, changes: dict) -> Path:
-    spec = yaml.safe_load(QUICKSTART.read_text())
-    for dotted, value in changes.items():
-        node = spec
-        *parents, last = dotted.split(".")
-        for key in parents:
-            node = node.setdefault(key, {})
-        node[last] = value
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
 
 
 def _title(proc: psutil.Process) -> str:

@@ -33,13 +33,15 @@ def _env(tmp_path: Path, fresh_store: bool = False) -> dict[str, str]:
     }
 
 
-def _sweep(tmp_path: Path, spec: Path, sweep_id: str, fresh_store: bool = False, **popen):
+def _sweep(tmp_path: Path, spec: Path, sweep_id: str, fresh_store: bool = False,
+           env: dict[str, str] | None = None, **popen):
     """``ksweep sweep run`` on ``tmp_path``'s MLflow store (a migrated empty copy unless
-    ``fresh_store``: then the driver creates it, as on a user's first run)."""
+    ``fresh_store``: then the driver creates it, as on a user's first run), with ``env`` on top
+    of its environment (Ray's config overrides)."""
     return subprocess.Popen(
         [sys.executable, "-m", "service.cli", "sweep", "run", str(spec), "--sweep-id", sweep_id,
          "--num-cpus", "2"],
-        env=_env(tmp_path, fresh_store), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        env=_env(tmp_path, fresh_store) | (env or {}), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True, start_new_session=True, **popen,
     )
 
