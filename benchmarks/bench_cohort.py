@@ -24,7 +24,7 @@ import torch
 import yaml
 
 from objectives import LossStackSpec
-from workers.cohort.trainer import run_cohort
+from workers.cohort.chunked import run_cohort
 from workers.train import Trainer, TrialConfig
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -124,7 +124,7 @@ COHORT_CURVES = ("val/loss", *(f"{split}/{group}latent_nmi" for split in ("val",
 def cohort(args: argparse.Namespace) -> None:
     """Train ``--member stack:alpha:beta:seed[:free_bits[:family]]`` points as one cohort for
     ``--epochs`` (the spec's own early stopping applies unless overridden), record each."""
-    from workers.cohort.trainer import run_cohort
+    from workers.cohort.chunked import run_cohort
 
     spec = _spec_with(args.spec, [*args.set, f"template.training.epochs={args.epochs}"])
     configs = []

@@ -1,7 +1,8 @@
 """The Ray Tune trainable of a cohort: one Tune trial trains K trials of one shape together.
 
 The members are trained by :class:`workers.cohort.trainer.Cohort` (one vectorized train pass,
-each member's lone epoch-end code) and each keeps everything a lone trial has: its own
+each member's lone epoch-end code; each epoch chunk by chunk where the device cannot hold them
+all: :mod:`workers.cohort.chunked`) and each keeps everything a lone trial has: its own
 MLflow child run, opened by :func:`sweeps.tune.trainable.open_trial_run` with the lone trial's
 tags (a per-member ``ksweep.trial_id``, plus ``ksweep.cohort``), one metric point per epoch,
 ``selected/*`` logged with its last epoch, its plots (``tracking.trial_plots``) and its end
@@ -44,6 +45,7 @@ from workers.contract import (
 
 if TYPE_CHECKING:  # the training stack is imported where a trial runs: the driver never loads torch
     from sweeps.spec.trials import TrialConfigs
+    from workers.cohort.chunked import ChunkedCohort
     from workers.cohort.trainer import Cohort, Member
     from workers.trial import TrialRun
 
@@ -110,7 +112,7 @@ class _CohortTrial:
         self.runs: list[TrialRun | None] = []  # None: replayed, its run already ended
         self.unclosed: list[int] = []  # positions that ended but whose runs are not ended yet
 
-    def open(self, folder: Path | None) -> Cohort | None:
+    def open(self, folder: Path | None) -> Cohort | ChunkedCohort | None:
         """The cohort of the members still running (resumed from ``folder`` when given)."""
         if folder is not None:
             saved = json.loads((folder / MEMBERS_FILE).read_text())
@@ -122,12 +124,12 @@ class _CohortTrial:
         self.running = [k for k, r in enumerate(self.records) if r["state"] == TrainingStatus.RUNNING]
         if not self.running:  # every member ended before the restore: nothing re-runs
             return None
-        from workers.cohort.trainer import Cohort
+        from workers.cohort.chunked import open_cohort
 
         checkpoints = ({i: folder / f"member_{k}.pt" for i, k in enumerate(self.running)}
                        if folder is not None else None)
-        cohort = Cohort.create([self.configs[k] for k in self.running], self.context["cache_root"],
-                               checkpoints)
+        cohort = open_cohort([self.configs[k] for k in self.running], self.context["cache_root"],
+                             checkpoints)
         self.runs = []
         client = MlflowClient(tracking_uri=self.context["tracking_uri"])
         fresh = {self.records[k]["trial_id"] for k in self.running if not self.records[k]["run_id"]}
@@ -151,7 +153,7 @@ class _CohortTrial:
             self.runs.append(run)
         return cohort
 
-    def epoch(self, cohort: Cohort) -> None:
+    def epoch(self, cohort: Cohort | ChunkedCohort) -> None:
         """Train one epoch, log it per member; the members that ended go to ``unclosed``."""
         from workers.cohort.member import own_rng
 
@@ -180,12 +182,12 @@ class _CohortTrial:
                 "training_iteration": float(member.trainer.epoch)},
                 history={k: list(history[k]) for k in HISTORY_METRICS if k in history})
 
-    def close_ended(self, cohort: Cohort) -> None:
+    def close_ended(self, cohort: Cohort | ChunkedCohort) -> None:
         while self.unclosed:
             position = self.unclosed.pop(0)
             _close(cohort.members[position], self.runs[position])
 
-    def report(self, cohort: Cohort, metric: str, mode: str) -> None:
+    def report(self, cohort: Cohort | ChunkedCohort, metric: str, mode: str) -> None:
         """One tune.report for the cohort, with every member's checkpoint and record."""
         values = [r["final"].get(metric) for r in self.records]
         values = [v for v in values if v is not None and math.isfinite(v)]
@@ -202,7 +204,7 @@ class _CohortTrial:
                          COHORT_MEMBERS_KEY: json.dumps([progress_record(r) for r in self.records])},
                         checkpoint=tune.Checkpoint.from_directory(folder))
 
-    def stop_running(self, cohort: Cohort, error: BaseException | None) -> None:
+    def stop_running(self, cohort: Cohort | ChunkedCohort, error: BaseException | None) -> None:
         """End the runs of members still running: stopped early (Tune's stop) or failed."""
         self.close_ended(cohort)
         for position, member in enumerate(cohort.members):

@@ -12,14 +12,17 @@ import time
 
 import pytest
 import yaml
+from mlflow.tracking import MlflowClient
 from test_runner import _runs, _sweep, _write_spec
 
 from sweeps.plan.build import build_plan
 from sweeps.spec import load_sweep_spec
 from sweeps.tune.cohort_trainable import COHORT_TAG
 from sweeps.tune.status import read_status
+from workers.cohort.memory import HEADROOM, MEMORY_CAP_ENV, member_step_bytes
 from workers.contract import SWEEP_ID_TAG, TRIAL_ID_TAG
 from workers.tracking import CREATE_TOKEN_TAG
+from workers.train.loop import Trainer
 
 pytestmark = pytest.mark.slow
 
@@ -52,13 +55,27 @@ def test_cohort_members_match_lone_trials_early_stopping_included(tmp_path):
     # The lone reference pins cohort_size 1 (the default, auto, would pack these 6 trials).
     lone = _write_spec(tmp_path, "lone", {**EARLY_STOPPING, "resources.cohort_size": 1})
     packed = _write_spec(tmp_path, "packed", {**EARLY_STOPPING, "resources.cohort_size": 6})
-    for spec, sweep_id in ((packed, "k6"), (lone, "k1")):
+    # The cohort of 6 gets memory for 3 members, so it trains as two chunks each epoch (as a
+    # GPU worker short of memory does): every member still matches its lone trial.
+    chunked = {MEMORY_CAP_ENV: f"{_step_mib(packed) * 3 / HEADROOM + 0.01:.3f}"}
+    for spec, sweep_id, env in ((packed, "k6", chunked), (lone, "k1", None)):
         started = time.monotonic()
-        process = _sweep(tmp_path, spec, sweep_id)
+        process = _sweep(tmp_path, spec, sweep_id, env=env)
         output, _ = process.communicate(timeout=1700)
         print(f"{sweep_id} wall time {time.monotonic() - started:.0f} s")  # a figure for docs/bench/
         assert process.returncode == 0, output
     _check_same_trials(tmp_path)
+    _, _, _, members = _runs(tmp_path, "quickstart", "k6")
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    first_epoch = [client.get_metric_history(c.info.run_id, "perf/cohort_size")[0].value for c in members]
+    assert first_epoch == [3.0] * 6  # each member trained in a chunk of 3
+
+
+def _step_mib(spec_path):
+    """MiB one member of this spec's cohort plans for in a training step (its first trial's)."""
+    spec = load_sweep_spec(spec_path)
+    config = spec.trial_config(1.0, spec.trial_configs().stack_labels()[0], spec.models[0], 0)
+    return member_step_bytes(Trainer.create(config, spec_path.parent / "estimate")) / 2**20
 
 
 def _check_same_trials(tmp_path):

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from objectives import LossStackSpec
+from workers.cohort.chunked import run_cohort
 from workers.cohort.grouping import cohort_key, group_cohorts
-from workers.cohort.trainer import Cohort, check_cohort, run_cohort
+from workers.cohort.trainer import Cohort, check_cohort
 from workers.train import Trainer, TrialConfig, load_trial_config
 
 ROOT = Path(__file__).resolve().parents[2]

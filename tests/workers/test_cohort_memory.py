@@ -6,8 +6,16 @@ import pytest
 import torch
 
 from tests.workers.test_cohort import base_config, members
-from workers.cohort.memory import HEADROOM, chunk_sizes, free_bytes, member_step_bytes, plan_chunks
-from workers.cohort.trainer import Cohort, run_cohort
+from workers.cohort.chunked import ChunkedCohort, open_cohort, run_cohort
+from workers.cohort.memory import (
+    HEADROOM,
+    MEMORY_CAP_ENV,
+    chunk_sizes,
+    free_bytes,
+    member_step_bytes,
+    plan_chunks,
+)
+from workers.cohort.trainer import Cohort
 
 
 def test_chunk_sizes_split_evenly_within_the_budget():
@@ -35,3 +43,39 @@ def test_a_cohort_over_the_budget_trains_in_chunks_with_the_same_numbers(tmp_pat
         assert b.status == "finished"
         assert b.step_losses == pytest.approx(a.step_losses, rel=1e-6, abs=1e-7)
         assert b.trainer.history["val/loss"] == pytest.approx(a.trainer.history["val/loss"], rel=1e-6)
+
+
+def test_the_memory_cap_limits_what_a_cohort_plans_for(monkeypatch):
+    cpu = torch.device("cpu")
+    monkeypatch.setenv(MEMORY_CAP_ENV, "2.5")
+    assert free_bytes(cpu) == int(2.5 * 2**20)  # a limit on the CPU too, where there is none
+    for bad in ("lots", "0", "-1", "inf", "nan"):
+        monkeypatch.setenv(MEMORY_CAP_ENV, bad)
+        with pytest.raises(ValueError, match=f"{MEMORY_CAP_ENV} must be a positive number of MiB"):
+            free_bytes(cpu)
+    monkeypatch.setenv(MEMORY_CAP_ENV, " ")
+    assert free_bytes(cpu) is None
+
+
+def test_a_chunked_cohort_runs_epoch_by_epoch_with_the_whole_cohorts_numbers(tmp_path):
+    # The sweep's path: every epoch, each chunk in turn (a Tune report per epoch for all members).
+    configs = members(base_config("discrete"))[:3]
+    whole = Cohort.create(configs, tmp_path)
+    assert isinstance(open_cohort(configs, tmp_path), Cohort)  # the CPU: one chunk
+    per_member = member_step_bytes(whole.members[0].trainer)
+    chunked = open_cohort(configs, tmp_path, free=int(2 * per_member / HEADROOM) + 1)
+    assert isinstance(chunked, ChunkedCohort)
+    assert [[m.position for m in c.members] for c in chunked.chunks] == [[0, 1], [2]]
+    assert [m.position for m in chunked.members] == [0, 1, 2]
+    while whole.active:
+        expected, got = whole.run_epoch(), chunked.run_epoch()
+        assert got.keys() == expected.keys() and chunked.epoch == whole.epoch
+        for position, metrics in expected.items():
+            assert got[position]["val/loss"] == pytest.approx(metrics["val/loss"], rel=1e-6)
+    assert not chunked.active
+    for a, b in zip(whole.members, chunked.members, strict=True):
+        assert b.status == a.status == "finished"
+        assert b.step_losses == pytest.approx(a.step_losses, rel=1e-6, abs=1e-7)
+    # A member of the second chunk saves the checkpoint a lone trainer resumes from.
+    path = chunked.save_checkpoint(chunked.members[2], tmp_path / "m2.pt")
+    assert path.exists() and torch.load(path, weights_only=False)["epoch"] == whole.epoch

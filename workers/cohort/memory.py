@@ -4,19 +4,23 @@ Members never interact (workers/cohort/trainer.py), so a cohort of K trained as 
 M <= K members gives every member the numbers it gets in the whole cohort. The plan stays
 machine-independent (``cohort_size`` is not touched); only the worker that runs the cohort
 looks at its device: on CUDA the free memory (``torch.cuda.mem_get_info``), on the CPU none
-(no chunking: host memory is not what limits these sizes).
+(no chunking: host memory is not what limits these sizes), either capped by
+``KSWEEP_COHORT_MEMORY_MIB`` where set. :mod:`workers.cohort.chunked` trains the chunks.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 
 import torch
 
 log = logging.getLogger(__name__)
 
 HEADROOM = 0.8  # the share of the free memory a chunk may plan to use (allocator slack, eval batches)
+MEMORY_CAP_ENV = "KSWEEP_COHORT_MEMORY_MIB"
+"""Caps the memory (MiB) a worker's cohort plans for: a GPU shared with other work, or a CPU limit."""
 ACTIVATION_FACTOR = 10  # floats a GRU keeps per hidden unit per position and layer (gates, states, grads)
 
 
@@ -45,10 +49,21 @@ def member_step_bytes(trainer) -> int:
 
 
 def free_bytes(device: torch.device) -> int | None:
-    """Free memory of ``device`` in bytes (CUDA), or None where it does not limit a cohort (CPU)."""
-    if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
-    return None
+    """Free memory of ``device`` in bytes (CUDA), or None where it does not limit a cohort (CPU);
+    at most :data:`MEMORY_CAP_ENV` MiB where that is set (on the CPU too)."""
+    measured = int(torch.cuda.mem_get_info(device)[0]) if device.type == "cuda" else None
+    cap = os.environ.get(MEMORY_CAP_ENV, "").strip()
+    if not cap:
+        return measured
+    try:
+        mib = float(cap)
+    except ValueError:
+        mib = math.nan
+    if not mib > 0 or math.isinf(mib):
+        raise ValueError(f"{MEMORY_CAP_ENV} must be a positive number of MiB (e.g. 2048), got {cap!r}; "
+                         "unset it to plan for the device's free memory")
+    capped = int(mib * 2**20)
+    return capped if measured is None else min(measured, capped)
 
 
 def chunk_sizes(members: int, per_member: int, free: int | None, headroom: float = HEADROOM) -> list[int]:

@@ -26,7 +26,6 @@ from workers.cohort.compiled import CompiledStep
 from workers.cohort.evaluation import member_outputs
 from workers.cohort.grouping import fingerprint
 from workers.cohort.member import Member, MemberCallback, capture, check_cohort, own_rng, per_member
-from workers.cohort.memory import plan_chunks
 from workers.cohort.optim import StackedAdamW, clip_per_member
 from workers.contract import PERF_EPOCH_SECONDS, PERF_TOKENS_PER_SECOND, VAL_LOSS, TrainingStatus
 from workers.models import CVAEOutput
@@ -383,17 +382,3 @@ class Cohort:
         with own_rng(member):
             return member.trainer.save_checkpoint(path)
 
-
-def run_cohort(configs: Sequence[TrialConfig], cache_root: Path | str = ".ksweep", *,
-               on_epoch: MemberCallback | None = None, patience: int | None = None,
-               checkpoints: Mapping[int, Path | str] | None = None, free: int | None = None) -> list[Member]:
-    """Train ``configs`` as one cohort; per member: ``trainer`` (history, checkpoints), ``status``, ``error``.
-
-    When the device's free memory (``free`` bytes, None: measured) cannot hold the whole
-    cohort's step, it trains in memory-sized chunks one after another (workers/cohort/memory.py;
-    logged): every member's numbers are those of the whole cohort.
-    """
-    members = Cohort.create_members(configs, cache_root, checkpoints)
-    for chunk in plan_chunks([m.trainer for m in members], free):
-        Cohort.from_members([members[i] for i in chunk], cache_root).run(on_epoch=on_epoch, patience=patience)
-    return members

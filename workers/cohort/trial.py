@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from workers.cohort.trainer import Cohort, Member, MemberCallback
+from workers.cohort.chunked import open_cohort
+from workers.cohort.member import Member, MemberCallback
 from workers.contract import (
     FAILURE_TAG,
     MAX_ERROR_CHARS,
@@ -55,7 +56,7 @@ def run_logged_cohort(
     after each member's epoch is logged (report, checkpoint); a truthy return stops the member.
     ``plots``: each member's five PNGs, as ``run_logged_trial``'s.
     """
-    cohort = Cohort.create(configs, cache_root, checkpoints)
+    cohort = open_cohort(configs, cache_root, checkpoints)  # in memory-sized chunks where it must
     runs = []
     for member in cohort.members:
         position = member.position
