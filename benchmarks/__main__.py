@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 from benchmarks import (
+    bench_checkpoints,
     bench_cohort,
     bench_compiled,
     bench_dataset_training,
@@ -32,6 +33,7 @@ def main() -> None:
     gpu_trial.main()
     bench_sweep.main([])
     bench_member_overhead.main()
+    bench_checkpoints.main([])
     bench_service.main()
     # locust monkey-patches the standard library with gevent: its benchmark runs in a child.
     subprocess.run([sys.executable, "-m", "benchmarks.bench_load", "--duration", "8"], check=True)

@@ -63,3 +63,24 @@ def test_member_overhead_spec_refuses_no_members(members, tmp_path):
 
     with pytest.raises(ValidationError):
         load_sweep_spec(write_spec(tmp_path / "spec.yaml", members, 1, 32))
+
+
+def test_one_checkpoint_file_per_cohort_holds_each_members_own_state(tmp_path):
+    import torch
+
+    from benchmarks.bench_checkpoints import checkpoint_writers, cohort_configs, same_states
+    from workers.cohort.trainer import Cohort
+
+    configs = [c.model_copy(update={"data": c.data.model_copy(update={"train_size": 64, "val_size": 32})})
+               for c in cohort_configs(3)]
+    assert [(c.loss_stack.alpha, c.seed) for c in configs] == [(0.0, 0), (1.0, 0), (2.0, 0)]
+    cohort = Cohort.create(configs, tmp_path / "cache")
+    cohort.run_epoch()
+    for write in checkpoint_writers(cohort, tmp_path).values():
+        write()
+    assert same_states(tmp_path, 3)
+    # A tampered member no longer matches: the check can fail.
+    states = torch.load(tmp_path / "members.pt", weights_only=False)
+    states[1]["step"] += 1
+    torch.save(states, tmp_path / "members.pt")
+    assert not same_states(tmp_path, 3)
