@@ -27,8 +27,8 @@ from typing import Any
 PROFILE_DIR_ENV = "KSWEEP_BENCH_PROFILE_DIR"
 RECORDS = "trials.jsonl"
 
-# (owner module, attribute path, phase). Missing modules are skipped (the bare trial never
-# imports MLflow or the plots, and must not import them for the profile either).
+# (owner module, attribute path, phase). The ksweep phases are instrumented in ksweep trials
+# only (the bare trial never imports MLflow or the plots, and must not for the profile either).
 _TRAINER_PHASES = (
     ("workers.train.loop", "Trainer.create", "trainer create"),
     ("workers.train.loop", "Trainer.run_epoch", "train + evaluate epochs"),
@@ -76,11 +76,12 @@ def _timed(original: Callable[..., Any], phase: str) -> Callable[..., Any]:
 
 def _instrument(specs: tuple[tuple[str, str, str], ...]) -> None:
     import importlib
-    import sys
 
     for module_name, path, phase in specs:
-        if (module_name, path) in _patched or module_name not in sys.modules:
+        if (module_name, path) in _patched:
             continue
+        # Imported here if the trial has not yet: trials import the training stack lazily, so
+        # a slot's first trial would otherwise go untimed.
         module = importlib.import_module(module_name)
         *owners, name = path.split(".")
         owner: Any = module

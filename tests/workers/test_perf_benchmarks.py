@@ -84,3 +84,21 @@ def test_one_checkpoint_file_per_cohort_holds_each_members_own_state(tmp_path):
     states[1]["step"] += 1
     torch.save(states, tmp_path / "members.pt")
     assert not same_states(tmp_path, 3)
+
+
+def test_sweep_profile_times_a_phase_whose_module_the_trial_has_not_imported_yet():
+    import sys
+
+    from benchmarks import sweep_profile
+
+    sys.modules.pop("colorsys", None)  # as the training stack before a slot's first trial
+    spec = (("colorsys", "rgb_to_hsv", "a phase"),)
+    try:
+        sweep_profile._instrument(spec)
+        sweep_profile._state.phases = {}
+        assert sys.modules["colorsys"].rgb_to_hsv(1.0, 0.0, 0.0) == (0.0, 1.0, 1.0)
+        assert sweep_profile._state.phases["a phase"] > 0
+    finally:
+        sweep_profile._state.phases = None
+        sweep_profile._patched.discard(("colorsys", "rgb_to_hsv"))
+        sys.modules.pop("colorsys", None)  # the patched copy goes: a later import is the original
