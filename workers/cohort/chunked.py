@@ -1,7 +1,7 @@
 """A cohort opened for its device: one :class:`Cohort`, or memory-sized chunks trained in turn.
 
 :func:`open_cohort` is how a worker builds the cohort it trains (a sweep's cohort trial,
-:func:`run_cohort`): it builds the members' lone trainers, plans the
+:func:`run_cohort`, ``run_logged_cohort``): it builds the members' lone trainers, plans the
 chunks for the device's free memory (:func:`workers.cohort.memory.plan_chunks`) and, when one
 chunk holds them all, returns the plain cohort. Otherwise a :class:`ChunkedCohort` runs every
 epoch chunk by chunk, so a sweep still reports each epoch for all its members; only one

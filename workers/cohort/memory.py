@@ -4,8 +4,8 @@ Members never interact (workers/cohort/trainer.py), so a cohort of K trained as 
 M <= K members gives every member the numbers it gets in the whole cohort. The plan stays
 machine-independent (``cohort_size`` is not touched); only the worker that runs the cohort
 looks at its device: on CUDA the free memory (``torch.cuda.mem_get_info``), on the CPU none
-(no chunking: host memory is not what limits these sizes), either capped by
-``KSWEEP_COHORT_MEMORY_MIB`` where set. :mod:`workers.cohort.chunked` trains the chunks.
+(no chunking: host memory is not what limits these sizes); both capped by
+``KSWEEP_COHORT_MEMORY_MIB`` where it is set. :mod:`workers.cohort.chunked` trains the chunks.
 """
 
 from __future__ import annotations
