@@ -1,7 +1,7 @@
 """A cohort's per-epoch checkpoint: one file per member (today) against one file per cohort.
 
-A cohort of K quickstart trials (the bench_sweep spec's shape; alpha x stack x seed) trains
-one epoch; then, interleaved in one process, its checkpoint is written as the cohort trainable
+A cohort of K quickstart trials (:func:`benchmarks.bench_cohort.sweep_configs`) trains one
+epoch; then, interleaved in one process, its checkpoint is written as the cohort trainable
 writes it (each running member's lone-trainer state to ``member_{k}.pt``) and as one file
 holding every member's state (``torch.save`` of a dict). Printed: both medians, the ratio and
 the bytes; what a per-cohort checkpoint file would save. The one-file form is checked to
@@ -20,17 +20,9 @@ from pathlib import Path
 import torch
 
 from benchmarks._timing import interleaved_medians, print_ratios
-from benchmarks.bench_sweep import bench_spec
+from benchmarks.bench_cohort import sweep_configs
 from workers.cohort.member import own_rng
 from workers.cohort.trainer import Cohort
-
-
-def cohort_configs(members: int) -> list:
-    """``members`` trials of one cohort shape: alphas x two stacks x seeds, in that order."""
-    spec = bench_spec()
-    points = [(alpha, stack, seed) for seed in range(members)
-              for stack in ("ncc", "raw_plus_ncc") for alpha in (0.0, 1.0, 2.0)][:members]
-    return [spec.trial_config(alpha, stack, "discrete", seed) for alpha, stack, seed in points]
 
 
 def checkpoint_writers(cohort: Cohort, folder: Path) -> dict:
@@ -73,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     for members in args.members:
         with tempfile.TemporaryDirectory(prefix="bench-ckpt-") as tmp:
             folder = Path(tmp)
-            cohort = Cohort.create(cohort_configs(members), folder / "cache")
+            cohort = Cohort.create(sweep_configs(members, epochs=1), folder / "cache")
             cohort.run_epoch()
             writers = checkpoint_writers(cohort, folder)
             medians = interleaved_medians(writers, repeats=args.repeats, warmup=1)

@@ -68,12 +68,14 @@ def test_member_overhead_spec_refuses_no_members(members, tmp_path):
 def test_one_checkpoint_file_per_cohort_holds_each_members_own_state(tmp_path):
     import torch
 
-    from benchmarks.bench_checkpoints import checkpoint_writers, cohort_configs, same_states
+    from benchmarks.bench_checkpoints import checkpoint_writers, same_states
+    from benchmarks.bench_cohort import sweep_configs
+    from workers.cohort.grouping import cohort_key
     from workers.cohort.trainer import Cohort
 
-    configs = [c.model_copy(update={"data": c.data.model_copy(update={"train_size": 64, "val_size": 32})})
-               for c in cohort_configs(3)]
-    assert [(c.loss_stack.alpha, c.seed) for c in configs] == [(0.0, 0), (1.0, 0), (2.0, 0)]
+    configs = [c.model_copy(update={"data": c.data.model_copy(update={"val_size": 32})})
+               for c in sweep_configs(3, epochs=1, train_size=64)]
+    assert len({cohort_key(c) for c in configs}) == 1 and len({c.name for c in configs}) == 3
     cohort = Cohort.create(configs, tmp_path / "cache")
     cohort.run_epoch()
     for write in checkpoint_writers(cohort, tmp_path).values():
