@@ -15,12 +15,14 @@ import psutil
 import pytest
 
 from sweeps.tune.status import read_status
-from tests.sweeps.test_runner import _runs, _sweep, _write_spec
+from tests.sweeps.test_runner import SMALL_DATA, _runs, _sweep, _write_spec
 from workers.contract import FAILURE_TAG, RUN_KIND_TAG
 
 pytestmark = pytest.mark.slow
 # Ray reads its config overrides from RAY_<name> in every process it starts.
-GCS_RECONNECT_ENV = {"RAY_gcs_rpc_server_reconnect_timeout_s": "20"}
+# The driver gives up on a lost GCS after 10 s instead of Ray's 60 s: Ray's error-listener thread
+# spins a whole core while it waits (measured), so the wait costs the suite CPU, not just time.
+GCS_RECONNECT_ENV = {"RAY_gcs_rpc_server_reconnect_timeout_s": "10"}
 
 
 def _title(proc: psutil.Process) -> str:
@@ -91,7 +93,7 @@ def _num_failures(tmp_path: Path, sweep_id: str) -> list[int]:
 def test_kill9_of_the_trial_worker_resumes_it_from_its_checkpoint(tmp_path):
     epochs = 12
     spec = _write_spec(tmp_path, "worker", {
-        "template.training.epochs": epochs, "seeds": 1, "alpha": [1],
+        **SMALL_DATA, "template.training.epochs": epochs, "seeds": 1, "alpha": [1],
         "loss_stacks": ["raw_token_weighted"], "budget.max_failures_per_trial": 2,
     })
     process = _sweep(tmp_path, spec, "wk1")
@@ -102,8 +104,12 @@ def test_kill9_of_the_trial_worker_resumes_it_from_its_checkpoint(tmp_path):
     assert len(workers) == 1, titles
     killed_at, title = _epochs_of(read_status(status_path)), _title(workers[0])
     workers[0].send_signal(signal.SIGKILL)
+    # The epochs the killed worker logged (it logs an epoch before reporting its checkpoint):
+    # it may have finished one more than Tune recorded by the kill.
+    logged = _logged_epochs(tmp_path / "mlflow.db")
     output, _ = process.communicate(timeout=900)
-    print(f"killed {title.strip()!r} (pid {workers[0].pid}) after epoch {killed_at} had been reported")
+    print(f"killed {title.strip()!r} (pid {workers[0].pid}) after epoch {killed_at} had been "
+          f"reported and {logged} logged")
     assert process.returncode == 0, output
     status = read_status(status_path)
     assert (status.state, status.total, status.done, status.failed) == ("succeeded", 1, 1, 0)
@@ -121,8 +127,10 @@ def test_kill9_of_the_trial_worker_resumes_it_from_its_checkpoint(tmp_path):
           f"epochs run twice: {sorted(set(first) & set(retry))}")
     assert first == list(range(1, len(first) + 1)) and len(first) >= 2
     assert retry == list(range(retry[0], epochs + 1))
-    # The retry resumed from a checkpoint, not from scratch: at most the epoch in flight lost.
-    assert 2 <= retry[0] <= len(first) + 1
+    # The retry resumed from a checkpoint, not from scratch, and skipped no epoch: from the
+    # checkpoint of an epoch the first worker finished (Tune's result.json can miss the last
+    # one, whose result the driver had not handled when the worker died).
+    assert 2 <= retry[0] <= logged + 1 and logged >= len(first)
 
 
 def _logged_epochs(db: Path) -> int:
@@ -143,7 +151,7 @@ def test_kill9_between_the_mlflow_log_and_the_checkpoint_logs_no_epoch_twice(tmp
     logged again (one point per step)."""
     epochs = 12
     spec = _write_spec(tmp_path, "between", {
-        "template.training.epochs": epochs, "seeds": 1, "alpha": [1],
+        **SMALL_DATA, "template.training.epochs": epochs, "seeds": 1, "alpha": [1],
         "loss_stacks": ["raw_token_weighted"], "budget.max_failures_per_trial": 2,
     })
     process = _sweep(tmp_path, spec, "bt1")
@@ -182,7 +190,7 @@ def test_kill9_of_the_whole_local_ray_ends_the_driver_and_a_rerun_resumes(tmp_pa
                                          "loss_stacks": ["uniform", "raw_plus_ncc"],
                                          "budget.max_concurrent_trials": 1,
                                          "resources.cohort_size": 1})
-    # The driver's core worker gives up on a lost GCS after 20 s, not Ray's 60 s (which would be
+    # The driver's core worker gives up on a lost GCS after 10 s, not Ray's 60 s (which would be
     # most of this test's wall time); what is asserted below is the same.
     process = _sweep(tmp_path, spec, "rk1", env=GCS_RECONNECT_ENV)
     status_path = tmp_path / "root" / "rk1" / "status.json"
@@ -263,7 +271,7 @@ def tiny_sweep_root(tmp_path):
 @pytest.mark.timeout(900)
 def test_disk_full_under_the_sweep_root_fails_the_sweep_with_the_reason(tmp_path, tiny_sweep_root):
     spec = _write_spec(tmp_path, "full", {
-        "template.training.epochs": 6, "seeds": 1, "alpha": [1],
+        **SMALL_DATA, "template.training.epochs": 6, "seeds": 1, "alpha": [1],
         "loss_stacks": ["raw_token_weighted"], "budget.max_failures_per_trial": 1,
     })
     process = _sweep(tmp_path, spec, "df1")  # MLflow's store is in tmp_path, off the tmpfs
