@@ -19,6 +19,7 @@ from sweeps.plan.build import build_plan
 from sweeps.spec import load_sweep_spec
 from sweeps.tune.cohort_trainable import COHORT_TAG
 from sweeps.tune.status import read_status
+from tests.support.tune_state import wait_restorable
 from workers.cohort.memory import HEADROOM, MEMORY_CAP_ENV, member_step_bytes
 from workers.contract import SWEEP_ID_TAG, TRIAL_ID_TAG
 from workers.tracking import CREATE_TOKEN_TAG
@@ -154,6 +155,7 @@ def test_killed_cohort_sweep_resumes_without_rerunning_or_duplicating_members(tm
         process.kill()
         pytest.fail("the first cohort did not finish and the second diverge in time")
     time.sleep(2.5)  # let Tune save its experiment state (TUNE_GLOBAL_CHECKPOINT_S = 2)
+    wait_restorable(tmp_path / "root" / "kc" / "tune")
     os.killpg(process.pid, signal.SIGKILL)  # the driver and its local Ray die together
     process.wait()
     killed = read_status(status_path)

@@ -14,6 +14,7 @@ from mlflow.tracking import MlflowClient
 
 from sweeps.tune.status import read_status
 from tests.support.mlflow_store import sqlite_store_uri
+from tests.support.tune_state import wait_restorable
 from workers.contract import RUN_KIND_SWEEP, RUN_KIND_TAG, RUN_KIND_TRIAL
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -150,6 +151,7 @@ def test_killed_driver_resumes_without_rerunning_or_duplicating(tmp_path):
         process.kill()
         pytest.fail("sweep did not complete two trials in time")
     time.sleep(2.5)  # let Tune save its experiment state (TUNE_GLOBAL_CHECKPOINT_S = 2)
+    wait_restorable(tmp_path / "root" / "rs1" / "tune")
     os.killpg(process.pid, signal.SIGKILL)  # the driver and its local Ray die together
     process.wait()
     _, _, _, before = _runs(tmp_path, "quickstart", "rs1")
