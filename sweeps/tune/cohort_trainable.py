@@ -32,6 +32,7 @@ from mlflow.tracking import MlflowClient
 from ray import tune
 
 from sweeps.tune.search_space import MEMBERS, is_cohort, lone_params
+from sweeps.tune.state_backup import restored_as
 from sweeps.tune.trainable import delete_leftover_runs, open_trial_run, train_trial
 from workers.contract import (
     C_BASE_PARAM,
@@ -187,13 +188,14 @@ class _CohortTrial:
             position = self.unclosed.pop(0)
             _close(cohort.members[position], self.runs[position])
 
-    def report(self, cohort: Cohort | ChunkedCohort, metric: str, mode: str) -> None:
-        """One tune.report for the cohort, with every member's checkpoint and record."""
+    def report(self, cohort: Cohort | ChunkedCohort | None, metric: str, mode: str) -> None:
+        """One tune.report for the cohort, with every member's checkpoint and record (None:
+        every member ended, records only)."""
         values = [r["final"].get(metric) for r in self.records]
         values = [v for v in values if v is not None and math.isfinite(v)]
         best = (max(values) if mode == "max" else min(values)) if values else math.nan
         with tempfile.TemporaryDirectory(prefix="ksweep-cohort-") as folder:
-            for position, member in enumerate(cohort.members):
+            for position, member in enumerate(cohort.members if cohort is not None else []):
                 if member.status == TrainingStatus.RUNNING:
                     cohort.save_checkpoint(member, Path(folder) / f"member_{self.running[position]}.pt")
             (Path(folder) / MEMBERS_FILE).write_text(json.dumps(self.records))
@@ -226,11 +228,15 @@ def train_cohort(params: dict[str, Any], *, configs: TrialConfigs, context: dict
     ``context``'s ``metric`` and ``mode``: what the cohort reports to Tune as its own value."""
     trial = _CohortTrial(params, configs, context)
     checkpoint = tune.get_checkpoint()
+    behind = False
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
             cohort = trial.open(Path(folder))
+            behind = restored_as(Path(folder)) is not None
     else:
         cohort = trial.open(None)
+    if behind:  # Tune restored an older checkpoint's records: one report brings them up to date
+        trial.report(cohort, context["metric"], context["mode"])
     if cohort is None:
         return
     try:

@@ -20,7 +20,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from sweeps.plan.build import SweepPlan
 from sweeps.spec import SweepSpec
 from sweeps.tune.search_space import param_space
-from sweeps.tune.state_backup import repair_experiment_state
+from sweeps.tune.state_backup import fill_deleted_checkpoints, repair_experiment_state
 
 TUNE_FOLDER = "tune"
 
@@ -75,6 +75,7 @@ def make_tuner(spec: SweepSpec, plan: SweepPlan, trainable: Any, run_config: tun
     """The sweep's Tuner: restored from ``tune_path`` when a driver ran before (finished
     trials are not re-run, unfinished ones resume from their checkpoints), else new."""
     repair_experiment_state(tune_path)  # a kill mid-save must not restart the sweep afresh
+    fill_deleted_checkpoints(tune_path)  # nor fail a trial whose named checkpoint Tune deleted
     if tune.Tuner.can_restore(str(tune_path)):
         # The param space again: a grid trial created but not started before the kill keeps
         # placeholders for its sample_from params, which only the original space resolves.

@@ -8,6 +8,12 @@ every trial would run, and log an MLflow run, a second time) or the previous sav
 which may name a trial checkpoint Tune has since deleted (``num_to_keep``; the restored trial
 then fails). :class:`ExperimentStateBackup` keeps the last save's files in one file written
 whole, and :func:`repair_experiment_state` puts them in place before a restore.
+
+Even the last save can name a deleted checkpoint: Tune forces a save once a trial has registered
+``num_to_keep`` checkpoints since the last one, but that registration has already deleted the
+newest checkpoint the last save names. :func:`fill_deleted_checkpoints` puts the trial's newest
+checkpoint under that name, marked with the iteration Tune restores (:data:`RESTORED_AS`), and
+the trainables hand Tune the epochs in between (:func:`restored_as`).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import base64
 import json
 import logging
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +35,8 @@ STATE_PATTERN = "experiment_state-*.json"  # Tune's TuneController.CKPT_FILE_TMP
 SEARCHER_TEMPLATES = ("basic-variant-state-{}.json", "search_gen_state-{}.json",
                       "searcher-state-{}.pkl")
 BACKUP_NAME = "ksweep-state-backup.json"  # not matching Tune's patterns: Tune never reads it
+# In a checkpoint put back under a deleted one's name: the training_iteration Tune restores.
+RESTORED_AS = "ksweep-restored-as.json"
 
 
 def _newest_state(folder: Path) -> Path | None:
@@ -106,3 +115,59 @@ def repair_experiment_state(tune_folder: Path) -> bool:
         log.warning("Tune's copy of its last saved state was cut short or behind (a kill during "
                     "the copy); restored %s from the sweep's backup", ", ".join(sorted(changed)))
     return bool(changed)
+
+
+def _latest_checkpoints(state: bytes) -> list[tuple[Path, int]]:
+    """Each trial's latest checkpoint in an experiment state: (path, its training_iteration)."""
+    # Tune's own decoder of a trial's run metadata (a private module: no public reader exists).
+    from ray.tune.trainable.metadata import _TrainingRunMetadata
+
+    latest = []
+    for _, run_metadata in json.loads(state)["trial_data"]:
+        manager = _TrainingRunMetadata.from_json_state(run_metadata).checkpoint_manager
+        result = manager.latest_checkpoint_result if manager is not None else None
+        if result is not None:
+            latest.append((Path(result.checkpoint.path),
+                           int(result.metrics.get("training_iteration", 0))))
+    return latest
+
+
+def fill_deleted_checkpoints(tune_folder: Path) -> list[Path]:
+    """Put back each trial checkpoint the state to restore names but Tune has deleted, as a copy
+    of the trial's newest checkpoint marked with the iteration Tune restores; the filled paths.
+
+    A trial with no newer checkpoint is left alone (Tune then fails it, with its own message)."""
+    state = _newest_state(tune_folder)
+    if state is None:
+        return []
+    try:
+        latest = _latest_checkpoints(state.read_bytes())
+    except Exception:  # noqa: BLE001 (an unreadable state is Tune's to report, not ours)
+        log.warning("could not read the trial checkpoints named in %s", state, exc_info=True)
+        return []
+    filled = []
+    for path, iteration in latest:
+        if path.exists() or not path.parent.is_dir():
+            continue
+        newer = sorted(p for p in path.parent.glob("checkpoint_*") if p.is_dir() and p.name > path.name)
+        if not newer:
+            continue
+        partial = path.with_name(f".{path.name}.partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.copytree(newer[-1], partial)
+        (partial / RESTORED_AS).write_text(json.dumps({"training_iteration": iteration}))
+        os.replace(partial, path)  # a kill leaves no half-filled checkpoint under Tune's name
+        filled.append(path)
+    if filled:
+        log.warning("the saved Tune state named %d deleted trial checkpoint(s); each trial resumes "
+                    "from its newest instead: %s", len(filled), ", ".join(map(str, filled)))
+    return filled
+
+
+def restored_as(checkpoint_folder: Path) -> int | None:
+    """The iteration Tune restored with this checkpoint when it stands in for a deleted older
+    one (its trainable then reports the epochs in between first); None for Tune's own."""
+    marker = checkpoint_folder / RESTORED_AS
+    if not marker.exists():
+        return None
+    return int(json.loads(marker.read_text())["training_iteration"])

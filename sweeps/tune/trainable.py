@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from mlflow.tracking import MlflowClient
 from ray import tune
 
+from sweeps.tune.state_backup import restored_as
 from workers.contract import (
     C_BASE_PARAM,
     RUN_KIND_TAG,
@@ -106,12 +107,13 @@ def train_trial(params: dict[str, Any], *, configs: TrialConfigs, context: dict[
     config = configs.trial_config_for(params)
     trial_id = tune.get_context().get_trial_id()
     trainer = Trainer.create(config, context["cache_root"])
-    checkpoint_run_id = None
+    checkpoint_run_id, tune_epoch = None, None
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
             trainer.load_checkpoint(Path(folder) / STATE_FILE)
             checkpoint_run_id = json.loads((Path(folder) / RUN_FILE).read_text())["run_id"]
+            tune_epoch = restored_as(Path(folder))
     ended = None if checkpoint_run_id is None else _ended_run(context, checkpoint_run_id)
     if ended == TrainingStatus.STOPPED:  # stopped early by the scheduler before the kill: it stays stopped
         return
@@ -129,6 +131,8 @@ def train_trial(params: dict[str, Any], *, configs: TrialConfigs, context: dict[
                 checkpoint=tune.Checkpoint.from_directory(folder),
             )
 
+    if tune_epoch is not None:
+        _replay_to_tune(trainer, tune_epoch, report, run_id)
     if run is None:
         # The trial completed under a driver killed before Tune recorded that (its
         # experiment state is saved every few seconds). Its run is whole: touch nothing in
@@ -140,3 +144,17 @@ def train_trial(params: dict[str, Any], *, configs: TrialConfigs, context: dict[
                    else metrics)
         return
     run.train(after_epoch=report)
+
+
+def _replay_to_tune(trainer: Trainer, tune_epoch: int, report, run_id: str | None) -> None:
+    """Report the epochs after ``tune_epoch`` that the restored checkpoint already holds
+    (MLflow logged each before Tune saw it), from the trainer's history: Tune restored an older
+    checkpoint's iteration (:func:`sweeps.tune.state_backup.fill_deleted_checkpoints`), and its
+    iteration count must match the epochs again. The last one carries the checkpoint."""
+    for epoch in range(tune_epoch + 1, trainer.epoch + 1):
+        metrics = {name: values[epoch - 1] for name, values in trainer.history.items()
+                   if len(values) >= epoch}
+        if epoch < trainer.epoch:
+            tune.report({**metrics, "mlflow_run_id": run_id, C_BASE_PARAM: trainer.c_base})
+        else:
+            report(trainer, epoch, {**metrics, **trainer.finalize()} if trainer.finished else metrics)

@@ -9,6 +9,7 @@ same process as the one just finished: that is the case killed here, with Tune's
 cut short as a kill during its copy leaves it.
 """
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -17,9 +18,10 @@ from collections import Counter
 
 import pytest
 
-from sweeps.tune.state_backup import STATE_PATTERN
+from sweeps.tune.state_backup import BACKUP_NAME, STATE_PATTERN
 from sweeps.tune.status import read_status
-from tests.support.tune_state import backup_restorable
+from tests.support.tune_state import backup_restorable, named_checkpoints
+from tests.sweeps.test_ray_faults import _logged_epochs, _steps_per_worker, _trial_dir
 from tests.sweeps.test_runner import _runs, _sweep, _write_spec
 
 pytestmark = pytest.mark.slow
@@ -57,7 +59,7 @@ def test_kill_right_after_a_trial_finished_does_not_rerun_it(tmp_path, cohort_si
     # Killed before Tune first saved its experiment state, the driver would start the sweep
     # afresh under new trial ids (not what this test is about): trials without per-trial PNGs
     # can finish two in less than its save period. The backup is written before the state; a
-    # state that names a deleted checkpoint is a known gap, not this test's case (tune_state.py).
+    # save that names a checkpoint Tune has since deleted is the next test's case.
     while _finished_child_runs(db) < 2 or not backup_restorable(tune_folder):
         if process.poll() is not None:
             pytest.fail(f"the sweep ended before it could be killed: {process.stdout.read()}")
@@ -98,3 +100,58 @@ def test_kill_right_after_a_trial_finished_does_not_rerun_it(tmp_path, cohort_si
     status = read_status(tmp_path / "root" / "ru1" / "status.json")
     states = [(t["trial_id"], t["state"], t.get("epochs"), t.get("error")) for t in status.trials]
     assert (status.state, status.done, status.failed) == ("succeeded", 4, 0), states
+
+
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("cohort_size", [1, 2])
+def test_a_saved_state_naming_deleted_checkpoints_resumes_the_trial_from_its_newest(tmp_path, cohort_size):
+    """A driver killed with its last save epochs behind (Tune has deleted the checkpoint that
+    save names): the trial (a lone one, or a cohort of two) resumes from its newest checkpoint,
+    brings Tune up to date (a lone trial replays the epochs in between from its history, a
+    cohort reports its members' records once) and logs no epoch twice."""
+    epochs = 16
+    stacks = ["raw_token_weighted", "uniform"][:cohort_size]
+    spec = _write_spec(tmp_path, "behind", {"template.training.epochs": epochs, "seeds": 1,
+                                            "alpha": [1], "loss_stacks": stacks,
+                                            "resources.cohort_size": cohort_size})
+    process = _sweep(tmp_path, spec, "bh1")
+    tune_folder, db = tmp_path / "root" / "bh1" / "tune", tmp_path / "mlflow.db"
+    deadline = time.time() + 600
+    snapshot = None
+    while True:  # keep the first save that names a checkpoint; kill four epochs past it
+        if snapshot is None and (named := named_checkpoints(tune_folder)) and backup_restorable(tune_folder):
+            snapshot, named_epoch = (tune_folder / BACKUP_NAME).read_bytes(), max(named.values()) + 1
+        if snapshot is not None and _logged_epochs(db) >= named_epoch + 4:
+            break
+        if process.poll() is not None or time.time() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            pytest.fail(f"no kill four epochs past a save (logged {_logged_epochs(db)})")
+        time.sleep(0.01)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    (tune_folder / BACKUP_NAME).write_bytes(snapshot)  # that save, as if Tune had made no other
+    for state in tune_folder.glob(STATE_PATTERN):
+        state.write_bytes(state.read_bytes()[:100])
+    assert not backup_restorable(tune_folder), "the save must name a checkpoint Tune deleted"
+    restarted = _sweep(tmp_path, spec, "bh1")
+    output, _ = restarted.communicate(timeout=900)
+    assert restarted.returncode == 0, output
+    assert "deleted trial checkpoint" in output
+    client, _, _, children = _runs(tmp_path, "quickstart", "bh1")
+    assert len(children) == cohort_size
+    for child in children:
+        assert child.info.status == "FINISHED"
+        for key in child.data.metrics:
+            steps = Counter(m.step for m in client.get_metric_history(child.info.run_id, key))
+            assert all(n == 1 for n in steps.values()), (key, steps)
+        steps = [m.step for m in client.get_metric_history(child.info.run_id, "val/loss")]
+        assert steps == list(range(1, epochs + 1)), steps
+    status = read_status(tmp_path / "root" / "bh1" / "status.json")
+    assert (status.state, status.done, status.failed) == ("succeeded", cohort_size, 0)
+    assert [t["epochs"] for t in status.trials] == [epochs] * cohort_size
+    *_, resumed = _steps_per_worker(_trial_dir(tmp_path, "bh1"))
+    print(f"the save named epoch {named_epoch}; Tune's results after the restore: {resumed}")
+    assert resumed[0] == named_epoch + 1  # Tune's count goes on from the save, caught up first
+    if cohort_size == 1:  # each epoch replayed, then the new ones: Tune's count is the epoch
+        assert resumed == list(range(named_epoch + 1, epochs + 1))

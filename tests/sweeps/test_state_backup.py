@@ -3,7 +3,13 @@
 import json
 from types import SimpleNamespace
 
-from sweeps.tune.state_backup import BACKUP_NAME, ExperimentStateBackup, repair_experiment_state
+from sweeps.tune.state_backup import (
+    BACKUP_NAME,
+    ExperimentStateBackup,
+    fill_deleted_checkpoints,
+    repair_experiment_state,
+    restored_as,
+)
 
 SESSION = "2026-12-05_02-10-29"
 STATE = f"experiment_state-{SESSION}.json"
@@ -57,3 +63,48 @@ def test_nothing_is_touched_without_a_readable_backup(tmp_path):
     assert repair_experiment_state(tmp_path) is False
     assert (tmp_path / STATE).read_text() == WHOLE[:40]
     assert not (tmp_path / "experiment_state-x.json").exists()
+
+
+def _state_naming(trial_dirs, index: int, iteration: int) -> str:
+    """An experiment state whose trials' latest checkpoint is ``checkpoint_<index>`` at
+    ``iteration``, as Tune writes it (its own run metadata and checkpoint manager)."""
+    from ray.train import Checkpoint, CheckpointConfig
+    from ray.train._internal.checkpoint_manager import _CheckpointManager
+    from ray.train._internal.session import _TrainingResult
+    from ray.tune.trainable.metadata import _TrainingRunMetadata
+
+    data = []
+    for folder in trial_dirs:
+        metadata = _TrainingRunMetadata()
+        metadata.checkpoint_manager = _CheckpointManager(CheckpointConfig(num_to_keep=2))
+        metadata.checkpoint_manager.register_checkpoint(_TrainingResult(
+            Checkpoint(str(folder / f"checkpoint_{index:06d}")), {"training_iteration": iteration}))
+        data.append(["{}", metadata.get_json_state()])
+    return json.dumps({"trial_data": data, "runner_data": {}})
+
+
+def test_a_deleted_checkpoint_the_state_names_is_put_back_from_the_trials_newest(tmp_path):
+    tune = tmp_path / "tune"
+    behind, current = tune / "train_trial_a", tune / "train_trial_b"
+    for folder, indices in ((behind, (3, 4)), (current, (1,))):
+        for index in indices:
+            (folder / f"checkpoint_{index:06d}").mkdir(parents=True)
+            (folder / f"checkpoint_{index:06d}" / "state.pt").write_text(f"epoch {index + 1}")
+    (tune / STATE).write_text(_state_naming([behind, current], index=1, iteration=2))
+    assert fill_deleted_checkpoints(tune) == [behind / "checkpoint_000001"]
+    put_back = behind / "checkpoint_000001"
+    assert (put_back / "state.pt").read_text() == "epoch 5"  # the trial's newest checkpoint
+    assert restored_as(put_back) == 2  # the iteration Tune restores, for the trainable's replay
+    assert restored_as(current / "checkpoint_000001") is None  # Tune's own: untouched
+    assert sorted(p.name for p in behind.iterdir()) == [
+        "checkpoint_000001", "checkpoint_000003", "checkpoint_000004"]
+    assert fill_deleted_checkpoints(tune) == []  # in place: nothing more to do
+
+
+def test_a_deleted_checkpoint_with_nothing_newer_is_left_to_tune(tmp_path):
+    tune = tmp_path / "tune"
+    (tune / "train_trial_a").mkdir(parents=True)
+    (tune / STATE).write_text(_state_naming([tune / "train_trial_a"], index=1, iteration=2))
+    assert fill_deleted_checkpoints(tune) == []
+    (tune / STATE).write_text("{ cut short")
+    assert fill_deleted_checkpoints(tune) == []  # an unreadable state is Tune's to report
