@@ -60,7 +60,8 @@ def _saved_files(staging: Path) -> dict[str, bytes]:
     return {name: (staging / name).read_bytes() for name in names if (staging / name).exists()}
 
 
-def _read_backup(path: Path) -> dict[str, bytes] | None:
+def read_backup(path: Path) -> dict[str, bytes] | None:
+    """The files a backup holds, by name; None when it is missing or unreadable."""
     try:
         stored = json.loads(path.read_bytes())
         return {name: base64.b64decode(text) for name, text in stored["files"].items()}
@@ -104,7 +105,7 @@ class ExperimentStateBackup(tune.Callback):
 def repair_experiment_state(tune_folder: Path) -> bool:
     """Put the last save's files in place where the Tune folder lacks them whole; True when it
     changed a file. No backup (a sweep that never saved): nothing is touched."""
-    files = _read_backup(tune_folder / BACKUP_NAME)
+    files = read_backup(tune_folder / BACKUP_NAME)
     if not files:
         return False
     changed = [name for name, data in files.items()
@@ -117,7 +118,7 @@ def repair_experiment_state(tune_folder: Path) -> bool:
     return bool(changed)
 
 
-def _latest_checkpoints(state: bytes) -> list[tuple[Path, int]]:
+def latest_checkpoints(state: bytes) -> list[tuple[Path, int]]:
     """Each trial's latest checkpoint in an experiment state: (path, its training_iteration)."""
     # Tune's own decoder of a trial's run metadata (a private module: no public reader exists).
     from ray.tune.trainable.metadata import _TrainingRunMetadata
@@ -141,7 +142,7 @@ def fill_deleted_checkpoints(tune_folder: Path) -> list[Path]:
     if state is None:
         return []
     try:
-        latest = _latest_checkpoints(state.read_bytes())
+        latest = latest_checkpoints(state.read_bytes())
     except Exception:  # noqa: BLE001 (an unreadable state is Tune's to report, not ours)
         log.warning("could not read the trial checkpoints named in %s", state, exc_info=True)
         return []

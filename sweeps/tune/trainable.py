@@ -120,19 +120,20 @@ def train_trial(params: dict[str, Any], *, configs: TrialConfigs, context: dict[
     run = None if ended else open_trial_run(trainer, params, context, trial_id, checkpoint_run_id)
     run_id = checkpoint_run_id if run is None else run.logger.run_id
 
-    def report(trainer: Trainer, epoch: int, metrics: dict[str, float]) -> None:
+    def report(trainer: Trainer, epoch: int, metrics: dict[str, float], checkpoint: bool = True) -> None:
+        payload = {**metrics, "mlflow_run_id": run_id, C_BASE_PARAM: trainer.c_base}
+        if not checkpoint:  # an epoch replayed to Tune ahead of the checkpoint that holds it
+            tune.report(payload)
+            return
         with tempfile.TemporaryDirectory(prefix="ksweep-ckpt-") as folder:
             trainer.save_checkpoint(Path(folder) / STATE_FILE)
             (Path(folder) / RUN_FILE).write_text(json.dumps({"run_id": run_id}))
             if run is not None:  # MLflow holds the epoch before Tune records its checkpoint
                 run.settle()
-            tune.report(
-                {**metrics, "mlflow_run_id": run_id, C_BASE_PARAM: trainer.c_base},
-                checkpoint=tune.Checkpoint.from_directory(folder),
-            )
+            tune.report(payload, checkpoint=tune.Checkpoint.from_directory(folder))
 
     if tune_epoch is not None:
-        _replay_to_tune(trainer, tune_epoch, report, run_id)
+        _replay_to_tune(trainer, tune_epoch, report)
     if run is None:
         # The trial completed under a driver killed before Tune recorded that (its
         # experiment state is saved every few seconds). Its run is whole: touch nothing in
@@ -146,7 +147,7 @@ def train_trial(params: dict[str, Any], *, configs: TrialConfigs, context: dict[
     run.train(after_epoch=report)
 
 
-def _replay_to_tune(trainer: Trainer, tune_epoch: int, report, run_id: str | None) -> None:
+def _replay_to_tune(trainer: Trainer, tune_epoch: int, report) -> None:
     """Report the epochs after ``tune_epoch`` that the restored checkpoint already holds
     (MLflow logged each before Tune saw it), from the trainer's history: Tune restored an older
     checkpoint's iteration (:func:`sweeps.tune.state_backup.fill_deleted_checkpoints`), and its
@@ -154,7 +155,6 @@ def _replay_to_tune(trainer: Trainer, tune_epoch: int, report, run_id: str | Non
     for epoch in range(tune_epoch + 1, trainer.epoch + 1):
         metrics = {name: values[epoch - 1] for name, values in trainer.history.items()
                    if len(values) >= epoch}
-        if epoch < trainer.epoch:
-            tune.report({**metrics, "mlflow_run_id": run_id, C_BASE_PARAM: trainer.c_base})
-        else:
-            report(trainer, epoch, {**metrics, **trainer.finalize()} if trainer.finished else metrics)
+        last = epoch == trainer.epoch
+        report(trainer, epoch, {**metrics, **trainer.finalize()} if last and trainer.finished else metrics,
+               checkpoint=last)

@@ -11,6 +11,7 @@ cut short as a kill during its copy leaves it.
 
 import contextlib
 import os
+import shutil
 import signal
 import sqlite3
 import time
@@ -60,7 +61,7 @@ def test_kill_right_after_a_trial_finished_does_not_rerun_it(tmp_path, cohort_si
     # afresh under new trial ids (not what this test is about): trials without per-trial PNGs
     # can finish two in less than its save period. The backup is written before the state; a
     # save that names a checkpoint Tune has since deleted is the next test's case.
-    while _finished_child_runs(db) < 2 or not backup_restorable(tune_folder):
+    while _finished_child_runs(db) < 2 or not backup_restorable(tune_folder / BACKUP_NAME):
         if process.poll() is not None:
             pytest.fail(f"the sweep ended before it could be killed: {process.stdout.read()}")
         if time.time() > deadline:
@@ -117,10 +118,12 @@ def test_a_saved_state_naming_deleted_checkpoints_resumes_the_trial_from_its_new
     process = _sweep(tmp_path, spec, "bh1")
     tune_folder, db = tmp_path / "root" / "bh1" / "tune", tmp_path / "mlflow.db"
     deadline = time.time() + 600
-    snapshot = None
+    snapshot, candidate = None, tmp_path / "save.json"
     while True:  # keep the first save that names a checkpoint; kill four epochs past it
-        if snapshot is None and (named := named_checkpoints(tune_folder)) and backup_restorable(tune_folder):
-            snapshot, named_epoch = (tune_folder / BACKUP_NAME).read_bytes(), max(named.values()) + 1
+        if snapshot is None and (tune_folder / BACKUP_NAME).exists():
+            shutil.copyfile(tune_folder / BACKUP_NAME, candidate)  # the save judged is the one kept
+            if (named := named_checkpoints(candidate)) and backup_restorable(candidate):
+                snapshot, named_epoch = candidate.read_bytes(), max(iteration for _, iteration in named)
         if snapshot is not None and _logged_epochs(db) >= named_epoch + 4:
             break
         if process.poll() is not None or time.time() > deadline:
@@ -133,7 +136,7 @@ def test_a_saved_state_naming_deleted_checkpoints_resumes_the_trial_from_its_new
     (tune_folder / BACKUP_NAME).write_bytes(snapshot)  # that save, as if Tune had made no other
     for state in tune_folder.glob(STATE_PATTERN):
         state.write_bytes(state.read_bytes()[:100])
-    assert not backup_restorable(tune_folder), "the save must name a checkpoint Tune deleted"
+    assert not backup_restorable(tune_folder / BACKUP_NAME), "the save must name a checkpoint Tune deleted"
     restarted = _sweep(tmp_path, spec, "bh1")
     output, _ = restarted.communicate(timeout=900)
     assert restarted.returncode == 0, output
