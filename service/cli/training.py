@@ -37,7 +37,7 @@ from service.cli.common import (
     load_spec_or_exit,
     plan_or_exit,
 )
-from service.orchestrator.driver_env import LOOPBACK_RAY_ENV, TUNE_ENV
+from service.orchestrator.driver_env import LOCAL_RAY_ENV, TUNE_ENV
 from sweeps.tune.status import SweepState, SweepStatus, TrialState
 from workers.contract import (
     LOCAL_MLFLOW_UI,
@@ -177,8 +177,9 @@ def run_command(
 ) -> None:
     """Run a sweep in-process on embedded defaults (local Ray, sqlite MLflow) and print the report."""
     # This process is the sweep's driver: Tune reads these knobs from its environment, and a
-    # local Ray started here listens on loopback only (both before Ray is imported).
-    for name, value in (TUNE_ENV | ({} if os.environ.get("RAY_ADDRESS") else LOOPBACK_RAY_ENV)).items():
+    # local Ray started here listens on loopback only and prestarts no idle workers (both
+    # before Ray is imported).
+    for name, value in (TUNE_ENV | ({} if os.environ.get("RAY_ADDRESS") else LOCAL_RAY_ENV)).items():
         os.environ.setdefault(name, value)
     from service.settings import get_settings
     from sweeps.report.build import report_markdown

@@ -7,7 +7,7 @@ a value already in the environment wins. Pure Python, so the CLI imports it at s
 
 from __future__ import annotations
 
-__all__ = ["LOOPBACK_RAY_ENV", "TUNE_ENV"]
+__all__ = ["LOCAL_RAY_ENV", "TUNE_ENV"]
 
 TUNE_ENV: dict[str, str] = {
     # Small sweeps: save the experiment state often, so a killed driver resumes close to
@@ -26,9 +26,16 @@ TUNE_ENV: dict[str, str] = {
     "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
 }
 
-# The environment of a process that starts its own local Ray, set before Ray is imported:
-# Ray 2.60's ray.init turns a node IP of 127.0.0.1 into the host's address and binds its gRPC
-# servers to every interface, unless cluster mode is off (Ray's switch for macOS and Windows);
-# then GCS, raylet, workers and agents listen on loopback only. A value already in the
-# environment wins (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1 opts out).
-LOOPBACK_RAY_ENV: dict[str, str] = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+# The environment of a process that starts its own local Ray, set before Ray is imported.
+# A value already in the environment wins.
+LOCAL_RAY_ENV: dict[str, str] = {
+    # Ray 2.60's ray.init turns a node IP of 127.0.0.1 into the host's address and binds its
+    # gRPC servers to every interface, unless cluster mode is off (Ray's switch for macOS and
+    # Windows); then GCS, raylet, workers and agents listen on loopback only
+    # (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1 opts out).
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    # No workers prestarted for the driver: Ray starts one per trial actor when it is needed,
+    # and a prestarted worker no actor takes idles to the end (seen: one or both of two), at
+    # 0.3-1.4 CPU-s of imports each.
+    "RAY_prestart_worker_first_driver": "0",
+}

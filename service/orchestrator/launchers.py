@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import httpx
 import psutil
 
-from service.orchestrator.driver_env import LOOPBACK_RAY_ENV, TUNE_ENV
+from service.orchestrator.driver_env import LOCAL_RAY_ENV, TUNE_ENV
 from service.settings import Settings
 from workers.contract import SWEEP_ID_TAG
 
@@ -114,8 +114,8 @@ class LocalLauncher:
         if self.settings.ray_address:
             env["RAY_ADDRESS"] = self.settings.ray_address
         else:
-            # Its own local Ray listens on loopback only (driver_env.LOOPBACK_RAY_ENV).
-            env.update({name: os.environ.get(name, value) for name, value in LOOPBACK_RAY_ENV.items()})
+            # Its own local Ray: on loopback only, no idle workers (driver_env.LOCAL_RAY_ENV).
+            env.update({name: os.environ.get(name, value) for name, value in LOCAL_RAY_ENV.items()})
         with open(log_path, "ab") as log:
             process = subprocess.Popen(
                 [sys.executable, "-m", DRIVER_MODULE, sweep_id], stdout=log,

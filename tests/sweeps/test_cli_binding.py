@@ -1,6 +1,6 @@
 """``ksweep sweep run`` starts its own local Ray (GCS, raylet, workers, agents): every socket
-that process tree listens on is on loopback (``LOOPBACK_RAY_ENV`` of
-service.orchestrator.driver_env, set by the CLI before Ray is imported)."""
+that process tree listens on is on loopback, and no idle worker is prestarted (``LOCAL_RAY_ENV``
+of service.orchestrator.driver_env, set by the CLI before Ray is imported)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from test_ray_faults import _sweep, _write_spec
+from test_ray_faults import _sweep, _title, _write_spec
 
 from tests.support.sockets import listening, loopback
 
@@ -24,12 +24,14 @@ def test_the_cli_local_ray_listens_on_loopback_only(tmp_path: Path):
                                              "loss_stacks": ["uniform"], "seeds": 1})
     driver = _sweep(tmp_path, spec, "bind1")
     sockets: dict[tuple[str, int], str] = {}
+    titles: dict[int, str] = {}  # each process's latest title (a worker is IDLE until it gets work)
     try:
         for polls in range(240):  # Ray's daemons come up one by one; gather what listens a while
             if driver.poll() is not None:
                 break
             tree = [psutil.Process(driver.pid), *psutil.Process(driver.pid).children(recursive=True)]
             sockets |= listening(tree)
+            titles |= {p.pid: _title(p) for p in tree}
             names = set(sockets.values())
             if polls >= 30 and any("raylet" in n for n in names) and any("gcs" in n for n in names):
                 break
@@ -41,4 +43,8 @@ def test_the_cli_local_ray_listens_on_loopback_only(tmp_path: Path):
     assert any("raylet" in n for n in names) and any("gcs" in n for n in names), (names, output[-3000:])
     wide = {addr: name for addr, name in sockets.items() if not loopback(addr[0])}
     assert not wide, f"listening beyond loopback: {wide}"
+    # Ray's workers while the trial trains: the trial's actor, and no prestarted idle worker.
+    workers = sorted(t.split()[0] for t in titles.values() if t.startswith("ray::"))
+    assert any("ImplicitFunc" in t for t in workers), workers
+    assert not any(t.startswith("ray::IDLE") for t in workers), workers
     print(f"{len(sockets)} listening sockets, all on loopback: {sorted(names)}")
