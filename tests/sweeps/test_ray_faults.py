@@ -92,8 +92,9 @@ def _num_failures(tmp_path: Path, sweep_id: str) -> list[int]:
 @pytest.mark.timeout(1200)
 def test_kill9_of_the_trial_worker_resumes_it_from_its_checkpoint(tmp_path):
     # Enough epochs that the kill lands mid-trial: status.json lags Tune by up to 1 s, and on
-    # SMALL_DATA an idle machine trains 12 epochs within that lag (seen: the kill came too late).
-    epochs = 24
+    # SMALL_DATA an idle machine trains 12 epochs within that lag (seen: the kill came too late;
+    # at 24 and 30 it came after epoch 3-15 of them).
+    epochs = 40
     spec = _write_spec(tmp_path, "worker", {
         **SMALL_DATA, "template.training.epochs": epochs, "seeds": 1, "alpha": [1],
         "loss_stacks": ["raw_token_weighted"], "budget.max_failures_per_trial": 2,
@@ -151,7 +152,7 @@ def test_kill9_between_the_mlflow_log_and_the_checkpoint_logs_no_epoch_twice(tmp
     """The trainable logs an epoch to MLflow, then reports its checkpoint to Tune: a kill in
     between resumes from the checkpoint before, so that epoch runs again; it must not be
     logged again (one point per step)."""
-    epochs = 24  # the kill must land mid-trial (see the worker-kill test above)
+    epochs = 40  # the kill must land mid-trial (see the worker-kill test above)
     spec = _write_spec(tmp_path, "between", {
         **SMALL_DATA, "template.training.epochs": epochs, "seeds": 1, "alpha": [1],
         "loss_stacks": ["raw_token_weighted"], "budget.max_failures_per_trial": 2,
