@@ -24,16 +24,17 @@ def test_the_cli_local_ray_listens_on_loopback_only(tmp_path: Path):
                                              "loss_stacks": ["uniform"], "seeds": 1})
     driver = _sweep(tmp_path, spec, "bind1")
     sockets: dict[tuple[str, int], str] = {}
-    titles: dict[int, str] = {}  # each process's latest title (a worker is IDLE until it gets work)
+    workers: list[str] = []  # Ray's workers at the last look (a worker is IDLE until it gets work)
     try:
         for polls in range(240):  # Ray's daemons come up one by one; gather what listens a while
             if driver.poll() is not None:
                 break
             tree = [psutil.Process(driver.pid), *psutil.Process(driver.pid).children(recursive=True)]
             sockets |= listening(tree)
-            titles |= {p.pid: _title(p) for p in tree}
+            workers = sorted(t.split()[0] for t in map(_title, tree) if t.startswith("ray::"))
             names = set(sockets.values())
-            if polls >= 30 and any("raylet" in n for n in names) and any("gcs" in n for n in names):
+            if (polls >= 30 and any("raylet" in n for n in names) and any("gcs" in n for n in names)
+                    and any("ImplicitFunc" in w for w in workers)):  # the trial's actor trains
                 break
             time.sleep(0.5)
     finally:
@@ -43,8 +44,7 @@ def test_the_cli_local_ray_listens_on_loopback_only(tmp_path: Path):
     assert any("raylet" in n for n in names) and any("gcs" in n for n in names), (names, output[-3000:])
     wide = {addr: name for addr, name in sockets.items() if not loopback(addr[0])}
     assert not wide, f"listening beyond loopback: {wide}"
-    # Ray's workers while the trial trains: the trial's actor, and no prestarted idle worker.
-    workers = sorted(t.split()[0] for t in titles.values() if t.startswith("ray::"))
-    assert any("ImplicitFunc" in t for t in workers), workers
-    assert not any(t.startswith("ray::IDLE") for t in workers), workers
+    # While the trial trains, its actor is Ray's only worker: none was prestarted to idle.
+    assert any("ImplicitFunc" in w for w in workers), (workers, output[-3000:])
+    assert not any(w.startswith("ray::IDLE") for w in workers), workers
     print(f"{len(sockets)} listening sockets, all on loopback: {sorted(names)}")
