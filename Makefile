@@ -10,10 +10,10 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
 
-# Reinstall whenever pyproject.toml changes. uv installs the same packages, compiled to
-# bytecode, in 31 s where pip takes 75 s (scripts/uv_install.py hands it pip's settings); pip
-# does it where uv cannot be had. (Compiled either way: where PYTHONDONTWRITEBYTECODE is set,
-# as on the CI machine, every process would otherwise compile what it imports, every time.)
+# Reinstall whenever pyproject.toml changes: through uv where it can be had (the same packages
+# in under half pip's time; scripts/uv_install.py hands it pip's settings), else through pip.
+# Compiled to bytecode either way: where PYTHONDONTWRITEBYTECODE is set, as on the CI machine,
+# every process would otherwise compile what it imports, every time.
 $(STAMP): pyproject.toml | $(PY)
 	{ $(PY) -m pip install --quiet uv && $(PY) scripts/uv_install.py --quiet -e '.[dev]'; } \
 	  || $(PY) -m pip install --quiet -e '.[dev]'

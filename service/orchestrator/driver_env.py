@@ -35,7 +35,6 @@ LOCAL_RAY_ENV: dict[str, str] = {
     # (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1 opts out).
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
     # No workers prestarted for the driver: Ray starts one per trial actor when it is needed,
-    # and a prestarted worker no actor takes idles to the end (seen: one or both of two), at
-    # 0.3-1.4 CPU-s of imports each.
+    # and a prestarted worker no actor takes idles to the end, its imports spent for nothing.
     "RAY_prestart_worker_first_driver": "0",
 }

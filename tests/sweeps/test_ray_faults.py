@@ -92,8 +92,7 @@ def _num_failures(tmp_path: Path, sweep_id: str) -> list[int]:
 @pytest.mark.timeout(1200)
 def test_kill9_of_the_trial_worker_resumes_it_from_its_checkpoint(tmp_path):
     # Enough epochs that the kill lands mid-trial: status.json lags Tune by up to 1 s, and on
-    # SMALL_DATA an idle machine trains 12 epochs within that lag (seen: the kill came too late;
-    # at 24 and 30 it came after epoch 3-15 of them).
+    # SMALL_DATA an idle machine trains a dozen epochs or more within that lag.
     epochs = 40
     spec = _write_spec(tmp_path, "worker", {
         **SMALL_DATA, "template.training.epochs": epochs, "seeds": 1, "alpha": [1],
