@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+from tests.support.scripts import load_script
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "uv_install.py"
-spec = importlib.util.spec_from_file_location("uv_install", SCRIPT)
-assert spec is not None and spec.loader is not None
-uv_install = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(uv_install)
+uv_install = load_script("uv_install.py")
 
 # This machine's kind of configuration: /etc/pip.conf, /etc/xdg/pip/pip.conf and PIP_* variables.
 CONFIG_LIST = """\

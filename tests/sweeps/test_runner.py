@@ -20,8 +20,9 @@ from workers.contract import RUN_KIND_SWEEP, RUN_KIND_TAG, RUN_KIND_TRIAL
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "sweeps" / "examples" / "quickstart.yaml"
 pytestmark = pytest.mark.slow
-# Fault tests that assert on steps, runs and states, not on what the model learns, and whose
-# kill does not wait on a clock: a quarter of the quickstart's data, smaller val and test splits.
+# Fault tests that assert on steps, runs and states, not on what the model learns: a quarter of
+# the quickstart's data, smaller val and test splits. Epochs then pass fast, so a kill timed off
+# status.json (1 s behind Tune) needs a trial with epochs to spare (test_ray_faults.py).
 SMALL_DATA = {"template.data.train_size": 256, "template.data.val_size": 128,
               "template.data.test_size": 128}
 

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "build_fortunes.py"
-spec = importlib.util.spec_from_file_location("build_fortunes", SCRIPT)
-assert spec is not None and spec.loader is not None
-bf = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bf)
+from tests.support.scripts import load_script
+
+bf = load_script("build_fortunes.py")
 
 
 def write_category(folder: Path, name: str, texts: list[str]) -> None:

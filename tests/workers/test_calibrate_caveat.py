@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "calibrate_caveat.py"
-spec = importlib.util.spec_from_file_location("calibrate_caveat", SCRIPT)
-calibrate = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(calibrate)
+from tests.support.scripts import SCRIPTS, load_script
+
+calibrate = load_script("calibrate_caveat.py")
 
 
 def test_replay_stops_where_the_trainer_would():
@@ -55,7 +52,7 @@ def test_cohort_records_each_member_as_its_lone_trial(tmp_path, monkeypatch):
     record = tmp_path / "cohorts.jsonl"
     monkeypatch.setattr(calibrate, "COHORT_RECORD", record)
     monkeypatch.chdir(tmp_path)
-    spec_path = str(SCRIPT.parents[1] / "sweeps" / "examples" / "note_caveat.yaml")
+    spec_path = str(SCRIPTS.parent / "sweeps" / "examples" / "note_caveat.yaml")
     tiny = ["template.data.train_size=64", "template.data.val_size=32",
             "template.data.test_size=32", "template.readouts.gradient_batch=0"]
     members = ["raw_token_weighted:1:0.3:0:0:continuous", "concentration_corrected:2:0.1:1::continuous"]

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "real_text_study.py"
 ORDER = ["check", "build", "model", "dataset", "b_t", "sweep-lm", "sweep-gru", "export", "controls"]
@@ -60,7 +62,6 @@ def test_dataset_b_t_and_controls_steps_on_a_tiny_model(tmp_path: Path) -> None:
     """Steps 4, 5 and 9 in-process on a tiny Llama built from a config (no download): the
     dataset is tokenized by the model's tokenizer and over-long rows dropped, b_t lands in the
     cache the trials read (a second call hits it), and the controls come out of the cache."""
-    import importlib.util
     import json
 
     import numpy as np
@@ -71,11 +72,7 @@ def test_dataset_b_t_and_controls_steps_on_a_tiny_model(tmp_path: Path) -> None:
     from workers.lm.loading import fingerprint_files
     from workers.lm.registry import ModelStore
 
-    spec = importlib.util.spec_from_file_location("real_text_study", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    rts = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = rts  # its dataclass looks its module up
-    spec.loader.exec_module(rts)
+    rts = load_script("real_text_study.py")
     work = tmp_path / "work"
     env = rts.environment(work)
     ModelStore(env["KSWEEP_MODEL_ROOT"]).add(build_tiny_llama(tmp_path / "tiny"), name="smollm2",
@@ -116,7 +113,6 @@ def test_dataset_b_t_and_controls_steps_on_a_tiny_model(tmp_path: Path) -> None:
 def test_export_copies_each_sweep_s_report_and_its_parent_run_s_artifacts(tmp_path: Path) -> None:
     """Step 8 against a real MLflow sqlite store holding two parent runs of the same sweep id
     (a resumed sweep): the newest one's artifacts are the ones exported."""
-    import importlib.util
     import json
 
     import mlflow
@@ -126,11 +122,7 @@ def test_export_copies_each_sweep_s_report_and_its_parent_run_s_artifacts(tmp_pa
     from workers.contract import RUN_KIND_SWEEP, RUN_KIND_TAG, SWEEP_ID_TAG
 
     sweep_spec = caveat_spec()
-    spec = importlib.util.spec_from_file_location("real_text_study_export", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    rts = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = rts
-    spec.loader.exec_module(rts)
+    rts = load_script("real_text_study.py", "real_text_study_export")
     work = tmp_path / "work"
     env = rts.environment(work)
     client = mlflow.MlflowClient(env["MLFLOW_TRACKING_URI"])
