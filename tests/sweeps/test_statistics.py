@@ -1,8 +1,10 @@
 """The report's statistics on cases with hand-computed answers."""
 
 import math
+import random
 
 import pytest
+from scipy import stats as scipy_stats
 
 from sweeps.report.statistics import (
     holm,
@@ -63,6 +65,26 @@ def test_paired_difference_hand_computed():
     assert diff.ci_high == pytest.approx(0.448414, abs=1e-6)
     assert diff.p_value == pytest.approx(0.074180, abs=1e-6)
     assert (diff.n_pairs, diff.seeds) == (3, [0, 1, 2])
+
+
+@pytest.mark.parametrize("scale", [1e-12, 1e-3, 1.0, 1e6])
+def test_interval_and_p_value_agree_with_scipy_stats(scale):
+    # The report computes Student t through scipy.special; scipy.stats' t.ppf and ttest_1samp
+    # are the independent reference, on 2 to 60 seeds, near-constant and large-offset values.
+    rng = random.Random(17)
+    for n in (2, 3, 4, 5, 7, 10, 30, 60):
+        for offset in (0.0, 0.3 * scale, 50 * scale):
+            values = [offset + rng.gauss(0, scale) for _ in range(n)]
+            interval = mean_interval(values)
+            mean = sum(values) / n
+            sem = scipy_stats.sem(values)
+            half = scipy_stats.t.ppf(0.975, n - 1) * sem
+            assert interval.ci_low == pytest.approx(mean - half, rel=1e-9, abs=1e-12 * scale)
+            assert interval.ci_high == pytest.approx(mean + half, rel=1e-9, abs=1e-12 * scale)
+            if n >= 3:
+                diff = paired_difference(dict(enumerate(values)), dict.fromkeys(range(n), 0.0))
+                expected = scipy_stats.ttest_1samp(values, 0.0).pvalue
+                assert diff.p_value == pytest.approx(expected, rel=1e-9, abs=1e-300)
 
 
 def test_pairing_is_by_seed_not_by_position():
