@@ -14,7 +14,9 @@ from tests.service.conftest import TOKENS, ServiceProcess, kill_driver_groups, t
 @pytest.fixture(scope="session")
 def service(tmp_path_factory) -> Iterator[ServiceProcess]:
     workdir = tmp_path_factory.mktemp("client-service")
-    started = ServiceProcess(workdir)
+    # One CPU: each sweep's trials train one after another in one process (tests/sweeps/
+    # test_runner._sweep says why).
+    started = ServiceProcess(workdir, KSWEEP_DRIVER_NUM_CPUS="1")
     started.start()
     yield started
     started.stop()

@@ -205,7 +205,7 @@ def test_from_mlflow_reads_a_sweep_run_without_the_service(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(repo_root()), "MLFLOW_TRACKING_URI": uri,
            "KSWEEP_SWEEP_ROOT": str(tmp_path / "root"), "RAY_ADDRESS": ""}
     run = subprocess.run([sys.executable, "-m", "service.cli", "sweep", "run", str(spec),
-                          "--sweep-id", "clirun01", "--num-cpus", "2"], env=env, cwd=tmp_path,
+                          "--sweep-id", "clirun01", "--num-cpus", "1"], env=env, cwd=tmp_path,
                          capture_output=True, text=True, timeout=540)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     frames = from_mlflow(uri, "clirun01")

@@ -40,13 +40,15 @@ def _env(tmp_path: Path, fresh_store: bool = False) -> dict[str, str]:
 
 
 def _sweep(tmp_path: Path, spec: Path, sweep_id: str, fresh_store: bool = False,
-           env: dict[str, str] | None = None, **popen):
+           env: dict[str, str] | None = None, num_cpus: int = 1, **popen):
     """``ksweep sweep run`` on ``tmp_path``'s MLflow store (a migrated empty copy unless
     ``fresh_store``: then the driver creates it, as on a user's first run), with ``env`` on top
-    of its environment (Ray's config overrides)."""
+    of its environment (Ray's config overrides). One CPU unless ``num_cpus``: the plan is the
+    same, its trials train one after another in one reused process (a second costs the suite
+    its ~5 CPU-s of imports), where a test is not about trials that run side by side."""
     return subprocess.Popen(
         [sys.executable, "-m", "service.cli", "sweep", "run", str(spec), "--sweep-id", sweep_id,
-         "--num-cpus", "2"],
+         "--num-cpus", str(num_cpus)],
         env=_env(tmp_path, fresh_store) | (env or {}), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True, start_new_session=True, **popen,
     )
@@ -77,7 +79,8 @@ def _write_spec(tmp_path: Path, name: str, changes: dict) -> Path:
 @pytest.mark.timeout(1800)  # 15 trials: about 3 minutes on 2 CPUs, far more on a busy machine
 def test_quickstart_sweep_end_to_end(tmp_path):
     started = time.monotonic()
-    process = _sweep(tmp_path, QUICKSTART, "qs1", fresh_store=True)  # as a first run
+    # As a first run, with the quickstart's two trials at a time.
+    process = _sweep(tmp_path, QUICKSTART, "qs1", fresh_store=True, num_cpus=2)
     output, _ = process.communicate(timeout=1700)
     print(f"quickstart wall time {time.monotonic() - started:.0f} s")  # a figure for docs/bench/; no assert
     assert process.returncode == 0, output
