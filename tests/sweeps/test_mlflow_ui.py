@@ -84,10 +84,12 @@ def test_runs_page_shows_the_trials_and_their_axes(tmp_path):
     assert views["trials"].startswith(f"http://127.0.0.1:{port}/#/experiments/")
     assert views["trials"].endswith("?viewStateShareKey=ksweep-ui1-trials")
     assert views["summary"].endswith("?viewStateShareKey=ksweep-ui1&compareRunsMode=CHART")
+    # Job execution (GenAI scorer jobs) would start eight more processes, unused here.
     server = subprocess.Popen(
         [str(Path(sys.executable).parent / "mlflow"), "server", "--backend-store-uri",
          f"sqlite:///{tmp_path}/mlflow.db", "--host", "127.0.0.1", "--port", str(port),
-         "--workers", "1"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+         "--workers", "1"], cwd=tmp_path, env={**env, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+        stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         _wait_until_up(f"http://127.0.0.1:{port}/health", server)
