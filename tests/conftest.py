@@ -1,7 +1,8 @@
 """Suite-wide set-up for parallel runs (pytest-xdist, ``make test``: docs/development.md).
 
-Each pytest process (an xdist worker, or the lone process of a plain ``pytest``) gets its own
-Ray temp folder through ``RAY_TMPDIR``: every local Ray a test starts (in-process or in a
+Torch runs on one thread (``OMP_NUM_THREADS=1``, unless set), in the tests and in every
+process they start. Each pytest process (an xdist worker, or the lone process of a plain
+``pytest``) gets its own Ray temp folder through ``RAY_TMPDIR``: every local Ray a test starts (in-process or in a
 driver, service or cluster child, which inherit the environment) keeps its sockets, logs and
 ``session_latest`` link there, so two workers' Rays never share a session folder.
 Tests that must not overlap with others of their kind, or that share a costly session fixture,
@@ -21,6 +22,9 @@ _ray_tmp: str | None = None
 
 def pytest_configure(config) -> None:
     global _ray_tmp
+    # Torch in the test processes and their children on one thread, as Ray gives each trial
+    # actor: three workers share two cores, and idle OpenMP threads spin on the CPU they need.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     # Short, under /tmp: Ray's Unix socket paths must stay under 107 bytes.
     _ray_tmp = tempfile.mkdtemp(prefix=f"kr-{worker}-", dir="/tmp")
