@@ -75,8 +75,7 @@ def train_command(
                                "profiles); a sweep draws them only with tracking.trial_plots."),
 ) -> None:
     """Train one trial (no Ray) and log it to MLflow (MLFLOW_TRACKING_URI, default ./mlflow.db)."""
-    from workers.train import TrialCheckFailed, TrialDiverged, load_trial_config
-    from workers.trial import run_logged_trial
+    from workers.train.config import load_trial_config  # torch-free: a bad config fails at once
 
     try:
         config = load_trial_config(config_path)
@@ -86,6 +85,9 @@ def train_command(
     except ValueError as error:
         console.print(f"[red]{error}[/red]")
         raise typer.Exit(2) from None
+    from workers.train import TrialCheckFailed, TrialDiverged
+    from workers.trial import run_logged_trial
+
     config = _resolve_trial_data(config)
     tracking_uri = default_tracking_uri()
     progress = Progress(
