@@ -29,10 +29,16 @@ def backup_restorable(backup: Path) -> bool:
     return named is not None and all(path.is_dir() for path, _ in named)
 
 
-def wait_restorable(tune_folder: Path, limit_s: float = 30) -> None:
-    """Return once :func:`backup_restorable` holds (Tune saves every 2 s; a polled while loop)."""
-    deadline = time.monotonic() + limit_s
-    while not backup_restorable(tune_folder / BACKUP_NAME):
+def wait_restorable(tune_folder: Path, limit_s: float = 30, naming: str | None = None) -> None:
+    """Return once :func:`backup_restorable` holds and, with ``naming`` (a trial id), the saved
+    state names a checkpoint of that trial (Tune saves every 2 s; a polled while loop)."""
+    backup, deadline = tune_folder / BACKUP_NAME, time.monotonic() + limit_s
+
+    def names_trial() -> bool:
+        return naming is None or any(naming in path.parent.name for path, _ in named_checkpoints(backup) or [])
+
+    while not (backup_restorable(backup) and names_trial()):
         if time.monotonic() > deadline:
-            raise AssertionError(f"no restorable Tune state under {tune_folder} in {limit_s} s")
+            wanted = f" naming a checkpoint of {naming}" if naming else ""
+            raise AssertionError(f"no restorable Tune state{wanted} under {tune_folder} in {limit_s} s")
         time.sleep(0.02)

@@ -14,9 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sweeps.tune.state_backup import BACKUP_NAME
 from sweeps.tune.status import read_status
-from tests.support.tune_state import backup_restorable, named_checkpoints
+from tests.support.tune_state import wait_restorable
 from tests.sweeps.test_runner import SMALL_DATA, _runs, _sweep, _write_spec
 from workers.contract import FAILURE_TAG, RUN_KIND_TAG
 
@@ -204,11 +203,7 @@ def test_kill9_of_the_whole_local_ray_ends_the_driver_and_a_rerun_resumes(tmp_pa
     # Kill once Tune's saved state names a checkpoint of the trial in flight, all of them on disk:
     # killed before that save, the trial would restart afresh (not this test's case).
     (in_flight_id,) = [t["trial_id"] for t in read_status(status_path).trials if t["state"] == "running"]
-    backup, deadline = tmp_path / "root" / "rk1" / "tune" / BACKUP_NAME, time.monotonic() + 120
-    while not (backup_restorable(backup) and any(
-            in_flight_id in path.parent.name for path, _ in named_checkpoints(backup) or [])):
-        assert process.poll() is None and time.monotonic() < deadline, "no save of the trial in flight"
-        time.sleep(0.05)
+    wait_restorable(tmp_path / "root" / "rk1" / "tune", limit_s=120, naming=in_flight_id)
     ray = _ray_processes(process)
     titles = sorted({_title(p).split()[0].rsplit("/", 1)[-1] for p in ray if _title(p)})
     print(f"killing {len(ray)} Ray processes: {titles}")
