@@ -2,8 +2,8 @@
 
 Torch runs on one thread (``OMP_NUM_THREADS=1``, unless set), in the tests and in every
 process they start. Each pytest process (an xdist worker, or the lone process of a plain
-``pytest``) gets its own Ray temp folder through ``RAY_TMPDIR``: every local Ray a test starts (in-process or in a
-driver, service or cluster child, which inherit the environment) keeps its sockets, logs and
+``pytest``) gets its own Ray temp folder through ``RAY_TMPDIR``: every local Ray a test starts
+(in-process or in a driver, service or cluster child, which inherit the environment) keeps its sockets, logs and
 ``session_latest`` link there, so two workers' Rays never share a session folder.
 Tests that must not overlap with others of their kind, or that share a costly session fixture,
 carry an ``xdist_group`` (:mod:`tests.support.groups`).
