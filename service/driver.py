@@ -5,7 +5,10 @@ The driver lives in :mod:`service.orchestrator.sweep_process`; this module only 
 
 import sys
 
-from service.orchestrator.sweep_process import main
+from workers.heap import heavy_imports
+
+with heavy_imports():  # Ray, Tune and MLflow
+    from service.orchestrator.sweep_process import main
 
 if __name__ == "__main__":
     sys.exit(main())

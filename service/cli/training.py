@@ -85,8 +85,11 @@ def train_command(
     except ValueError as error:
         console.print(f"[red]{error}[/red]")
         raise typer.Exit(2) from None
-    from workers.train import TrialCheckFailed, TrialDiverged
-    from workers.trial import run_logged_trial
+    from workers.heap import heavy_imports
+
+    with heavy_imports():
+        from workers.train import TrialCheckFailed, TrialDiverged
+        from workers.trial import run_logged_trial
 
     config = _resolve_trial_data(config)
     tracking_uri = default_tracking_uri()
@@ -183,9 +186,13 @@ def run_command(
     # before Ray is imported).
     for name, value in (TUNE_ENV | ({} if os.environ.get("RAY_ADDRESS") else LOCAL_RAY_ENV)).items():
         os.environ.setdefault(name, value)
-    from service.settings import get_settings
-    from sweeps.report.build import report_markdown
-    from sweeps.tune.runner import run_sweep
+    from workers.heap import heavy_imports
+
+    with heavy_imports():
+        from service.settings import get_settings
+        from sweeps.report.build import report_markdown
+        from sweeps.tune.runner import run_sweep
+        from sweeps.tune.setup import end_driver_process
 
     spec = load_spec_or_exit(spec_path)
     plan = plan_or_exit(spec, spec_path)
@@ -207,6 +214,8 @@ def run_command(
     except DatasetResolutionError as error:
         console.print(f"[red]{error}[/red]")
         raise typer.Exit(2) from None
+    finally:
+        end_driver_process()
     console.print(report_markdown(outcome.report))
     console.print(f"{outcome.status.state} in {time.perf_counter() - started:.1f} s; parent run "
                   f"{outcome.parent_run_id} (experiment {outcome.experiment_id})")

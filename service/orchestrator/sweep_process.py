@@ -22,6 +22,7 @@ from service.store.retry import store_retrying
 from sweeps.plan.budget import build_plan_within_budget
 from sweeps.spec import SweepSpec
 from sweeps.tune.runner import run_sweep
+from sweeps.tune.setup import end_driver_process
 from sweeps.tune.status import SweepState, SweepStatus
 
 
@@ -106,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         store_retrying(lambda: store.finish(sweep_id, SweepState.FAILED.value, error=reason,
                                             from_states=(SweepState.RUNNING.value,)), f"failing sweep {sweep_id}")
         raise
+    finally:
+        end_driver_process()
     sink.finish(outcome.status, outcome.report)
     print(f"ksweep driver: sweep {sweep_id} {outcome.status.state}", flush=True)
     return 0 if outcome.status.state == SweepState.SUCCEEDED else 1

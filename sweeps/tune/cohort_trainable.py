@@ -22,6 +22,7 @@ member ever has two runs. The report and the progress read the members from ther
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import tempfile
@@ -43,6 +44,7 @@ from workers.contract import (
     TrainingStatus,
     failure_text,
 )
+from workers.heap import heavy_imports
 
 if TYPE_CHECKING:  # the training stack is imported where a trial runs: the driver never loads torch
     from sweeps.spec.trials import TrialConfigs
@@ -252,10 +254,21 @@ def train_cohort(params: dict[str, Any], *, configs: TrialConfigs, context: dict
         raise
 
 
+@functools.cache
+def load_training_stack() -> None:
+    """Import torch and the trainers once per worker process (Ray reuses it for the next
+    trial), with the collector off: :mod:`workers.heap`."""
+    with heavy_imports():
+        import workers.cohort.chunked  # noqa: F401
+        import workers.train  # noqa: F401
+        import workers.trial  # noqa: F401
+
+
 def train_sweep_trial(params: dict[str, Any], *, configs: TrialConfigs,
                       context: dict[str, Any]) -> None:
     """The sweep's Tune function trainable: a cohort of K > 1 by :func:`train_cohort`, a lone
     trial (cohort size 1, or a cohort of one) by :func:`sweeps.tune.trainable.train_trial`."""
+    load_training_stack()
     if is_cohort(params):
         train_cohort(params, configs=configs, context=context)
     else:
