@@ -259,6 +259,8 @@ def load_training_stack() -> None:
     """Import torch and the trainers once per worker process (Ray reuses it for the next
     trial), with the collector off: :mod:`workers.heap`."""
     with heavy_imports():
+        import torch._dynamo  # noqa: F401  (torch.optim's optimizers import it on first use)
+
         import workers.cohort.chunked  # noqa: F401
         import workers.train  # noqa: F401
         import workers.trial  # noqa: F401

@@ -18,6 +18,7 @@ import json
 import logging
 import tempfile
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,16 +94,18 @@ class SweepOutcome:
     outcomes: list[TrialOutcome] = field(default_factory=list)
 
 
-def _parent_run(client: MlflowClient, tracking_uri: str, spec: SweepSpec, plan: SweepPlan,
-                sweep_id: str, experiment_name: str) -> RunLogger:
-    """The sweep's parent run: found by its sweep id on a resume, else created and described."""
+def _parent_run(tracking_uri: str, spec: SweepSpec, plan: SweepPlan, sweep_id: str,
+                experiment_name: str) -> tuple[MlflowClient, RunLogger]:
+    """The tracking client (a sqlite store is set up here) and the sweep's parent run: found by
+    its sweep id on a resume, else created and described."""
+    client = MlflowClient(tracking_uri=tracking_uri)
     experiment_id = ensure_experiment(client, experiment_name)
     existing = retrying(lambda: client.search_runs(
         [experiment_id],
         filter_string=runs_with_tag_filter(**{SWEEP_ID_TAG: sweep_id, RUN_KIND_TAG: RUN_KIND_SWEEP}),
     ), "search_runs (the parent run)")
     if existing:
-        return RunLogger.attach(tracking_uri, existing[0].info.run_id)
+        return client, RunLogger.attach(tracking_uri, existing[0].info.run_id)
     logger = RunLogger.start(
         tracking_uri, experiment_name, f"sweep-{spec.name}-{sweep_id[:8]}",
         tags={SWEEP_ID_TAG: sweep_id, RUN_KIND_TAG: RUN_KIND_SWEEP, NOTE_TAG: spec.description,
@@ -121,7 +124,7 @@ def _parent_run(client: MlflowClient, tracking_uri: str, spec: SweepSpec, plan: 
             spec.template.model_dump(mode="json", exclude={"loss_stack", "seed", "name"})).items()},
     })
     logger.log_dict_json(json.loads(spec.canonical_json()), "spec.json")
-    return logger
+    return client, logger
 
 
 def _member_outcomes(result, epochs: int) -> list[TrialOutcome]:
@@ -276,14 +279,17 @@ def run_sweep(
         spec, plan = resolved, build_plan_within_budget(resolved)
     folder = _prepare_folder(spec, sweep_root, sweep_id)
     experiment_name = experiment_name or spec.name
-    client = MlflowClient(tracking_uri=tracking_uri)
-    parent = _parent_run(client, tracking_uri, spec, plan, sweep_id, experiment_name)
+    with ThreadPoolExecutor(1, thread_name_prefix="ksweep-parent-run") as pool:
+        # The parent run (and a sqlite store's set-up) is made while Ray starts, which is
+        # mostly a wait on Ray's own processes.
+        made = pool.submit(_parent_run, tracking_uri, spec, plan, sweep_id, experiment_name)
+        ensure_ray(num_cpus, ray_address)
+        client, parent = made.result()
     status = SweepStatus(sweep_id=sweep_id, total=plan.trial_count, pending=plan.trial_count,
                          parent_run_id=parent.run_id, experiment_id=parent.experiment_id)
     all_sinks: list[ProgressSink] = [StatusFileSink(folder / STATUS_FILE),
                                      MlflowTagSink(client, parent.run_id), *sinks]
     publish(all_sinks, status)
-    ensure_ray(num_cpus, ray_address)
     context = {
         "tracking_uri": tracking_uri, "experiment_name": experiment_name, "sweep_id": sweep_id,
         "parent_run_id": parent.run_id, "cache_root": str(Path(sweep_root).resolve()),
