@@ -32,7 +32,7 @@ def main() -> None:
     bench_dataset_training.main([])
     gpu_trial.main()
     bench_sweep.main([])
-    bench_member_overhead.main()
+    bench_member_overhead.main()  # N = 16 and 64: the per-member slope and the fixed cost
     bench_checkpoints.main([])
     bench_service.main()
     # locust monkey-patches the standard library with gevent: its benchmark runs in a child.

@@ -16,7 +16,12 @@ ksweep's CPU is a lower bound). Printed: each variant's median wall and CPU, the
 / bare, and the per-member overhead (ksweep - bare) / N, wall and CPU, with the load average.
 The issue's goal: ratio <= 1.10x and <= 0.1 s of wall per member.
 
-    python -m benchmarks.bench_member_overhead [--members N] [--epochs E] [--rounds R]
+With several sizes (``--members 16 64``, what ``make bench`` runs), the extra wall
+(ksweep - bare) is fitted against N: the slope is what one more member costs beyond its
+compute, the intercept the sweep's fixed cost (imports, the local Ray, the MLflow store, the
+report), which no member count changes.
+
+    python -m benchmarks.bench_member_overhead [--members N [N ...]] [--epochs E] [--rounds R]
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
@@ -85,7 +91,30 @@ def _run(command: list[str], env: dict[str, str]) -> tuple[float, float, str]:
     return wall, cpu, done.stdout
 
 
-def main(members: int = 16, epochs: int = 2, rounds: int = 1, train_size: int = 256) -> dict[str, float]:
+def main(members: Sequence[int] = (16, 64), epochs: int = 2, rounds: int = 1,
+         train_size: int = 256) -> dict[int, dict[str, float]]:
+    """Each size in turn; with two or more, the per-member slope and the fixed cost."""
+    results = {size: measure(size, epochs, rounds, train_size) for size in members}
+    if len(results) >= 2:
+        per_member, fixed = member_and_fixed_cost(results)
+        print(f"\n== fitted over N = {', '.join(map(str, sorted(results)))}: "
+              "ksweep - bare = fixed + N x per member")
+        print(f"  per extra member beyond its compute: {per_member:+.3f} s of wall "
+              f"(goal <= {GOAL_WALL_S} s: {'met' if per_member <= GOAL_WALL_S else 'NOT met'})")
+        print(f"  the sweep's fixed cost: {fixed:.2f} s of wall")
+    return results
+
+
+def member_and_fixed_cost(results: dict[int, dict[str, float]]) -> tuple[float, float]:
+    """(s per member, fixed s): the least-squares line of ksweep - bare wall against N."""
+    sizes = sorted(results)
+    extra = [results[size]["ksweep_wall"] - results[size]["bare_wall"] for size in sizes]
+    fit = statistics.linear_regression(sizes, extra)
+    return fit.slope, fit.intercept
+
+
+def measure(members: int, epochs: int, rounds: int, train_size: int) -> dict[str, float]:
+    """One size: ``ksweep sweep run`` against the bare cohort loop, whole processes, A B B A."""
     ksweep = Path(sys.executable).with_name("ksweep")
     samples: dict[str, list[tuple[float, float]]] = {"bare": [], "ksweep": []}
     loads = [os.getloadavg()[0]]
@@ -111,7 +140,8 @@ def main(members: int = 16, epochs: int = 2, rounds: int = 1, train_size: int = 
                     loop.append(json.loads(out.strip().splitlines()[-1])["loop_wall"])
     wall = {name: statistics.median(w for w, _ in values) for name, values in samples.items()}
     cpu = {name: statistics.median(c for _, c in values) for name, values in samples.items()}
-    result = {"ratio_wall": wall["ksweep"] / wall["bare"], "ratio_cpu": cpu["ksweep"] / cpu["bare"],
+    result = {"ksweep_wall": wall["ksweep"], "bare_wall": wall["bare"],
+              "ratio_wall": wall["ksweep"] / wall["bare"], "ratio_cpu": cpu["ksweep"] / cpu["bare"],
               "member_wall_s": (wall["ksweep"] - wall["bare"]) / members,
               "member_cpu_s": (cpu["ksweep"] - cpu["bare"]) / members}
     print(f"\n== per-member overhead: {members} trials as one cohort, {epochs} epochs, {train_size} train "
@@ -131,7 +161,7 @@ def main(members: int = 16, epochs: int = 2, rounds: int = 1, train_size: int = 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--members", type=int, default=16)
+    parser.add_argument("--members", type=int, nargs="+", default=[16, 64])
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--train-size", type=int, default=256)

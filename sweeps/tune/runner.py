@@ -36,6 +36,7 @@ from sweeps.report.build import (
     summary_metrics,
     write_report_plots,
 )
+from sweeps.report.plots import prepare_plotting
 from sweeps.report.summary_runs import publish_summary
 from sweeps.spec import SweepSpec
 from sweeps.spec.datasets import resolve_spec_data
@@ -279,12 +280,14 @@ def run_sweep(
         spec, plan = resolved, build_plan_within_budget(resolved)
     folder = _prepare_folder(spec, sweep_root, sweep_id)
     experiment_name = experiment_name or spec.name
-    with ThreadPoolExecutor(1, thread_name_prefix="ksweep-parent-run") as pool:
-        # The parent run (and a sqlite store's set-up) is made while Ray starts, which is
-        # mostly a wait on Ray's own processes.
+    with ThreadPoolExecutor(1, thread_name_prefix="ksweep-while-ray-starts") as pool:
+        # The parent run (and a sqlite store's set-up), then the report's plotting import, are
+        # done while Ray starts, which is mostly a wait on Ray's own processes.
         made = pool.submit(_parent_run, tracking_uri, spec, plan, sweep_id, experiment_name)
+        plotting = pool.submit(prepare_plotting)
         ensure_ray(num_cpus, ray_address)
         client, parent = made.result()
+        plotting.result()
     status = SweepStatus(sweep_id=sweep_id, total=plan.trial_count, pending=plan.trial_count,
                          parent_run_id=parent.run_id, experiment_id=parent.experiment_id)
     all_sinks: list[ProgressSink] = [StatusFileSink(folder / STATUS_FILE),

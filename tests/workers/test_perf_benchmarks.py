@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.bench_member_overhead import write_spec
+from benchmarks.bench_member_overhead import member_and_fixed_cost, write_spec
 from benchmarks.cohort_profile import PHASES, PhaseTimer, profile, table
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,6 +53,14 @@ def test_bare_cohort_loop_trains_the_specs_trials(tmp_path):
     assert done.returncode == 0, done.stderr
     line = json.loads(done.stdout.strip().splitlines()[-1])
     assert line["members"] == 2 and line["loop_wall"] > 0 and line["loop_cpu"] > 0
+
+
+def test_member_and_fixed_cost_recover_a_known_line():
+    # ksweep - bare = 5.7 s + 0.069 s per member, over three sizes, with bare walls that vary
+    results = {size: {"bare_wall": 0.2 * size + 2.0, "ksweep_wall": 0.2 * size + 2.0 + 5.7 + 0.069 * size}
+               for size in (16, 64, 256)}
+    per_member, fixed = member_and_fixed_cost(results)
+    assert per_member == pytest.approx(0.069, abs=1e-12) and fixed == pytest.approx(5.7, abs=1e-10)
 
 
 @pytest.mark.parametrize("members", [0, -1])
