@@ -16,6 +16,14 @@ run (the machine may be shared). Goal: ksweep <= 0.33x the hand-wired wall time.
     python -m benchmarks.bench_headline              # the full 32-row sweep (8 epochs)
     python -m benchmarks.bench_headline --short      # 16 rows, 2 epochs: a quick check
     python -m benchmarks.bench_headline --cohort-size 8   # resources.cohort_size, if the spec has it
+    python -m benchmarks.bench_headline --floor      # ksweep against the compute floor, K F F K
+
+``--floor`` measures what no tool can go below on this machine for the deduplicated plan: its
+cohorts trained by the bare cohort loop (``Cohort.create(configs).run()``: no Ray, Tune,
+MLflow, checkpoints or report), one whole process per cohort, as many at a time as the plan
+runs cohorts at once, each with torch on one thread (as Ray gives a trial actor). Printed: its
+wall (launch of the first process to the end of the last), the longest loop inside them (the
+compute alone), and ksweep's wall against both, alternating K F F K.
 """
 
 from __future__ import annotations
@@ -125,14 +133,100 @@ def headline(short: bool = False, cohort_size: Any = None) -> dict[str, float]:
     return means
 
 
+def bare_cohort(spec_path: Path, index: int, cache: Path) -> None:
+    """Cohort ``index`` of the spec's plan by the bare cohort loop; prints ``{"members", "loop_wall"}``."""
+    import json
+
+    import torch
+
+    from workers.cohort.trainer import Cohort
+
+    torch.set_num_threads(1)
+    spec = load_sweep_spec(spec_path)
+    plan = build_plan(spec)
+    configs = [spec.trial_config_for(plan.trials[position]) for position in plan.cohorts[index]]
+    started = time.perf_counter()
+    members = Cohort.create(configs, cache).run()
+    if any(member.status != "finished" for member in members):
+        raise SystemExit(f"bare cohort {index}: {[m.error for m in members if m.error]}")
+    print(json.dumps({"members": len(members), "loop_wall": time.perf_counter() - started}))
+
+
+def _floor_run(spec_path: Path, plan: Any, root: Path) -> tuple[float, float, int]:
+    """The plan's cohorts by :func:`bare_cohort`, ``plan.max_concurrent`` processes at a time:
+    (wall from the first launch to the last exit, the longest loop inside them, members trained)."""
+    import json
+    from concurrent.futures import ThreadPoolExecutor
+
+    root.mkdir(parents=True)
+    env = {**_env(root), "OMP_NUM_THREADS": "1"}
+
+    def one(index: int) -> dict[str, Any]:
+        done = subprocess.run([sys.executable, "-m", "benchmarks.bench_headline", "--bare-cohort",
+                               str(spec_path), str(index), str(root / f"cache-{index}")],
+                              env=env, cwd=root, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"bare cohort {index} failed:\n{done.stderr[-3000:]}")
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(plan.max_concurrent) as pool:
+        cohorts = list(pool.map(one, range(len(plan.cohorts))))
+    return (time.perf_counter() - started, max(c["loop_wall"] for c in cohorts),
+            sum(c["members"] for c in cohorts))
+
+
+def floor(short: bool = False, cohort_size: Any = None) -> dict[str, float]:
+    """ksweep's whole process against the plan's compute floor, alternating K F F K."""
+    spec = headline_spec(short, True, cohort_size)
+    plan = build_plan(spec)
+    walls: dict[str, list[float]] = {"ksweep": [], "floor": []}
+    loops: list[float] = []
+    loads: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="bench-headline-floor-") as tmp:
+        path = _write(spec, Path(tmp) / "ksweep.yaml")
+        command = [sys.executable, "-m", "service.cli", "sweep", "run", str(path), "--num-cpus", str(NUM_CPUS)]
+        for index, name in enumerate(["ksweep", "floor", "floor", "ksweep"]):
+            loads.append(f"{os.getloadavg()[0]:.1f}")
+            folder = Path(tmp) / f"{index}-{name}"
+            if name == "ksweep":
+                walls[name].append(_timed(command, folder))
+            else:
+                wall, loop, _ = _floor_run(path, plan, folder)
+                walls[name].append(wall)
+                loops.append(loop)
+            print(f"  run {index + 1}/4 {name:<7s} {walls[name][-1]:7.1f} s (load before {loads[-1]})", flush=True)
+    means = {name: statistics.fmean(values) for name, values in walls.items()}
+    loop = statistics.fmean(loops)
+    print(f"\n== compute floor: the {plan.trial_count} trials of {plan.trials_requested} rows as "
+          f"{len(plan.cohorts)} cohorts of up to {plan.cohort_size}, {plan.max_concurrent} at a time; "
+          f"{spec.template.training.epochs} epochs; order K F F K")
+    print(f"  1-min load average before each run: {', '.join(loads)} on {os.cpu_count()} CPUs")
+    print(f"  ksweep  mean {means['ksweep']:7.1f} s (runs: {', '.join(f'{v:.1f}' for v in walls['ksweep'])})")
+    print(f"  floor   mean {means['floor']:7.1f} s (runs: {', '.join(f'{v:.1f}' for v in walls['floor'])}), "
+          f"of which the longest cohort loop {loop:.1f} s (compute alone)")
+    print(f"  ksweep / floor: {means['ksweep'] / means['floor']:.2f}x the whole processes, "
+          f"{means['ksweep'] / loop:.2f}x the compute alone")
+    return {**means, "loop": loop}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="ksweep vs a hand-wired Tune script, 32 rows.")
     parser.add_argument("--short", action="store_true", help="16 rows x 2 epochs")
     parser.add_argument("--cohort-size", default=None,
                         help="resources.cohort_size ('auto' or an integer) where the spec has it")
+    parser.add_argument("--floor", action="store_true",
+                        help="ksweep against the plan's cohorts by the bare cohort loop, K F F K")
+    parser.add_argument("--bare-cohort", nargs=3, metavar=("SPEC", "INDEX", "CACHE"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.bare_cohort:
+        spec_path, index, cache = args.bare_cohort
+        bare_cohort(Path(spec_path), int(index), Path(cache))
+        return
     size = args.cohort_size
-    headline(args.short, int(size) if size and size.isdigit() else size)
+    size = int(size) if size and size.isdigit() else size
+    (floor if args.floor else headline)(args.short, size)
 
 
 if __name__ == "__main__":

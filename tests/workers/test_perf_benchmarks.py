@@ -112,3 +112,20 @@ def test_sweep_profile_times_a_phase_whose_module_the_trial_has_not_imported_yet
         sweep_profile._state.phases = None
         sweep_profile._patched.discard(("colorsys", "rgb_to_hsv"))
         sys.modules.pop("colorsys", None)  # the patched copy goes: a later import is the original
+
+
+def test_the_headline_floor_trains_every_cohort_of_the_plan_by_the_bare_loop(tmp_path):
+    from benchmarks.bench_headline import _floor_run, _write, headline_spec
+    from sweeps.plan.build import build_plan
+    from sweeps.spec import SweepSpec
+
+    data = headline_spec(short=True).model_dump(mode="json")
+    data["template"]["data"].update(train_size=32, val_size=16, test_size=16)
+    data["template"]["training"].update(epochs=1, min_epochs=1)
+    spec = SweepSpec.model_validate(data)
+    plan = build_plan(spec)
+    assert len(plan.cohorts) == 2 and plan.max_concurrent == 2
+    wall, loop, members = _floor_run(_write(spec, tmp_path / "spec.yaml"), plan, tmp_path / "floor")
+    assert members == plan.trial_count == 12
+    assert 0 < loop < wall
+
