@@ -125,7 +125,7 @@ def profiled_bare_trial(params: dict[str, Any], **kwargs: Any) -> None:
 
 
 def profiled_sweep_trial(params: dict[str, Any], **kwargs: Any) -> None:
-    from sweeps.tune.cohort_trainable import train_sweep_trial
+    from sweeps.tune.trial_entry import train_sweep_trial
 
     _profiled("ksweep", lambda: train_sweep_trial(params, **kwargs), ksweep=True)
 

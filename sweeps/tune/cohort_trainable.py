@@ -22,7 +22,6 @@ member ever has two runs. The report and the progress read the members from ther
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import tempfile
@@ -32,9 +31,9 @@ from typing import TYPE_CHECKING, Any
 from mlflow.tracking import MlflowClient
 from ray import tune
 
-from sweeps.tune.search_space import MEMBERS, is_cohort, lone_params
+from sweeps.tune.search_space import MEMBERS
 from sweeps.tune.state_backup import restored_as
-from sweeps.tune.trainable import delete_leftover_runs, open_trial_run, train_trial
+from sweeps.tune.trainable import delete_leftover_runs, open_trial_run
 from workers.contract import (
     C_BASE_PARAM,
     FAILURE_TAG,
@@ -44,7 +43,6 @@ from workers.contract import (
     TrainingStatus,
     failure_text,
 )
-from workers.heap import heavy_imports
 
 if TYPE_CHECKING:  # the training stack is imported where a trial runs: the driver never loads torch
     from sweeps.spec.trials import TrialConfigs
@@ -252,26 +250,3 @@ def train_cohort(params: dict[str, Any], *, configs: TrialConfigs, context: dict
     except Exception as error:
         trial.stop_running(cohort, error)
         raise
-
-
-@functools.cache
-def load_training_stack() -> None:
-    """Import torch and the trainers once per worker process (Ray reuses it for the next
-    trial), with the collector off: :mod:`workers.heap`."""
-    with heavy_imports():
-        import torch._dynamo  # noqa: F401  (torch.optim's optimizers import it on first use)
-
-        import workers.cohort.chunked  # noqa: F401
-        import workers.train  # noqa: F401
-        import workers.trial  # noqa: F401
-
-
-def train_sweep_trial(params: dict[str, Any], *, configs: TrialConfigs,
-                      context: dict[str, Any]) -> None:
-    """The sweep's Tune function trainable: a cohort of K > 1 by :func:`train_cohort`, a lone
-    trial (cohort size 1, or a cohort of one) by :func:`sweeps.tune.trainable.train_trial`."""
-    load_training_stack()
-    if is_cohort(params):
-        train_cohort(params, configs=configs, context=context)
-    else:
-        train_trial(lone_params(params), configs=configs, context=context)

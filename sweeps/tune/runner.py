@@ -41,7 +41,7 @@ from sweeps.report.summary_runs import publish_summary
 from sweeps.spec import SweepSpec
 from sweeps.spec.datasets import resolve_spec_data
 from sweeps.tune.cohort_results import member_state, saved_members
-from sweeps.tune.cohort_trainable import member_trial_id, train_sweep_trial
+from sweeps.tune.cohort_trainable import member_trial_id
 from sweeps.tune.progress_callback import LIVE, ProgressCallback, trial_record
 from sweeps.tune.search_space import MEMBERS, is_cohort
 from sweeps.tune.setup import TUNE_FOLDER, ensure_ray, make_tuner, param_space
@@ -56,6 +56,7 @@ from sweeps.tune.status import (
     publish,
 )
 from sweeps.tune.tag_sink import MlflowTagSink
+from sweeps.tune.trial_entry import train_sweep_trial
 from workers.contract import (
     FAILURE_TAG,
     HISTORY_METRICS,
