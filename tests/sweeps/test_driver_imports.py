@@ -14,3 +14,13 @@ def test_the_driver_modules_load_no_torch_sklearn_or_tensorboard():
     loaded = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True,
                             check=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert loaded.stdout.strip() == "[]", loaded.stdout + loaded.stderr
+
+
+def test_the_function_tune_ships_to_workers_unpickles_without_mlflow_or_torch():
+    # a worker then imports them inside the trial, with the collector off (workers.heap)
+    probe = ("import sys, sweeps.tune.trial_entry; "
+             "print(sorted(m for m in ('mlflow', 'torch', 'sklearn', 'sweeps.tune.cohort_trainable') "
+             "if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True,
+                            check=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert loaded.stdout.strip() == "[]", loaded.stdout + loaded.stderr
