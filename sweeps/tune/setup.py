@@ -47,9 +47,11 @@ def shutdown_ray() -> None:
     waits out its whole 1 s SIGTERM grace (its handler reports to the GCS, stopped just
     before). A one-node Ray's monitor keeps nothing, so it is killed first.
     """
-    node = ray._private.worker._global_node  # set only where this process started the Ray
+    # Ray's private node handle, set where this process started the Ray; a Ray without it or
+    # without its kill_monitor only shuts down slower.
+    node = getattr(ray._private.worker, "_global_node", None)
     if node is not None and node.is_head():
-        with contextlib.suppress(Exception):  # a Ray without this private hook: only slower
+        with contextlib.suppress(Exception):
             node.kill_monitor(check_alive=False)
     ray.shutdown()
 
