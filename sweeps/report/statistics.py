@@ -97,11 +97,15 @@ def _finite(values: Sequence[float | None]) -> tuple[list[float], int]:
     return finite, len(values) - len(finite)
 
 
+def _standard_error(values: Sequence[float]) -> float:
+    """The mean's standard error: the interval and the paired test both scale by it."""
+    return pystats.stdev(values) / math.sqrt(len(values))
+
+
 def _t_half_width(values: Sequence[float]) -> float:
     """Half-width of the t interval (0 when all values are equal)."""
-    n = len(values)
-    quantile = float(stdtrit(n - 1, 0.5 + CONFIDENCE / 2))
-    return quantile * pystats.stdev(values) / math.sqrt(n)
+    quantile = float(stdtrit(len(values) - 1, 0.5 + CONFIDENCE / 2))
+    return quantile * _standard_error(values)
 
 
 def mean_interval(
@@ -160,7 +164,7 @@ def _paired_p(diffs: Sequence[float]) -> float:
         # Every seed gives the same difference: exactly 0 is no evidence, anything else is
         # as strong as a t-test can say (t is infinite).
         return 1.0 if diffs[0] == 0 else 0.0
-    t = pystats.fmean(diffs) / (pystats.stdev(diffs) / math.sqrt(len(diffs)))
+    t = pystats.fmean(diffs) / _standard_error(diffs)
     return float(2 * stdtr(len(diffs) - 1, -abs(t)))
 
 
