@@ -133,27 +133,9 @@ def headline(short: bool = False, cohort_size: Any = None) -> dict[str, float]:
     return means
 
 
-def bare_cohort(spec_path: Path, index: int, cache: Path) -> None:
-    """Cohort ``index`` of the spec's plan by the bare cohort loop; prints ``{"members", "loop_wall"}``."""
-    import json
-
-    import torch
-
-    from workers.cohort.trainer import Cohort
-
-    torch.set_num_threads(1)
-    spec = load_sweep_spec(spec_path)
-    plan = build_plan(spec)
-    configs = [spec.trial_config_for(plan.trials[position]) for position in plan.cohorts[index]]
-    started = time.perf_counter()
-    members = Cohort.create(configs, cache).run()
-    if any(member.status != "finished" for member in members):
-        raise SystemExit(f"bare cohort {index}: {[m.error for m in members if m.error]}")
-    print(json.dumps({"members": len(members), "loop_wall": time.perf_counter() - started}))
-
-
 def _floor_run(spec_path: Path, plan: Any, root: Path) -> tuple[float, float, int]:
-    """The plan's cohorts by :func:`bare_cohort`, ``plan.max_concurrent`` processes at a time:
+    """The plan's cohorts by the bare cohort loop (``bench_member_overhead --bare --cohort I``),
+    ``plan.max_concurrent`` processes at a time:
     (wall from the first launch to the last exit, the longest loop inside them, members trained)."""
     import json
     from concurrent.futures import ThreadPoolExecutor
@@ -162,8 +144,9 @@ def _floor_run(spec_path: Path, plan: Any, root: Path) -> tuple[float, float, in
     env = {**_env(root), "OMP_NUM_THREADS": "1"}
 
     def one(index: int) -> dict[str, Any]:
-        done = subprocess.run([sys.executable, "-m", "benchmarks.bench_headline", "--bare-cohort",
-                               str(spec_path), str(index), str(root / f"cache-{index}")],
+        done = subprocess.run([sys.executable, "-m", "benchmarks.bench_member_overhead", "--bare",
+                               str(spec_path), "--cache", str(root / f"cache-{index}"),
+                               "--cohort", str(index)],
                               env=env, cwd=root, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"bare cohort {index} failed:\n{done.stderr[-3000:]}")
@@ -217,13 +200,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="resources.cohort_size ('auto' or an integer) where the spec has it")
     parser.add_argument("--floor", action="store_true",
                         help="ksweep against the plan's cohorts by the bare cohort loop, K F F K")
-    parser.add_argument("--bare-cohort", nargs=3, metavar=("SPEC", "INDEX", "CACHE"),
-                        help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.bare_cohort:
-        spec_path, index, cache = args.bare_cohort
-        bare_cohort(Path(spec_path), int(index), Path(cache))
-        return
     size = args.cohort_size
     size = int(size) if size and size.isdigit() else size
     (floor if args.floor else headline)(args.short, size)

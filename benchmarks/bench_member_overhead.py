@@ -58,8 +58,9 @@ def write_spec(path: Path, members: int, epochs: int, train_size: int) -> Path:
     return path
 
 
-def bare(spec_path: Path, cache: Path) -> None:
-    """The bare cohort loop of the spec's trials; prints ``{"members", "loop_wall", "loop_cpu"}``."""
+def bare(spec_path: Path, cache: Path, cohort: int | None = None) -> None:
+    """The bare cohort loop of the spec's trials (of its plan's cohort ``cohort`` when given: what
+    ``bench_headline --floor`` runs); prints ``{"members", "loop_wall", "loop_cpu"}``."""
     import torch
 
     from sweeps.plan.build import build_plan
@@ -68,11 +69,14 @@ def bare(spec_path: Path, cache: Path) -> None:
 
     torch.set_num_threads(1)
     spec = load_sweep_spec(spec_path)
-    configs = [spec.trial_config_for(trial) for trial in build_plan(spec).trials]
+    plan = build_plan(spec)
+    trials = plan.trials if cohort is None else [plan.trials[i] for i in plan.cohorts[cohort]]
+    configs = [spec.trial_config_for(trial) for trial in trials]
     wall, cpu = time.perf_counter(), time.process_time()
     members = Cohort.create(configs, cache).run()
     if any(m.status != "finished" for m in members):
-        raise SystemExit(f"bare cohort: {[m.error for m in members if m.error]}")
+        raise SystemExit(f"bare cohort {'' if cohort is None else cohort}: "
+                         f"{[m.error for m in members if m.error]}")
     print(json.dumps({"members": len(members), "loop_wall": time.perf_counter() - wall,
                       "loop_cpu": time.process_time() - cpu}))
 
@@ -167,8 +171,9 @@ if __name__ == "__main__":
     parser.add_argument("--train-size", type=int, default=256)
     parser.add_argument("--bare", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--cache", type=Path, default=Path(".ksweep"), help=argparse.SUPPRESS)
+    parser.add_argument("--cohort", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare:
-        bare(args.bare, args.cache)
+        bare(args.bare, args.cache, args.cohort)
     else:
         main(args.members, args.epochs, args.rounds, args.train_size)
