@@ -129,3 +129,17 @@ def test_the_headline_floor_trains_every_cohort_of_the_plan_by_the_bare_loop(tmp
     assert members == plan.trial_count == 12
     assert 0 < loop < wall
 
+
+
+def test_the_cohort_floor_times_a_lone_trials_training_steps_and_nothing_else(tmp_path, monkeypatch):
+    from benchmarks.bench_cohort import sweep_configs, training_floor
+    from workers.train import Trainer
+
+    def no_evaluation(self):
+        raise AssertionError("the floor must not evaluate")
+
+    monkeypatch.setattr(Trainer, "evaluate", no_evaluation)
+    config = sweep_configs(1, epochs=2, train_size=96, device="cpu")[0]
+    wall, cpu, steps = training_floor(config, tmp_path)
+    assert steps == 2 * 2  # 2 epochs of 96 examples in batches of 64
+    assert wall > 0 and cpu > 0
