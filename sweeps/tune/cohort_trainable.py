@@ -32,7 +32,7 @@ from mlflow.tracking import MlflowClient
 from ray import tune
 
 from sweeps.tune.search_space import MEMBERS
-from sweeps.tune.state_backup import restored_as
+from sweeps.tune.state_backup import restored_as, seal_checkpoint
 from sweeps.tune.trainable import delete_leftover_runs, open_trial_run
 from workers.contract import (
     C_BASE_PARAM,
@@ -199,6 +199,7 @@ class _CohortTrial:
                 if member.status == TrainingStatus.RUNNING:
                     cohort.save_checkpoint(member, Path(folder) / f"member_{self.running[position]}.pt")
             (Path(folder) / MEMBERS_FILE).write_text(json.dumps(self.records))
+            seal_checkpoint(Path(folder))
             for run in self.runs:  # MLflow holds every epoch before Tune records the checkpoint
                 if run is not None:
                     run.settle()

@@ -13,7 +13,11 @@ Even the last save can name a deleted checkpoint: Tune forces a save once a tria
 ``num_to_keep`` checkpoints since the last one, but that registration has already deleted the
 newest checkpoint the last save names. :func:`fill_deleted_checkpoints` puts the trial's newest
 checkpoint under that name, marked with the iteration Tune restores (:data:`RESTORED_AS`), and
-the trainables hand Tune the epochs in between (:func:`restored_as`).
+the trainables hand Tune the epochs in between (:func:`restored_as`). Only a whole checkpoint
+is put back: a trial worker that outlives its killed driver can leave its newest checkpoint
+half-copied, so the trainables seal each checkpoint with its files' sizes
+(:func:`seal_checkpoint`) and the newest one that matches them is chosen
+(:func:`is_whole_checkpoint`).
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ SEARCHER_TEMPLATES = ("basic-variant-state-{}.json", "search_gen_state-{}.json",
 BACKUP_NAME = "ksweep-state-backup.json"  # not matching Tune's patterns: Tune never reads it
 # In a checkpoint put back under a deleted one's name: the training_iteration Tune restores.
 RESTORED_AS = "ksweep-restored-as.json"
+# In every trial checkpoint, the last file the trainable writes: each other file's size.
+CHECKPOINT_MANIFEST = "ksweep-checkpoint.json"
 
 
 def _newest_state(folder: Path) -> Path | None:
@@ -133,11 +139,30 @@ def latest_checkpoints(state: bytes) -> list[tuple[Path, int]]:
     return latest
 
 
+def seal_checkpoint(folder: Path) -> None:
+    """Record the size of every file in ``folder``, once the checkpoint's files are written."""
+    sizes = {path.relative_to(folder).as_posix(): path.stat().st_size
+             for path in sorted(folder.rglob("*")) if path.is_file()}
+    (folder / CHECKPOINT_MANIFEST).write_text(json.dumps(sizes))
+
+
+def is_whole_checkpoint(folder: Path) -> bool:
+    """True when ``folder`` holds its manifest and every file it lists at the listed size."""
+    try:
+        sizes = json.loads((folder / CHECKPOINT_MANIFEST).read_text())
+    except (OSError, ValueError):  # absent, or itself cut short
+        return False
+    return isinstance(sizes, dict) and all(
+        (folder / name).is_file() and (folder / name).stat().st_size == size for name, size in sizes.items())
+
+
 def fill_deleted_checkpoints(tune_folder: Path) -> list[Path]:
     """Put back each trial checkpoint the state to restore names but Tune has deleted, as a copy
-    of the trial's newest checkpoint marked with the iteration Tune restores; the filled paths.
+    of the trial's newest whole checkpoint marked with the iteration Tune restores; the filled
+    paths.
 
-    A trial with no newer checkpoint is left alone (Tune then fails it, with its own message)."""
+    A trial with no newer whole checkpoint is left alone (Tune then fails it, with its own
+    message)."""
     state = _newest_state(tune_folder)
     if state is None:
         return []
@@ -151,11 +176,15 @@ def fill_deleted_checkpoints(tune_folder: Path) -> list[Path]:
         if path.exists() or not path.parent.is_dir():
             continue
         newer = sorted(p for p in path.parent.glob("checkpoint_*") if p.is_dir() and p.name > path.name)
-        if not newer:
+        whole = [p for p in newer if is_whole_checkpoint(p)]
+        if len(whole) < len(newer):
+            log.warning("skipped %d checkpoint(s) of %s that are not whole (cut short by a kill)",
+                        len(newer) - len(whole), path.parent)
+        if not whole:
             continue
         partial = path.with_name(f".{path.name}.partial")
         shutil.rmtree(partial, ignore_errors=True)
-        shutil.copytree(newer[-1], partial)
+        shutil.copytree(whole[-1], partial)
         (partial / RESTORED_AS).write_text(json.dumps({"training_iteration": iteration}))
         os.replace(partial, path)  # a kill leaves no half-filled checkpoint under Tune's name
         filled.append(path)

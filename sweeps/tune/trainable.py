@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from mlflow.tracking import MlflowClient
 from ray import tune
 
-from sweeps.tune.state_backup import restored_as
+from sweeps.tune.state_backup import restored_as, seal_checkpoint
 from workers.contract import (
     C_BASE_PARAM,
     RUN_KIND_TAG,
@@ -128,6 +128,7 @@ def train_trial(params: dict[str, Any], *, configs: TrialConfigs, context: dict[
         with tempfile.TemporaryDirectory(prefix="ksweep-ckpt-") as folder:
             trainer.save_checkpoint(Path(folder) / STATE_FILE)
             (Path(folder) / RUN_FILE).write_text(json.dumps({"run_id": run_id}))
+            seal_checkpoint(Path(folder))
             if run is not None:  # MLflow holds the epoch before Tune records its checkpoint
                 run.settle()
             tune.report(payload, checkpoint=tune.Checkpoint.from_directory(folder))

@@ -1,14 +1,20 @@
 """Tune's last save after a kill mid-copy: the backup's files are put in place whole."""
 
 import json
+import shutil
 from types import SimpleNamespace
+
+import pytest
 
 from sweeps.tune.state_backup import (
     BACKUP_NAME,
+    CHECKPOINT_MANIFEST,
     ExperimentStateBackup,
     fill_deleted_checkpoints,
+    is_whole_checkpoint,
     repair_experiment_state,
     restored_as,
+    seal_checkpoint,
 )
 
 SESSION = "2026-12-05_02-10-29"
@@ -83,13 +89,21 @@ def _state_naming(trial_dirs, index: int, iteration: int) -> str:
     return json.dumps({"trial_data": data, "runner_data": {}})
 
 
+def _checkpoint(folder, text: str) -> None:
+    """A trial checkpoint as the trainables write it: its files, then the seal."""
+    folder.mkdir(parents=True)
+    (folder / "state.pt").write_text(text)
+    (folder / "members" / "member_0.pt").parent.mkdir()
+    (folder / "members" / "member_0.pt").write_text(text * 3)
+    seal_checkpoint(folder)
+
+
 def test_a_deleted_checkpoint_the_state_names_is_put_back_from_the_trials_newest(tmp_path):
     tune = tmp_path / "tune"
     behind, current = tune / "train_trial_a", tune / "train_trial_b"
     for folder, indices in ((behind, (3, 4)), (current, (1,))):
         for index in indices:
-            (folder / f"checkpoint_{index:06d}").mkdir(parents=True)
-            (folder / f"checkpoint_{index:06d}" / "state.pt").write_text(f"epoch {index + 1}")
+            _checkpoint(folder / f"checkpoint_{index:06d}", f"epoch {index + 1}")
     (tune / STATE).write_text(_state_naming([behind, current], index=1, iteration=2))
     assert fill_deleted_checkpoints(tune) == [behind / "checkpoint_000001"]
     put_back = behind / "checkpoint_000001"
@@ -108,3 +122,32 @@ def test_a_deleted_checkpoint_with_nothing_newer_is_left_to_tune(tmp_path):
     assert fill_deleted_checkpoints(tune) == []
     (tune / STATE).write_text("{ cut short")
     assert fill_deleted_checkpoints(tune) == []  # an unreadable state is Tune's to report
+
+
+@pytest.mark.parametrize("cut", ["a file short", "a file missing", "no manifest", "the manifest short"])
+def test_a_deleted_checkpoint_is_put_back_from_the_newest_whole_one(tmp_path, cut):
+    tune = tmp_path / "tune"
+    trial = tune / "train_trial_a"
+    for index in (3, 4):
+        _checkpoint(trial / f"checkpoint_{index:06d}", f"epoch {index + 1}")
+    cut_short = trial / "checkpoint_000004"  # as a worker outliving its killed driver left it
+    assert is_whole_checkpoint(cut_short)
+    if cut == "a file short":
+        (cut_short / "members" / "member_0.pt").write_text("epo")
+    elif cut == "a file missing":
+        (cut_short / "state.pt").unlink()
+    elif cut == "no manifest":
+        (cut_short / CHECKPOINT_MANIFEST).unlink()
+    else:
+        (cut_short / CHECKPOINT_MANIFEST).write_text((cut_short / CHECKPOINT_MANIFEST).read_text()[:-5])
+    assert not is_whole_checkpoint(cut_short)
+    (tune / STATE).write_text(_state_naming([trial], index=1, iteration=2))
+    assert fill_deleted_checkpoints(tune) == [trial / "checkpoint_000001"]
+    put_back = trial / "checkpoint_000001"
+    assert (put_back / "state.pt").read_text() == "epoch 4"  # the newest whole one
+    assert is_whole_checkpoint(put_back) and restored_as(put_back) == 2
+    # With no whole checkpoint newer than the one named, the trial is left to Tune.
+    shutil.rmtree(put_back)
+    shutil.rmtree(trial / "checkpoint_000003")
+    assert fill_deleted_checkpoints(tune) == []
+    assert not put_back.exists()
