@@ -73,8 +73,9 @@ class PhaseTimer:
                 self._stack[-1][2] += wall
                 self._stack[-1][3] += cpu
 
-    def wrap(self, owner: type, attribute: str, name: str | Callable[..., str]) -> Callable[[], None]:
-        """Time every call of ``owner.attribute``; returns the function that restores it."""
+    def wrap(self, owner: object, attribute: str, name: str | Callable[..., str]) -> Callable[[], None]:
+        """Time every call of ``owner.attribute`` (a class's or a module's); returns the function
+        that restores it."""
         original = owner.__dict__[attribute]
         function = original.__func__ if isinstance(original, staticmethod) else original
 
@@ -90,6 +91,7 @@ def profile(size: int, cache: Path, *, epochs: int, train_size: int, batched: bo
             trial_plots: bool = False) -> tuple[PhaseTimer, float, float]:
     """One logged cohort of ``size`` trials, timed by phase; returns (timer, wall, cpu).
     ``trial_plots``: each run's five PNGs at its close (a sweep's ``tracking.trial_plots``)."""
+    import workers.cohort.trainer as cohort_trainer
     import workers.train.loop as loop
     from workers.cohort import evaluation as cohort_evaluation
     from workers.cohort.member import own_rng
@@ -107,7 +109,8 @@ def profile(size: int, cache: Path, *, epochs: int, train_size: int, batched: bo
         timer.wrap(Cohort, "_sync_trainers", "write-back"),
         timer.wrap(Cohort, "_stack", lambda *a: "restack" if created[0] else "create"),
         timer.wrap(loop.Trainer, "evaluate_split", "eval read-outs"),
-        timer.wrap(loop.Trainer, "gradient_readouts", "gradient shares"),
+        timer.wrap(loop.Trainer, "gradient_readouts", "gradient shares"),  # member by member
+        timer.wrap(cohort_trainer, "member_gradient_shares", "gradient shares"),  # batched
         timer.wrap(loop.Trainer, "finalize", "finalize"),
         timer.wrap(TrialRun, "log_epoch", "logging"),
         timer.wrap(TrialRun, "settle", "metrics wait"),

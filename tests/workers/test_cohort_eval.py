@@ -43,7 +43,7 @@ def test_batched_epoch_ends_match_member_by_member(family, float64, tmp_path):
     histories = {}
     for batched in (False, True):
         cohort = Cohort.create(configs, tmp_path)
-        cohort.batched_eval = batched
+        cohort.batched_eval = cohort.batched_gradients = batched
         histories[batched] = [m.trainer.history for m in cohort.run()]
     assert "test/loss" not in histories[True][2] and "test/loss" in histories[True][0]
     compared = 0
@@ -80,3 +80,29 @@ def test_collect_members_in_small_chunks_gives_the_same_outputs(tmp_path, monkey
         assert one.token_nll.shape == other.token_nll.shape == (32, stacked["target"].shape[-1])
         for name in ("token_nll", "kl", "bow_logits", "posterior_probs"):
             assert torch.allclose(getattr(one, name), getattr(other, name), atol=1e-5, rtol=1e-5), name
+
+
+@pytest.mark.parametrize("family", ["discrete", "continuous"])
+def test_batched_gradient_shares_equal_each_members_lone_ones_in_float64(family, float64, tmp_path):
+    from workers.cohort.evaluation import member_gradient_shares
+
+    configs = members(base_config(family, epochs=1))
+    configs.append(with_other_data(configs[0]))
+    configs[3] = with_other_data(configs[3])  # its own data: its own token groups
+    configs[1] = configs[1].model_copy(update={  # a smaller gradient batch: batched on its own
+        "readouts": configs[1].readouts.model_copy(update={"gradient_batch": 20})})
+    configs[2] = configs[2].model_copy(update={  # the read-out off: no values at all
+        "readouts": configs[2].readouts.model_copy(update={"gradient_batch": 0})})
+    cohort = Cohort.create(configs, tmp_path)
+    cohort.run_epoch()  # trained a little: shares away from the initial point
+    trainers = [m.trainer for m in cohort.members]
+    batched = member_gradient_shares(cohort.params, cohort.model_config, cohort.num_categories,
+                                     trainers, {})
+    assert batched[2] == {}
+    for k, trainer in enumerate(trainers):
+        lone = trainer.gradient_readouts()
+        assert batched[k].keys() == lone.keys(), k
+        for key, value in lone.items():
+            # Both paths cast l_t to float32 before the stack, as the lone read-out always did.
+            assert batched[k][key] == pytest.approx(value, nan_ok=True, abs=1e-9, rel=1e-6), (k, key)
+    assert sum(len(values) for values in batched) >= 4 * 5

@@ -30,15 +30,19 @@ def test_phase_timer_charges_nested_phases_to_themselves_only():
 
 def test_cohort_profile_times_every_phase_and_restores_the_library(tmp_path):
     from workers.cohort import evaluation
+    from workers.cohort import trainer as cohort_trainer
     from workers.cohort.trainer import Cohort
     from workers.train import loop
 
-    originals = (Cohort._train_pass, loop.Trainer.evaluate_split, loop.collect, evaluation.collect_members)
+    def library():
+        return (Cohort._train_pass, loop.Trainer.evaluate_split, loop.collect, evaluation.collect_members,
+                cohort_trainer.member_gradient_shares)
+
+    originals = library()
     timer, wall, cpu = profile(2, tmp_path, epochs=1, train_size=64, batched=True)
-    assert (Cohort._train_pass, loop.Trainer.evaluate_split, loop.collect,
-            evaluation.collect_members) == originals
-    for phase in ("create", "mlflow start", "train pass", "eval forward", "eval read-outs", "logging",
-                  "checkpoints", "plots + close"):
+    assert library() == originals
+    for phase in ("create", "mlflow start", "train pass", "eval forward", "eval read-outs", "gradient shares",
+                  "logging", "checkpoints", "plots + close"):
         assert timer.wall[phase] > 0, phase
     assert sum(timer.wall.values()) <= wall + 1e-6
     lines = table(2, timer, wall, cpu, "test")

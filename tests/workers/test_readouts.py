@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -140,3 +141,21 @@ def test_reconstruction_spec_keeps_only_the_linear_terms() -> None:
     assert set(recon.resolved_terms()) == {"token_weighted", "normalized_concentration_corrected"}
     assert recon.alpha == 2.0
     assert reconstruction_spec(LossStackSpec(terms={"kl": 1.0})) is None
+
+
+@pytest.mark.parametrize("family", ["discrete", "continuous"])
+def test_gradient_shares_are_measured_on_the_posteriors_own_parameters(family) -> None:
+    """q(z|x,y)'s target encoder and head: not the token embedding it shares with the decoder,
+    whose gradient also comes from the decoder's own inputs (not through z)."""
+    from workers.models.cvae import CVAE
+    from workers.readouts.gradients import posterior_parameters
+    from workers.train import load_trial_config
+
+    config = load_trial_config(Path(__file__).resolve().parents[2] / "workers" / "examples" / f"{family}.yaml")
+    model = CVAE(config.model, vocab_size=12, num_strategies=3)
+    chosen = {id(p) for p in posterior_parameters(model)}
+    own = {id(p) for p in [*model.target_encoder.gru.parameters(), *model.posterior_head.parameters()]}
+    assert chosen == own
+    assert not chosen & {id(p) for p in [*model.embedding.parameters(), *model.decoder.parameters()]}
+    # The target encoder's module holds the shared embedding too: its .parameters() would not do.
+    assert {id(p) for p in model.target_encoder.parameters()} - chosen == {id(model.embedding.weight)}

@@ -6,18 +6,24 @@ member axis and ``cvae_forward(training=False)`` (workers/models/functional.py) 
 per evaluation batch for all of them; member k's :class:`Collected` then goes to its lone
 ``Trainer.evaluate_split``, so every read-out (losses, kappa statistics, latent recovery,
 mutual information) is computed by the lone code on the same numbers, up to float rounding.
-Gradient shares and ``finalize`` stay per member (they need a member's own backward or run
-once). The eval forward draws no random numbers, like the lone one.
+The gradient shares (``Trainer.gradient_readouts``) come from one forward and one backward per
+token group for all members (:func:`member_gradient_shares`): members share no parameter, so
+the gradient of the members' summed losses is, on row k, member k's own. ``finalize`` stays
+per member (it runs once). The eval forward draws no random numbers, like the lone one.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 
 import torch
 
+from objectives import LossInputs
+from workers.contract import GRAD_NORM_NAME, grad_share_name
 from workers.models.functional import cvae_forward
 from workers.readouts.evaluate import Collected, SplitData
+from workers.readouts.gradients import POSTERIOR_PARAMS, reconstruction_spec, token_groups
 
 MAX_MEMBER_ROWS = 1 << 20  # rows of all members in one eval batch (bounds a K = 1,024 cohort's memory)
 
@@ -43,6 +49,11 @@ def stack_splits(datas: list[SplitData]) -> dict[str, torch.Tensor]:
     return {key: torch.stack(values) for key, values in tensors.items()}
 
 
+def _autocast(bf16: bool, device: torch.device):
+    return (torch.autocast("cuda", dtype=torch.bfloat16) if bf16 and device.type == "cuda"
+            else contextlib.nullcontext())
+
+
 @torch.no_grad()
 def collect_members(params: dict[str, torch.Tensor], model_config, num_categories: int,
                     stacked: dict[str, torch.Tensor], batch_size: int, bf16: bool) -> list[Collected]:
@@ -54,8 +65,7 @@ def collect_members(params: dict[str, torch.Tensor], model_config, num_categorie
     """
     members, rows = stacked["target"].shape[:2]
     device = stacked["target"].device
-    autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if bf16 and device.type == "cuda"
-                else contextlib.nullcontext())
+    autocast = _autocast(bf16, device)
     parts: dict[str, list[torch.Tensor]] = {}
     for indices in torch.arange(rows, device=device).split(max(1, min(batch_size, MAX_MEMBER_ROWS // members))):
         batch = {key: value[:, indices] for key, value in stacked.items()}
@@ -97,3 +107,93 @@ def member_outputs(params: dict[str, torch.Tensor], model_config, num_categories
                                                          training.eval_batch_size, training.bf16), strict=True):
             outputs[k][name] = collected
     return outputs
+
+
+def _gradient_batch(trainer) -> tuple[SplitData, dict[str, torch.Tensor]]:
+    """A member's fixed gradient batch (the head of val) and its token groups, as the lone
+    ``Trainer.gradient_readouts`` takes them."""
+    size = min(trainer.config.readouts.gradient_batch, len(trainer.val_data.split))
+    data = trainer.val_data.subset(torch.arange(size))
+    groups = token_groups(data.base_nll, data.cond_nll, data.split.mask, data.split.kind,
+                          data.prefix_length, trainer.view.kinds)
+    return data, groups
+
+
+def member_gradient_shares(params: dict[str, torch.Tensor], model_config, num_categories: int,
+                           trainers: list, cache: dict[tuple, object]) -> list[dict[str, float]]:
+    """Per running member (``trainers[k]``, row k of ``params``): its lone
+    ``Trainer.gradient_readouts()``, from one batched forward on the members' gradient batches
+    and one backward per token group for all of them; the host reads the results once per
+    group. Members with the same batch size go together; ``cache`` keeps their stacked
+    batches and groups (fixed while the members are), as for :func:`member_outputs`."""
+    results: list[dict[str, float]] = [{} for _ in trainers]
+    together: dict[int, list[int]] = {}
+    for k, trainer in enumerate(trainers):
+        size = min(trainer.config.readouts.gradient_batch, len(trainer.val_data.split))
+        if size and reconstruction_spec(trainer.config.loss_stack) is not None:
+            together.setdefault(size, []).append(k)
+    for size, members in together.items():
+        key = ("gradient batch", size, tuple(members))
+        if key not in cache:
+            batches = [_gradient_batch(trainers[k]) for k in members]
+            cache[key] = (stack_splits([data for data, _ in batches]), batches)
+        stacked, batches = cache[key]
+        index = torch.tensor(members, device=next(iter(params.values())).device)
+        chosen = params if len(members) == len(trainers) else {n: p[index] for n, p in params.items()}
+        shares = _shares_together(chosen, model_config, num_categories, [trainers[k] for k in members],
+                                  stacked, batches)
+        for k, values in zip(members, shares, strict=True):
+            results[k] = values
+    return results
+
+
+def _shares_together(params: dict[str, torch.Tensor], model_config, num_categories: int, trainers: list,
+                     stacked: dict[str, torch.Tensor], batches: list) -> list[dict[str, float]]:
+    """:func:`member_gradient_shares` for members of one gradient batch size (row i: ``trainers[i]``)."""
+    inputs = {name: value.detach() for name, value in params.items()}
+    leaves = [inputs[name].requires_grad_() for name in inputs if name.startswith(POSTERIOR_PARAMS)]
+    stacks = [reconstruction_spec(t.config.loss_stack).build(c_base=t.c_base) for t in trainers]
+    results: list[dict[str, float]] = [{} for _ in trainers]
+    with torch.enable_grad():
+        with _autocast(trainers[0].config.training.bf16, stacked["target"].device):
+            out = cvae_forward(inputs, model_config, num_categories, stacked["context"],
+                               stacked["decoder_input"], stacked["target"], stacked["mask"], training=False)
+        token_nll = out["token_nll"].float()
+
+        def grad_of(weights: dict[int, torch.Tensor | None]) -> list[torch.Tensor]:
+            """The gradient of the summed losses of the rows in ``weights`` (row i's token
+            losses times its weight; None: all of them), on every row."""
+            total = sum(stacks[i](LossInputs(token_nll[i] if w is None else token_nll[i] * w,
+                                             batches[i][0].base_nll, batches[i][0].split.mask)).total
+                        for i, w in weights.items())
+            grads = torch.autograd.grad(total, leaves, retain_graph=True, allow_unused=True)
+            return [torch.zeros_like(p) if g is None else g for p, g in zip(leaves, grads, strict=True)]
+
+        def dot(a: list[torch.Tensor], b: list[torch.Tensor]) -> list[float]:
+            """Each row's inner product over all parameters, in float64 (as the lone one)."""
+            return sum((x.double() * y.double()).flatten(1).sum(1) for x, y in zip(a, b, strict=True)).tolist()
+
+        total = grad_of(dict.fromkeys(range(len(trainers))))
+        norm2 = dot(total, total)
+        for i in range(len(trainers)):
+            results[i][GRAD_NORM_NAME] = math.sqrt(norm2[i])
+        for name in dict.fromkeys(name for _, groups in batches for name in groups):
+            rows = [i for i, (_, groups) in enumerate(batches) if name in groups]
+            # Per row: does the group hold any token, and is it the whole batch? (one host read)
+            flags = torch.stack([torch.stack([groups[name].any(), (groups[name].to(token_nll.dtype)
+                                              == data.split.mask.to(token_nll.dtype)).all()])
+                                 for data, groups in (batches[i] for i in rows)]).tolist()
+            share = grad_share_name(name)
+            weights: dict[int, torch.Tensor | None] = {}
+            for i, (anything, whole) in zip(rows, flags, strict=True):
+                if norm2[i] == 0.0 or not anything:
+                    results[i][share] = math.nan if norm2[i] == 0.0 else 0.0
+                elif whole:
+                    results[i][share] = 1.0  # the whole batch: no pass needed
+                else:
+                    weights[i] = batches[i][1][name].to(token_nll.dtype)
+            if weights:
+                dots = dot(grad_of(weights), total)
+                for i in weights:
+                    results[i][share] = dots[i] / norm2[i]
+    return results

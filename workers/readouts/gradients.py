@@ -41,8 +41,18 @@ import torch
 from objectives import LossInputs, LossStackSpec
 from workers.data import KINDS
 
+# q(z | x, y)'s own parameters, by name in the model: the target encoder's and the posterior
+# head's. The token embedding the encoders share with the decoder is the model's
+# ``embedding.*`` (named once, where first registered), so it is left out.
+POSTERIOR_PARAMS = ("target_encoder.", "posterior_head.")
+
 LINEAR_TERMS = ("uniform", "normalized_uniform", "token_weighted", "concentration_corrected",
                 "normalized_concentration_corrected")
+
+
+def posterior_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The parameters the shares are measured on (:data:`POSTERIOR_PARAMS`)."""
+    return [p for name, p in model.named_parameters() if name.startswith(POSTERIOR_PARAMS)]
 
 
 def reconstruction_spec(spec: LossStackSpec) -> LossStackSpec | None:

@@ -33,7 +33,12 @@ from workers.readouts.evaluate import (
     model_readouts,
     position_profiles,
 )
-from workers.readouts.gradients import gradient_shares, reconstruction_spec, token_groups
+from workers.readouts.gradients import (
+    gradient_shares,
+    posterior_parameters,
+    reconstruction_spec,
+    token_groups,
+)
 from workers.train.config import TrialConfig
 from workers.train.selection import Selection, selected_metrics, speed_metrics
 from workers.train.sources import TaskView, load_sources
@@ -265,7 +270,7 @@ class Trainer:
         split = data.split
         groups = token_groups(data.base_nll, data.cond_nll, split.mask, split.kind,
                               data.prefix_length, self.view.kinds)
-        params = [*self.model.target_encoder.parameters(), *self.model.posterior_head.parameters()]
+        params = posterior_parameters(self.model)
         # cuDNN's RNN backward refuses eval mode; the native kernels do not (CPU: no effect).
         with torch.backends.cudnn.flags(enabled=False):
             shares = gradient_shares(
