@@ -139,14 +139,17 @@ def worker(size: int, settings: dict, mode: str, first: bool) -> None:
         use_inductor_cache(cache)
         start = time.time()
         members = Cohort.create_members(configs, cache)
+        line["created"] = time.time()
         chunks = plan_chunks([m.trainer for m in members])
         line["chunks"] = len(chunks)
         for number, chunk in enumerate(chunks):
             cohort = Cohort.from_members([members[i] for i in chunk], cache)
             if first and number == 0:
+                probed = time.time()
                 line["flops"] = count_flops(cohort)
                 if cohort._compiled is not None:
                     line["check"] = compiled_check(cohort)
+                line["probe_s"] = time.time() - probed
             train_pass = cohort._train_pass
 
             def timed(active, train_pass=train_pass):
@@ -194,7 +197,8 @@ def measure(size: int, workers: int, mode: str, settings: dict, timeout: float) 
         lines.append(json.loads(out.strip().splitlines()[-1]))
     exited = time.time()
     trials = sum(line["trials"] for line in lines)
-    steady = max(line["end"] for line in lines) - min(line["start"] for line in lines)
+    # The first worker's FLOP count and compiled check are measurements: its end without them.
+    steady = max(line["end"] - line.get("probe_s", 0.0) for line in lines) - min(line["start"] for line in lines)
     # Training seconds without the compile: the first pass's excess, or the warm-up steps when larger.
     train_s = max(sum(line["passes"]) - max(line["compile_s"], line["warm_up_s"], 0.0) for line in lines)
     flops = lines[0]["flops"]
@@ -205,7 +209,18 @@ def measure(size: int, workers: int, mode: str, settings: dict, timeout: float) 
             "graphs": lines[0].get("graphs"), "check": lines[0].get("check"),
             "chunks": lines[0]["chunks"], "backend": lines[0]["backend"],
             "warm_up_s": max(line["warm_up_s"] for line in lines),
-            "finished": sum(line["finished"] for line in lines)}
+            "finished": sum(line["finished"] for line in lines), "parts": time_parts(lines)}
+
+
+def time_parts(lines: list[dict]) -> dict[str, float]:
+    """Where a worker's time went, the mean over the workers: creating the members (data, b_t,
+    models), the training passes (a compile included), and the rest (epoch ends: evaluation,
+    read-outs, gradient shares; stacking the chunks). The first worker's FLOP count and
+    compiled-vs-eager check are measurements, not training: left out."""
+    create = statistics.fmean(line["created"] - line["start"] for line in lines)
+    train = statistics.fmean(sum(line["passes"]) for line in lines)
+    total = statistics.fmean(line["end"] - line["start"] - line.get("probe_s", 0.0) for line in lines)
+    return {"create": create, "train": train, "rest": total - create - train, "total": total}
 
 
 def main(cpu_smoke: bool = False) -> int:
@@ -242,6 +257,11 @@ def main(cpu_smoke: bool = False) -> int:
                       f"{row['peak_mib']:>9.0f} {row['achieved'] / 1e12:>8.3f} "
                       f"{100 * row['achieved'] / PEAK_FLOPS:>7.4f}% {row['compile_s']:>9.1f}   "
                       f"{row['steady'] / base:5.1f}x ({row['finished']}/{row['trials']} finished){note}", flush=True)
+                parts = row["parts"]
+                print(f"    a worker's time, {parts['total']:.1f} s: creating the members "
+                      f"{100 * parts['create'] / parts['total']:.0f}%, training passes "
+                      f"{100 * parts['train'] / parts['total']:.0f}%, epoch ends and the rest "
+                      f"{100 * parts['rest'] / parts['total']:.0f}%")
                 if not flops_shown:
                     flops, flops_shown = row["flops"], True
                     print(f"    FLOPs (2mnk per matmul) at K={size}: forward {flops['forward_per_step']:.3e} per step, "

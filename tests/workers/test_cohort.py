@@ -1,6 +1,7 @@
 """Cohorts: a member trained in a cohort is the same trial trained alone, step for step."""
 
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -189,6 +190,9 @@ def test_gpu_trial_smoke_runs_on_cpu():
     assert "trials/hour" in done.stdout
     assert "compiled vs eager" in done.stdout and "passed" in done.stdout
     assert "FLOPs (2mnk per matmul)" in done.stdout and "fell back" not in done.stdout
+    shares = re.findall(r"creating the members (\d+)%, training passes (\d+)%, epoch ends and the rest (-?\d+)%",
+                        done.stdout)
+    assert len(shares) == 2 and all(99 <= sum(map(int, row)) <= 101 for row in shares), shares
 
 
 def test_each_member_is_its_own_mlflow_run(tmp_path):
