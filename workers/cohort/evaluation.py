@@ -23,7 +23,7 @@ from objectives import LossInputs
 from workers.contract import GRAD_NORM_NAME, grad_share_name
 from workers.models.functional import cvae_forward
 from workers.readouts.evaluate import Collected, SplitData
-from workers.readouts.gradients import POSTERIOR_PARAMS, reconstruction_spec, token_groups
+from workers.readouts.gradients import POSTERIOR_PARAMS, settled_share
 
 MAX_MEMBER_ROWS = 1 << 20  # rows of all members in one eval batch (bounds a K = 1,024 cohort's memory)
 
@@ -109,35 +109,23 @@ def member_outputs(params: dict[str, torch.Tensor], model_config, num_categories
     return outputs
 
 
-def _gradient_batch(trainer) -> tuple[SplitData, dict[str, torch.Tensor]]:
-    """A member's fixed gradient batch (the head of val) and its token groups, as the lone
-    ``Trainer.gradient_readouts`` takes them."""
-    size = min(trainer.config.readouts.gradient_batch, len(trainer.val_data.split))
-    data = trainer.val_data.subset(torch.arange(size))
-    groups = token_groups(data.base_nll, data.cond_nll, data.split.mask, data.split.kind,
-                          data.prefix_length, trainer.view.kinds)
-    return data, groups
-
-
 def member_gradient_shares(params: dict[str, torch.Tensor], model_config, num_categories: int,
                            trainers: list, cache: dict[tuple, object]) -> list[dict[str, float]]:
     """Per running member (``trainers[k]``, row k of ``params``): its lone
     ``Trainer.gradient_readouts()``, from one batched forward on the members' gradient batches
-    and one backward per token group for all of them; the host reads the results once per
-    group. Members with the same batch size go together; ``cache`` keeps their stacked
-    batches and groups (fixed while the members are), as for :func:`member_outputs`."""
+    (``Trainer.gradient_batch``) and one backward per token group for all of them; the host
+    reads the results once per group. Members with the same batch size go together; ``cache``
+    keeps their stacked batches (fixed while the members are), as for :func:`member_outputs`."""
+    key = ("gradient batches", len(trainers))
+    if key not in cache:
+        together: dict[int, list[tuple[int, tuple]]] = {}
+        for k, trainer in enumerate(trainers):
+            if (batch := trainer.gradient_batch()) is not None:
+                together.setdefault(len(batch[0].split), []).append((k, batch))
+        cache[key] = [([k for k, _ in rows], [b for _, b in rows], stack_splits([b[0] for _, b in rows]))
+                      for rows in together.values()]
     results: list[dict[str, float]] = [{} for _ in trainers]
-    together: dict[int, list[int]] = {}
-    for k, trainer in enumerate(trainers):
-        size = min(trainer.config.readouts.gradient_batch, len(trainer.val_data.split))
-        if size and reconstruction_spec(trainer.config.loss_stack) is not None:
-            together.setdefault(size, []).append(k)
-    for size, members in together.items():
-        key = ("gradient batch", size, tuple(members))
-        if key not in cache:
-            batches = [_gradient_batch(trainers[k]) for k in members]
-            cache[key] = (stack_splits([data for data, _ in batches]), batches)
-        stacked, batches = cache[key]
+    for members, batches, stacked in cache[key]:
         index = torch.tensor(members, device=next(iter(params.values())).device)
         chosen = params if len(members) == len(trainers) else {n: p[index] for n, p in params.items()}
         shares = _shares_together(chosen, model_config, num_categories, [trainers[k] for k in members],
@@ -149,10 +137,11 @@ def member_gradient_shares(params: dict[str, torch.Tensor], model_config, num_ca
 
 def _shares_together(params: dict[str, torch.Tensor], model_config, num_categories: int, trainers: list,
                      stacked: dict[str, torch.Tensor], batches: list) -> list[dict[str, float]]:
-    """:func:`member_gradient_shares` for members of one gradient batch size (row i: ``trainers[i]``)."""
+    """:func:`member_gradient_shares` for members of one gradient batch size (row i: ``trainers[i]``,
+    whose ``gradient_batch()`` is ``batches[i]``)."""
     inputs = {name: value.detach() for name, value in params.items()}
     leaves = [inputs[name].requires_grad_() for name in inputs if name.startswith(POSTERIOR_PARAMS)]
-    stacks = [reconstruction_spec(t.config.loss_stack).build(c_base=t.c_base) for t in trainers]
+    stacks = [recon.build(c_base=t.c_base) for t, (_, _, recon) in zip(trainers, batches, strict=True)]
     results: list[dict[str, float]] = [{} for _ in trainers]
     with torch.enable_grad():
         with _autocast(trainers[0].config.training.bf16, stacked["target"].device):
@@ -177,21 +166,20 @@ def _shares_together(params: dict[str, torch.Tensor], model_config, num_categori
         norm2 = dot(total, total)
         for i in range(len(trainers)):
             results[i][GRAD_NORM_NAME] = math.sqrt(norm2[i])
-        for name in dict.fromkeys(name for _, groups in batches for name in groups):
-            rows = [i for i, (_, groups) in enumerate(batches) if name in groups]
+        for name in dict.fromkeys(name for _, groups, _ in batches for name in groups):
+            rows = [i for i, (_, groups, _) in enumerate(batches) if name in groups]
             # Per row: does the group hold any token, and is it the whole batch? (one host read)
             flags = torch.stack([torch.stack([groups[name].any(), (groups[name].to(token_nll.dtype)
                                               == data.split.mask.to(token_nll.dtype)).all()])
-                                 for data, groups in (batches[i] for i in rows)]).tolist()
+                                 for data, groups, _ in (batches[i] for i in rows)]).tolist()
             share = grad_share_name(name)
             weights: dict[int, torch.Tensor | None] = {}
             for i, (anything, whole) in zip(rows, flags, strict=True):
-                if norm2[i] == 0.0 or not anything:
-                    results[i][share] = math.nan if norm2[i] == 0.0 else 0.0
-                elif whole:
-                    results[i][share] = 1.0  # the whole batch: no pass needed
-                else:
+                settled = settled_share(norm2[i], anything, whole)
+                if settled is None:
                     weights[i] = batches[i][1][name].to(token_nll.dtype)
+                else:
+                    results[i][share] = settled
             if weights:
                 dots = dot(grad_of(weights), total)
                 for i in weights:

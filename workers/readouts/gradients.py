@@ -89,6 +89,16 @@ def token_groups(
     return groups
 
 
+def settled_share(norm2: float, anything: bool, whole: bool) -> float | None:
+    """A group's share when no backward pass is needed, else None: NaN when g = 0, 0 for a
+    group without tokens, 1 for a group that is the whole batch."""
+    if norm2 == 0.0:
+        return math.nan
+    if not anything:
+        return 0.0
+    return 1.0 if whole else None
+
+
 def gradient_shares(
     token_nll_fn: Callable[[], torch.Tensor],
     parameters: Sequence[torch.nn.Parameter],
@@ -117,11 +127,10 @@ def gradient_shares(
         norm2 = sum(float((g.double() ** 2).sum()) for g in total)
         out = {"grad_norm_encoder": math.sqrt(norm2)}
         for name, group in groups.items():
-            if norm2 == 0.0 or not group.any():
-                out[f"grad_share_{name}"] = math.nan if norm2 == 0.0 else 0.0
-                continue
-            if bool((group.to(token_nll.dtype) == mask.to(token_nll.dtype)).all()):
-                out[f"grad_share_{name}"] = 1.0  # the whole batch: no pass needed
+            settled = settled_share(norm2, bool(group.any()),
+                                    bool((group.to(token_nll.dtype) == mask.to(token_nll.dtype)).all()))
+            if settled is not None:
+                out[f"grad_share_{name}"] = settled
                 continue
             part = grad_of(token_nll * group.to(token_nll.dtype))
             dot = sum(float((a.double() * b.double()).sum()) for a, b in zip(part, total, strict=True))

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from objectives import KappaSummaryAccumulator, LossInputs, baseline_self_check
+from objectives import KappaSummaryAccumulator, LossInputs, LossStackSpec, baseline_self_check
 from workers.contract import PERF_EPOCH_SECONDS, PERF_TOKENS_PER_SECOND, VAL_BASELINE_SELF_CHECK
 from workers.models import CVAE, CVAEOutput
 from workers.models.backbone import upcast
@@ -259,23 +259,32 @@ class Trainer:
         out.update({f"{name}/{k}": v for k, v in self._kappa_metrics[name].items()})
         return out
 
-    def gradient_readouts(self) -> dict[str, float]:
-        """Gradient shares of the token groups on the fixed val batch (readouts.gradients)."""
+    def gradient_batch(self) -> tuple[SplitData, dict[str, torch.Tensor], LossStackSpec] | None:
+        """The gradient shares' fixed batch (the first ``readouts.gradient_batch`` val examples),
+        its token groups and the stack's reconstruction part; None when the read-out is off or
+        the stack has no term linear in l_t."""
         size = min(self.config.readouts.gradient_batch, len(self.val_data.split))
         recon = reconstruction_spec(self.config.loss_stack)
         if size == 0 or recon is None:
-            return {}
-        self.model.eval()
+            return None
         data = self.val_data.subset(torch.arange(size))
-        split = data.split
-        groups = token_groups(data.base_nll, data.cond_nll, split.mask, split.kind,
+        groups = token_groups(data.base_nll, data.cond_nll, data.split.mask, data.split.kind,
                               data.prefix_length, self.view.kinds)
+        return data, groups, recon
+
+    def gradient_readouts(self) -> dict[str, float]:
+        """Gradient shares of the token groups on the fixed val batch (readouts.gradients)."""
+        batch = self.gradient_batch()
+        if batch is None:
+            return {}
+        data, groups, recon = batch
+        self.model.eval()
         params = posterior_parameters(self.model)
         # cuDNN's RNN backward refuses eval mode; the native kernels do not (CPU: no effect).
         with torch.backends.cudnn.flags(enabled=False):
             shares = gradient_shares(
-                lambda: self._forward(data, torch.arange(size, device=self.device))[0].token_nll,
-                params, recon.build(c_base=self.c_base), data.base_nll, split.mask, groups,
+                lambda: self._forward(data, torch.arange(len(data.split), device=self.device))[0].token_nll,
+                params, recon.build(c_base=self.c_base), data.base_nll, data.split.mask, groups,
             )
         return {f"val/{key}": value for key, value in shares.items()}
 
