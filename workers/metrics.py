@@ -21,9 +21,9 @@ import warnings
 
 import numpy as np
 import torch
+from scipy.special import gammaln
 from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.metrics import adjusted_mutual_info_score
 
 __all__ = [
     "chance_readouts",
@@ -31,6 +31,8 @@ __all__ = [
     "active_units_gaussian",
     "discrete_mutual_information",
     "gaussian_mutual_information",
+    "log_mixture",
+    "posterior_samples",
     "kmeans_labels",
     "latent_recovery",
 ]
@@ -114,36 +116,106 @@ def chance_readouts(
         )
     if truth_array.size < 2:
         return {"latent_ami": math.nan, "latent_nmi_shuffled": math.nan}
+    truth_codes, classes = _codes(truth_array)
+    inferred_codes, clusters = _codes(inferred_array)
     rng = np.random.default_rng(seed)
-    shuffled = [_fast_recovery(rng.permutation(truth_array), inferred_array)["latent_nmi"]
-                for _ in range(shuffles)]
-    return {"latent_ami": float(adjusted_mutual_info_score(truth_array, inferred_array)),
-            "latent_nmi_shuffled": float(np.mean(shuffled))}
+    # Permuting the codes consumes the generator as permuting the labels would: same shuffles.
+    rows = np.stack([truth_codes, *(rng.permutation(truth_codes) for _ in range(shuffles))])
+    tables = _contingency(rows, inferred_codes, classes, clusters)
+    nmi, _, mi = _scores(tables)
+    return {"latent_ami": _adjusted_mutual_information(tables[0], float(mi[0])),
+            "latent_nmi_shuffled": float(nmi[1:].mean())}
+
+
+def _codes(labels: np.ndarray) -> tuple[np.ndarray, int]:
+    """Each label's index among the distinct labels, and how many there are."""
+    uniques, codes = np.unique(labels, return_inverse=True)
+    return codes.reshape(-1), int(uniques.size)
+
+
+def _contingency(truth_rows: np.ndarray, inferred: np.ndarray, classes: int, clusters: int) -> np.ndarray:
+    """``[S, classes, clusters]`` counts: one contingency table per row of ``truth_rows`` (codes)
+    against ``inferred`` (codes), all from one ``bincount``."""
+    count = truth_rows.shape[0]
+    cells = (np.arange(count)[:, None] * classes + truth_rows) * clusters + inferred[None, :]
+    size = count * classes * clusters
+    return np.bincount(cells.ravel(), minlength=size).reshape(count, classes, clusters).astype(np.float64)
+
+
+def _scores(tables: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """NMI (arithmetic), ARI and MI (nats) of each ``[S, classes, clusters]`` table, as
+    scikit-learn defines them, its limit cases included."""
+    n = tables[0].sum()
+    rows, cols = tables.sum(2), tables.sum(1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = tables * n / (rows[:, :, None] * cols[:, None, :])
+        mi = np.where(tables > 0, tables / n * np.log(ratio), 0.0).sum((1, 2))
+        h_rows = -np.where(rows > 0, rows / n * np.log(rows / n), 0.0).sum(1)
+        h_cols = -np.where(cols > 0, cols / n * np.log(cols / n), 0.0).sum(1)
+        nmi = np.maximum(mi / ((h_rows + h_cols) / 2), 0.0)
+    nmi = np.where(np.abs(mi) < np.finfo(np.float64).eps, 0.0, nmi)
+    if tables.shape[1] == tables.shape[2] == 1:
+        nmi = np.ones_like(mi)  # both labelings put everything in one cluster: a perfect match
+
+    def pairs(counts: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+        return (counts * (counts - 1) / 2).sum(axes)
+
+    index, a, b = pairs(tables, (1, 2)), pairs(rows, (1,)), pairs(cols, (1,))
+    expected = a * b / (n * (n - 1) / 2) if n > 1 else np.zeros_like(a)
+    maximum = (a + b) / 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ari = np.where(maximum == expected, 1.0, (index - expected) / (maximum - expected))
+    return nmi, ari, mi
+
+
+def _expected_mutual_information(rows: np.ndarray, cols: np.ndarray) -> float:
+    """E[MI] over all tables with these marginals under the hypergeometric model (Vinh, Epps
+    and Bailey 2010, eq. 24a): for each cell, the sum over its possible counts n_ij of
+    ``n_ij / N log(N n_ij / (a_i b_j))`` times the count's hypergeometric probability."""
+    n = rows.sum()
+    b = cols[:, None]
+    counts = np.arange(1, int(min(rows.max(), cols.max())) + 1)[None, :]
+    total = 0.0
+    for a in rows:  # one class at a time bounds memory at clusters x max count
+        possible = (counts >= a + b - n) & (counts <= np.minimum(a, b))
+        clipped = lambda x: np.maximum(x, 0) + 1  # noqa: E731  (impossible counts are masked)
+        log_probability = (gammaln(a + 1) + gammaln(b + 1) + gammaln(n - a + 1) + gammaln(n - b + 1)
+                           - gammaln(n + 1) - gammaln(counts + 1) - gammaln(clipped(a - counts))
+                           - gammaln(clipped(b - counts)) - gammaln(clipped(n - a - b + counts)))
+        term = counts / n * (np.log(n) + np.log(counts) - np.log(a) - np.log(b)) * np.exp(log_probability)
+        total += float(np.where(possible, term, 0.0).sum())
+    return total
+
+
+def _adjusted_mutual_information(table: np.ndarray, mi: float) -> float:
+    """AMI (arithmetic normalisation) of one contingency table whose MI is ``mi``, with
+    scikit-learn's limit cases: 1 when both labelings are one cluster or when the expected MI
+    is the maximum, 0 when one labeling is one cluster."""
+    classes, clusters = table.shape
+    if classes == clusters == 1:
+        return 1.0
+    if classes == 1 or clusters == 1:
+        return 0.0
+    n = table.sum()
+    rows, cols = table.sum(1), table.sum(0)
+    emi = _expected_mutual_information(rows, cols)
+    h_rows = float(-(rows / n * np.log(rows / n)).sum())
+    h_cols = float(-(cols / n * np.log(cols / n)).sum())
+    denominator = (h_rows + h_cols) / 2 - emi
+    if abs(denominator) <= 1e-12 * max(1.0, emi):
+        return 1.0  # every table with these marginals is a perfect match (each label alone)
+    eps = np.finfo(np.float64).eps  # the expectation can pass the maximum by rounding: keep the sign
+    denominator = min(denominator, -eps) if denominator < 0 else max(denominator, eps)
+    return float((max(mi, 0.0) - emi) / denominator)
 
 
 def _fast_recovery(truth: np.ndarray, inferred: np.ndarray) -> dict[str, float]:
     """NMI (arithmetic) and ARI from one contingency table, as scikit-learn defines them
     (its limit cases included) without its per-call validation overhead (~40 ms a call)."""
-    _, t = np.unique(truth, return_inverse=True)
-    _, p = np.unique(inferred, return_inverse=True)
-    table = np.zeros((t.max() + 1, p.max() + 1), dtype=np.float64)
-    np.add.at(table, (t, p), 1.0)
-    n = float(truth.size)
-    rows, cols = table.sum(1), table.sum(0)
-    if table.shape[0] == table.shape[1] == 1:
-        nmi = 1.0
-    else:
-        nz = table > 0
-        mi = float((table[nz] / n * np.log(table[nz] * n / np.outer(rows, cols)[nz])).sum())
-        h_t = float(-(rows / n * np.log(rows / n)).sum())
-        h_p = float(-(cols / n * np.log(cols / n)).sum())
-        nmi = 0.0 if abs(mi) < np.finfo(np.float64).eps else max(mi / ((h_t + h_p) / 2), 0.0)
-    pairs = lambda x: float((x * (x - 1) / 2).sum())  # noqa: E731
-    index, a, b = pairs(table), pairs(rows), pairs(cols)
-    expected = a * b / (n * (n - 1) / 2) if n > 1 else 0.0
-    maximum = (a + b) / 2
-    ari = 1.0 if maximum == expected else (index - expected) / (maximum - expected)
-    return {"latent_nmi": float(nmi), "latent_ari": float(ari)}
+    truth_codes, classes = _codes(truth)
+    inferred_codes, clusters = _codes(inferred)
+    nmi, ari, _ = _scores(_contingency(truth_codes[None, :], inferred_codes, classes, clusters))
+    return {"latent_nmi": float(nmi[0]), "latent_ari": float(ari[0])}
 
 
 def kmeans_labels(points: torch.Tensor, num_clusters: int, seed: int) -> torch.Tensor:
@@ -201,7 +273,8 @@ def discrete_mutual_information(posterior_probs: torch.Tensor) -> float:
     return max(float(aggregate_entropy - mean_conditional_entropy), 0.0)
 
 
-def gaussian_mutual_information(mean: torch.Tensor, logvar: torch.Tensor, seed: int = 0) -> float:
+def gaussian_mutual_information(mean: torch.Tensor, logvar: torch.Tensor, seed: int = 0, *,
+                                sampled: tuple[torch.Tensor, torch.Tensor] | None = None) -> float:
     """I(x; z) of a diagonal Gaussian posterior, the estimator of He et al. (2019).
 
     Follows ``calc_mi`` of "Lagging Inference Networks and Posterior Collapse":
@@ -216,6 +289,8 @@ def gaussian_mutual_information(mean: torch.Tensor, logvar: torch.Tensor, seed: 
         logvar: ``[N, D]`` posterior log-variances.
         seed: Seed of the generator that draws the z samples, so the estimate is
             reproducible.
+        sampled: :func:`posterior_samples` of the same ``mean``, ``logvar`` and ``seed``
+            when the caller already drew them (I(z; s) starts from the same ones).
 
     Returns:
         MI estimate in nats, at most about ``log N`` (the mixture estimate cannot
@@ -232,25 +307,35 @@ def gaussian_mutual_information(mean: torch.Tensor, logvar: torch.Tensor, seed: 
         raise ValueError(
             f"mean and logvar differ in shape: {tuple(mu.shape)} vs {tuple(log_variance.shape)}"
         )
-    num_examples, num_dims = mu.shape
-    log_two_pi = math.log(2 * math.pi)
+    num_dims = mu.shape[1]
+    negative_entropy = (-0.5 * num_dims * math.log(2 * math.pi) - 0.5 * (1 + log_variance).sum(-1)).mean()
+    _, log_aggregate = sampled if sampled is not None else posterior_samples(mu, log_variance, seed)
+    return max(float(negative_entropy - log_aggregate.mean()), 0.0)
 
-    negative_entropy = (-0.5 * num_dims * log_two_pi - 0.5 * (1 + log_variance).sum(-1)).mean()
 
+def posterior_samples(mean: torch.Tensor, logvar: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One seeded sample ``z_n ~ q(z|x_n)`` per row (float64, CPU) and ``log q_agg(z_n)``, the
+    uniform mixture of all N posteriors at it: where I(x; z) and I(z; s) both start."""
+    mu, log_variance = _as_matrix(mean, "mean"), _as_matrix(logvar, "logvar")
     generator = torch.Generator().manual_seed(seed)
     noise = torch.randn(mu.shape, generator=generator, dtype=torch.float64)
     samples = mu + torch.exp(0.5 * log_variance) * noise
+    return samples, log_mixture(samples, mu, log_variance)
 
-    inverse_variance = torch.exp(-log_variance)  # [N, D]
-    log_normaliser = -0.5 * (num_dims * log_two_pi + log_variance.sum(-1))  # [N]
-    chunk = max(1, _MI_BLOCK_ELEMENTS // max(1, num_examples * num_dims))
-    log_aggregate = []
-    for start in range(0, num_examples, chunk):
-        deviation = samples[start : start + chunk, None, :] - mu[None, :, :]  # [c, N, D]
+
+def log_mixture(samples: torch.Tensor, mean: torch.Tensor, logvar: torch.Tensor) -> torch.Tensor:
+    """``log (1/M) sum_m N(samples_n; mean_m, diag exp(logvar_m))`` for every sample, ``[N]``,
+    in blocks of at most ``_MI_BLOCK_ELEMENTS`` so memory stays bounded for large N."""
+    count, num_dims = mean.shape
+    inverse_variance = torch.exp(-logvar)  # [M, D]
+    log_normaliser = -0.5 * (num_dims * math.log(2 * math.pi) + logvar.sum(-1))  # [M]
+    chunk = max(1, _MI_BLOCK_ELEMENTS // max(1, count * num_dims))
+    out = []
+    for start in range(0, samples.shape[0], chunk):
+        deviation = samples[start : start + chunk, None, :] - mean[None, :, :]  # [c, M, D]
         log_density = -0.5 * (deviation.square() * inverse_variance).sum(-1) + log_normaliser
-        log_aggregate.append(torch.logsumexp(log_density, dim=1) - math.log(num_examples))
-    mean_log_aggregate = torch.cat(log_aggregate).mean()
-    return max(float(negative_entropy - mean_log_aggregate), 0.0)
+        out.append(torch.logsumexp(log_density, dim=1) - math.log(count))
+    return torch.cat(out)
 
 
 def active_units_gaussian(mean: torch.Tensor, threshold: float = 0.01) -> int:

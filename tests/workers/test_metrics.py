@@ -186,6 +186,32 @@ def test_latent_recovery_equals_scikit_learn_on_random_labelings():
         assert abs(got["latent_ari"] - adjusted_rand_score(truth, inferred)) < 1e-12
 
 
+def test_chance_readouts_equal_scikit_learn_on_adversarial_labelings():
+    """AMI equals scikit-learn's ``adjusted_mutual_info_score`` (its exact expected MI, limit
+    cases included) and the shuffled NMI equals its NMI averaged over the same permutations:
+    tiny n, every label alone, one cluster, skewed clusters, 50 clusters, negative and large ids."""
+    from sklearn.metrics import adjusted_mutual_info_score, normalized_mutual_info_score
+
+    from workers.metrics import chance_readouts
+
+    rng = np.random.default_rng(7)
+    cases = [(np.arange(n), np.arange(n)[::-1] + 10**9) for n in (2, 3, 7)]  # every label alone
+    for n in (2, 3, 5, 17, 120, 700):
+        for classes in (1, 2, 4, 9):
+            truth = rng.integers(0, classes, n) * 7 - 3
+            for clusters in (1, 2, 3, 8, 50):
+                cases.append((rng.integers(0, clusters, n) + 1000, truth))
+                cases.append((np.where(rng.random(n) < 0.95, 0, rng.integers(0, clusters, n)), truth))
+            cases.append(((truth * 5 + 1) % 11, truth))  # a relabelling: a perfect recovery
+    for inferred, truth in cases:
+        got = chance_readouts(inferred, truth, shuffles=5, seed=3)
+        permutations = np.random.default_rng(3)
+        shuffled = np.mean([normalized_mutual_info_score(permutations.permutation(truth), inferred)
+                            for _ in range(5)])
+        assert got["latent_ami"] == pytest.approx(adjusted_mutual_info_score(truth, inferred), abs=1e-10)
+        assert got["latent_nmi_shuffled"] == pytest.approx(shuffled, abs=1e-12)
+
+
 def test_chance_readouts_known_answers() -> None:
     """AMI is 1 for a relabelled perfect recovery and ~0 for independent labels; the shuffled
     NMI equals scikit-learn's NMI averaged over the same fixed-seed permutations."""

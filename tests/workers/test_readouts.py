@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -57,11 +58,64 @@ def test_gaussian_mixture_mi_zs_known_cases() -> None:
     assert gaussian_mixture_mi_zs(independent, torch.zeros(400, 3), s) < 0.05
 
 
+def test_mixture_log_density_and_shared_samples() -> None:
+    """``log_mixture`` equals an independent per-pair sum of ``torch.distributions.Normal``
+    log densities (tiny and huge variances, far-off means, blocks of 3 rows), and both
+    Gaussian MI read-outs give the same value whether they draw the samples or are handed
+    ``posterior_samples`` (what ``model_readouts`` does for the whole split)."""
+    from workers import metrics
+    from workers.metrics import gaussian_mutual_information, log_mixture, posterior_samples
+
+    generator = torch.Generator().manual_seed(4)
+    mean = torch.randn(9, 3, generator=generator, dtype=torch.float64) * torch.tensor([1.0, 50.0, 1e-3],
+                                                                                      dtype=torch.float64)
+    logvar = torch.randn(9, 3, generator=generator, dtype=torch.float64) * 6.0  # variances e^-18..e^18
+    samples = torch.randn(7, 3, generator=generator, dtype=torch.float64) * 10.0
+    pairs = torch.distributions.Normal(mean[None], torch.exp(0.5 * logvar)[None]).log_prob(samples[:, None])
+    expected = torch.logsumexp(pairs.sum(-1), dim=1) - math.log(9)
+    previous = metrics._MI_BLOCK_ELEMENTS
+    metrics._MI_BLOCK_ELEMENTS = 3 * 9 * 3  # three sample rows per block
+    try:
+        got = log_mixture(samples, mean, logvar)
+    finally:
+        metrics._MI_BLOCK_ELEMENTS = previous
+    assert torch.allclose(got, expected, rtol=1e-12, atol=1e-9)
+    s = torch.tensor([0, 1, 1, 2, 0, 2, 2, 1, 0])
+    sampled = posterior_samples(mean, logvar, 11)
+    assert gaussian_mutual_information(mean, logvar, 11) == gaussian_mutual_information(
+        mean, logvar, 11, sampled=sampled)
+    assert gaussian_mixture_mi_zs(mean, logvar, s, 11) == gaussian_mixture_mi_zs(mean, logvar, s, 11,
+                                                                                  sampled=sampled)
+
+
 def test_kl_kappa_spearman() -> None:
     kappa = torch.tensor([1.0, 2.0, 3.0, 4.0])
     assert kl_kappa_spearman(torch.tensor([0.1, 0.5, 0.7, 9.0]), kappa) == pytest.approx(1.0)
     assert kl_kappa_spearman(torch.tensor([4.0, 3.0, 2.0, 1.0]), kappa) == pytest.approx(-1.0)
     assert math.isnan(kl_kappa_spearman(torch.rand(4), torch.ones(4)))  # alpha 0: kappa == 1
+
+
+def test_kl_kappa_spearman_equals_scipy_with_ties_and_infinities() -> None:
+    """The ranks-then-Pearson rho equals ``scipy.stats.spearmanr`` (ties averaged; an infinity
+    ranks last; a NaN gives NaN) wherever the read-out is defined."""
+    from scipy.stats import spearmanr
+
+    generator = np.random.default_rng(5)
+    for case in range(120):
+        n = int(generator.integers(3, 200))
+        kl = generator.normal(size=n) if case % 3 else generator.integers(0, 3, n).astype(float)
+        kappa = generator.normal(size=n) if case % 5 else generator.integers(0, 2, n) * 1e8 + 1.0
+        if case % 7 == 0:
+            kl[0] = math.inf
+        if case % 13 == 0:
+            kappa[1] = -math.inf
+        if case % 11 == 0:
+            kl[-1] = math.nan
+        got = kl_kappa_spearman(torch.tensor(kl), torch.tensor(kappa))
+        if case % 11 == 0 or np.ptp(kappa) <= 1e-12 * np.abs(kappa).max():
+            assert math.isnan(got)
+        else:
+            assert got == pytest.approx(spearmanr(kl, kappa).statistic, abs=1e-12)
 
 
 def test_speed_readouts() -> None:

@@ -146,7 +146,9 @@ def _latent_labels(collected: Collected, num_strategies: int, seed: int) -> torc
 
 
 def _group_readouts(collected: Collected, data: SplitData, rows: torch.Tensor, labels: torch.Tensor,
-                    stack, diagnostics, step: int, num_strategies: int, seed: int) -> dict[str, float]:
+                    stack, diagnostics, step: int, num_strategies: int, seed: int,
+                    sampled: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, float]:
+    """The read-outs of the examples ``rows``; ``sampled``: their ``posterior_samples`` when drawn."""
     device_rows = rows.to(collected.token_nll.device)
     mask = data.split.mask[device_rows]
     token_nll, base = collected.token_nll[device_rows], data.base_nll[device_rows]
@@ -171,7 +173,8 @@ def _group_readouts(collected: Collected, data: SplitData, rows: torch.Tensor, l
         out["mi_zs"] = discrete_mi_zs(collected.posterior_probs[device_rows], truth, num_strategies)
     else:
         out["mi_zs"] = gaussian_mixture_mi_zs(collected.posterior_mean[device_rows],
-                                              collected.posterior_logvar[device_rows], truth, seed)
+                                              collected.posterior_logvar[device_rows], truth, seed,
+                                              sampled=sampled)
     return out
 
 
@@ -181,7 +184,10 @@ def model_readouts(collected: Collected, data: SplitData, stack, diagnostics, *,
     labels = _latent_labels(collected, num_strategies, seed) if data.has_label else torch.zeros(0)
     everything = torch.arange(len(data.split))
     args = (stack, diagnostics, step, num_strategies, seed)
-    out = _group_readouts(collected, data, everything, labels, *args)
+    # The whole split's posterior samples serve I(x; z) and its I(z; s): drawn once.
+    sampled = (latent_metrics.posterior_samples(collected.posterior_mean, collected.posterior_logvar, seed)
+               if collected.posterior_probs is None and len(data.split) else None)
+    out = _group_readouts(collected, data, everything, labels, *args, sampled=sampled)
     if data.has_label and len(data.split):
         out.update(latent_metrics.chance_readouts(labels, data.split.strategy.cpu()))
     if alpha == 0:
@@ -197,7 +203,7 @@ def model_readouts(collected: Collected, data: SplitData, stack, diagnostics, *,
         out["active_units"] = float(latent_metrics.active_units_discrete(collected.posterior_probs))
     else:
         out["mutual_info"] = latent_metrics.gaussian_mutual_information(
-            collected.posterior_mean, collected.posterior_logvar, seed=seed)
+            collected.posterior_mean, collected.posterior_logvar, seed=seed, sampled=sampled)
     return out
 
 

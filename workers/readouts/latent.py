@@ -22,13 +22,12 @@ every example) and a group with fewer than 3 examples.
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 import torch
-from scipy.stats import spearmanr
+from scipy.stats import rankdata
 
-_BLOCK_ELEMENTS = 1 << 24
+from workers.metrics import log_mixture, posterior_samples
 
 
 def _entropy(p: torch.Tensor) -> torch.Tensor:
@@ -46,36 +45,21 @@ def discrete_mi_zs(posterior_probs: torch.Tensor, strategy: torch.Tensor, num_st
     return max(float(mi), 0.0)
 
 
-def _log_mixture(samples: torch.Tensor, mean: torch.Tensor, logvar: torch.Tensor) -> torch.Tensor:
-    """``log (1/M) sum_m N(samples_n; mean_m, diag exp(logvar_m))`` for every sample, ``[N]``."""
-    n, d = samples.shape
-    inverse = torch.exp(-logvar)
-    normaliser = -0.5 * (d * math.log(2 * math.pi) + logvar.sum(-1))
-    chunk = max(1, _BLOCK_ELEMENTS // max(1, mean.shape[0] * d))
-    out = []
-    for start in range(0, n, chunk):
-        deviation = samples[start : start + chunk, None, :] - mean[None]
-        density = -0.5 * (deviation.square() * inverse).sum(-1) + normaliser
-        out.append(torch.logsumexp(density, dim=1) - math.log(mean.shape[0]))
-    return torch.cat(out)
-
-
 def gaussian_mixture_mi_zs(
-    mean: torch.Tensor, logvar: torch.Tensor, strategy: torch.Tensor, seed: int = 0
+    mean: torch.Tensor, logvar: torch.Tensor, strategy: torch.Tensor, seed: int = 0, *,
+    sampled: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> float:
-    """Mixture plug-in I(z; s) of a diagonal Gaussian posterior (module docstring); NaN if empty."""
+    """Mixture plug-in I(z; s) of a diagonal Gaussian posterior (module docstring); NaN if empty.
+    ``sampled``: ``posterior_samples(mean, logvar, seed)`` when the caller already drew them."""
     mu, log_variance = mean.detach().double().cpu(), logvar.detach().double().cpu()
     if mu.shape[0] == 0:
         return math.nan
     strategy = strategy.cpu()
-    generator = torch.Generator().manual_seed(seed)
-    noise = torch.randn(mu.shape, generator=generator, dtype=torch.float64)
-    samples = mu + torch.exp(0.5 * log_variance) * noise
-    log_aggregate = _log_mixture(samples, mu, log_variance)
+    samples, log_aggregate = sampled if sampled is not None else posterior_samples(mu, log_variance, seed)
     log_conditional = torch.empty_like(log_aggregate)
     for s in strategy.unique():
         rows = strategy == s
-        log_conditional[rows] = _log_mixture(samples[rows], mu[rows], log_variance[rows])
+        log_conditional[rows] = log_mixture(samples[rows], mu[rows], log_variance[rows])
     return max(float((log_conditional - log_aggregate).mean()), 0.0)
 
 
@@ -85,7 +69,7 @@ def kl_kappa_spearman(kl: torch.Tensor, kappa: torch.Tensor) -> float:
     kappa_np = kappa.detach().double().cpu().numpy()
     if kl_np.size < 3 or np.ptp(kappa_np) <= 1e-12 * max(1.0, float(np.abs(kappa_np).max())) or np.ptp(kl_np) == 0:
         return math.nan
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        rho = spearmanr(kl_np, kappa_np).statistic
+    # Pearson's r of the average ranks: Spearman's rho without spearmanr's per-call checks.
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rho = np.corrcoef(rankdata(kl_np), rankdata(kappa_np))[0, 1]
     return float(rho)
