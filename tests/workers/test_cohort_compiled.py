@@ -42,8 +42,9 @@ def assert_same_training(eager, compiled, rtol: float) -> None:
             if key.startswith("perf/"):
                 continue
             # Losses as tight as the steps; other read-outs amplify rounding (gradient ratios), and
-            # a rank correlation jumps when rounding swaps two near-equal values.
-            tolerance = ({"abs": 1e-3} if "spearman" in key else {"rel": rtol, "abs": 1e-6}
+            # a rank correlation jumps when rounding swaps near-equal values (the gumbel case's
+            # near-tied KLs: 1.7e-3 on an AMD EPYC host, whose kernels round differently).
+            tolerance = ({"abs": 1e-2} if "spearman" in key else {"rel": rtol, "abs": 1e-6}
                          if key.endswith("/loss") else {"rel": 10 * rtol, "abs": 1e-5})
             assert b.trainer.history[key] == pytest.approx(values, nan_ok=True, **tolerance), key
         # AdamW divides by sqrt(v): where a gradient is about 0, rounding decides a weight's step,
