@@ -13,6 +13,7 @@ from benchmarks import (
     bench_member_overhead,
     bench_objectives,
     bench_plots,
+    bench_readouts,
     bench_service,
     bench_sweep,
     bench_training,
@@ -27,6 +28,7 @@ def main() -> None:
     bench_plots.main()
     bench_cohort.main()
     bench_compiled.main()
+    bench_readouts.main([])
     cohort_profile.main(out=None)  # the committed raw output: python -m benchmarks.cohort_profile
     bench_datasets.main([])
     bench_dataset_training.main([])

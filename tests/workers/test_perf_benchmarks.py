@@ -147,3 +147,18 @@ def test_the_cohort_floor_times_a_lone_trials_training_steps_and_nothing_else(tm
     wall, cpu, steps = training_floor(config, tmp_path)
     assert steps == 2 * 2  # 2 epochs of 96 examples in batches of 64
     assert wall > 0 and cpu > 0
+
+
+def test_the_readouts_benchmark_checks_both_paths_agree_and_restores_the_library(capsys):
+    """``bench_readouts`` raises unless today's read-outs equal the library calls' (abs 1e-9) in
+    both families, prints both medians, and leaves the read-out functions as it found them."""
+    from benchmarks import bench_readouts
+    from workers import metrics
+    from workers.readouts import evaluate
+
+    before = (metrics.chance_readouts, evaluate.kl_kappa_spearman, metrics.gaussian_mutual_information)
+    bench_readouts.main(["--members", "2", "--repeats", "1"])
+    printed = capsys.readouterr().out
+    assert printed.count("reference") == 2 and printed.count("current") == 2
+    assert "(continuous;" in printed and "(discrete;" in printed
+    assert (metrics.chance_readouts, evaluate.kl_kappa_spearman, metrics.gaussian_mutual_information) == before
