@@ -21,6 +21,12 @@ what a checkpoint may hold that MLflow lacks is what it was before: only epochs 
 the server fails (a resumed trial backfills those from its checkpoint: workers/trial.py).
 Values are plain floats by the time they are queued (no tensor is kept, no host sync is added).
 
+A process that writes many runs' batches (a cohort trial: one per member per epoch) calls
+:func:`write_in_child_process`: the thread then hands each batch to a child process
+(:mod:`workers.log_batch_process`) and waits on a pipe, so MLflow's store work (mostly Python,
+about 25 ms per batch on a sqlite store) runs on another core instead of holding the GIL the
+training thread needs. Errors come back as raised, so the retries below are unchanged.
+
 A batch that was written while its reply was lost must not be written again (the same step
 twice is two points): after a failed attempt, the writer first reads the metric's history
 and skips the batch when the step is there.
@@ -40,9 +46,10 @@ from mlflow.entities import Metric
 from mlflow.exceptions import MlflowException
 
 from workers.backoff import retry_call
+from workers.log_batch_process import LogBatchProcess
 
 __all__ = ["MetricWriter", "OUTAGE_ENV", "SYNC_WAIT_ENV", "outage_budget_s", "retrying",
-           "transient"]
+           "transient", "write_in_child_process"]
 
 log = logging.getLogger("ksweep.tracking")
 
@@ -113,23 +120,69 @@ class _WriterThread:
         self.ready: deque[MetricWriter] = deque()  # writers with queued batches, each once
         self.failing = False  # the last attempt failed: submit does not wait
         self._thread: threading.Thread | None = None
+        self.in_child = False  # write through a LogBatchProcess (write_in_child_process)
+        self.child: LogBatchProcess | None = None
+        self._child_wanted = False  # the thread starts the child before its next batch
 
-    def wake(self, writer: MetricWriter) -> None:
-        """Queue ``writer``'s turn (call holding ``cond``, after adding its batches)."""
-        if writer not in self.ready:
+    def wake(self, writer: MetricWriter | None = None) -> None:
+        """Queue ``writer``'s turn (call holding ``cond``, after adding its batches); None: only
+        make sure the thread runs (it then starts its child if one is wanted)."""
+        if writer is not None and writer not in self.ready:
             self.ready.append(writer)
         if self._thread is None or not self._thread.is_alive():  # none yet, or lost in a fork
             self._thread = threading.Thread(target=self._run, name="mlflow-metrics", daemon=True)
             self._thread.start()
         self.cond.notify_all()
 
+    def start_child(self, on: bool) -> None:
+        """From now on write through a child process, started at once by the thread (its
+        imports overlap the caller's work; the thread starts it, so it dies with the thread);
+        ``on`` False: write here again (after the queued batches) and end the child."""
+        with self.cond:
+            if on and not self.in_child:
+                self.in_child = self._child_wanted = True
+                self.wake()
+            elif not on and self.in_child:
+                while self.ready:  # the thread uses the child until the queue is written
+                    self.cond.wait(timeout=1.0)
+                self.in_child, child, self.child = False, self.child, None
+                if child is not None:
+                    child.close()
+
+    def log_batch(self, client, run_id: str, batch: list[Metric]) -> None:
+        """Write one batch: in the child process when asked for and it works, else here."""
+        child = self._child() if self.in_child else None
+        if child is not None:
+            try:
+                child.log_batch(client.tracking_uri, run_id, batch)
+                return
+            except ChildProcessError as error:
+                log.warning("writing MLflow metrics in this process from now on: %s", error)
+                self.in_child, self.child = False, None
+        client.log_batch(run_id, metrics=batch, synchronous=True)
+
+    def _child(self) -> LogBatchProcess | None:
+        """The running child, started if need be (on this thread); None if it cannot start."""
+        if self.child is None or not self.child.alive:
+            try:
+                self.child = LogBatchProcess()
+            except OSError as error:
+                log.warning("MLflow metrics are written in this process: no writer process (%s)", error)
+                self.in_child, self.child = False, None
+        return self.child
+
     def _run(self) -> None:
         while True:
             with self.cond:
-                while not self.ready:
+                while not self.ready and not self._child_wanted:
                     self.cond.wait()
-                writer = self.ready[0]
-                batch = writer._pending[0][0]
+                starting, self._child_wanted = self._child_wanted, False
+                if not starting:
+                    writer = self.ready[0]
+                    batch = writer._pending[0][0]
+            if starting:
+                self._child()
+                continue
             try:
                 writer._write(batch)
             except Exception as error:  # noqa: BLE001 (recorded, raised by its next submit or flush)
@@ -151,6 +204,14 @@ class _WriterThread:
 
 _THREAD = _WriterThread()
 os.register_at_fork(after_in_child=_THREAD.reset)
+
+
+def write_in_child_process(on: bool = True) -> None:
+    """Write this process's metric batches from a child process from now on
+    (:mod:`workers.log_batch_process`: a cohort's many runs then cost its training thread no
+    GIL); started at once. If the child cannot start or dies, writes go on in this process.
+    ``on=False``: back to this process (once the queued batches are written)."""
+    _THREAD.start_child(on)
 
 
 class MetricWriter:
@@ -219,7 +280,7 @@ class MetricWriter:
 
         def call() -> None:
             try:
-                self._client.log_batch(self._run_id, metrics=batch, synchronous=True)
+                _THREAD.log_batch(self._client, self._run_id, batch)
             except BaseException:
                 with self._cond:
                     _THREAD.failing = True

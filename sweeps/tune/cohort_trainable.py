@@ -115,6 +115,10 @@ class _CohortTrial:
 
     def open(self, folder: Path | None) -> Cohort | ChunkedCohort | None:
         """The cohort of the members still running (resumed from ``folder`` when given)."""
+        from workers.mlflow_retry import write_in_child_process
+
+        # One metric batch per member per epoch: MLflow's store work moves off this process's GIL.
+        write_in_child_process()
         if folder is not None:
             saved = json.loads((folder / MEMBERS_FILE).read_text())
             self.records = saved
@@ -156,32 +160,38 @@ class _CohortTrial:
 
     def epoch(self, cohort: Cohort | ChunkedCohort) -> None:
         """Train one epoch, log it per member; the members that ended go to ``unclosed``."""
-        from workers.cohort.member import own_rng
+        logged: set[int] = set()
 
-        results = cohort.run_epoch()
-        ended = self.unclosed
+        def log_member(position: int, metrics: dict[str, float]) -> None:
+            # Queued as soon as the member's epoch end is done: the write overlaps the next one's.
+            self._log_member(cohort.members[position], position, metrics)
+            logged.add(position)
+
+        cohort.run_epoch(on_member=log_member)
         for position, member in enumerate(cohort.members):
             record = self.records[self.running[position]]
-            if record["state"] in ENDED:
+            if position in logged or record["state"] in ENDED:
                 continue
             if member.status == TrainingStatus.FAILED:
                 record.update(state=TrainingStatus.FAILED.value, error=member.error)
-                ended.append(position)
-                continue
-            if position not in results:
-                continue
-            metrics = results[position]
-            if member.status in (TrainingStatus.FINISHED, TrainingStatus.STOPPED):  # its lone last epoch
-                with own_rng(member):
-                    metrics = {**metrics, **member.trainer.finalize()}
-                ended.append(position)
-            if self.runs[position] is not None:
-                self.runs[position].log_epoch(metrics)
-            history = member.trainer.history
-            record.update(state=member.status, epochs=member.trainer.epoch, final={
-                **_numbers(metrics), C_BASE_PARAM: member.trainer.c_base,
-                "training_iteration": float(member.trainer.epoch)},
-                history={k: list(history[k]) for k in HISTORY_METRICS if k in history})
+                self.unclosed.append(position)
+
+    def _log_member(self, member, position: int, metrics: dict[str, float]) -> None:
+        """Member ``position``'s epoch: finalized if it ended, queued for its run, recorded."""
+        from workers.cohort.member import own_rng
+
+        record = self.records[self.running[position]]
+        if member.status in (TrainingStatus.FINISHED, TrainingStatus.STOPPED):  # its lone last epoch
+            with own_rng(member):
+                metrics = {**metrics, **member.trainer.finalize()}
+            self.unclosed.append(position)
+        if self.runs[position] is not None:
+            self.runs[position].log_epoch(metrics)
+        history = member.trainer.history
+        record.update(state=member.status, epochs=member.trainer.epoch, final={
+            **_numbers(metrics), C_BASE_PARAM: member.trainer.c_base,
+            "training_iteration": float(member.trainer.epoch)},
+            history={k: list(history[k]) for k in HISTORY_METRICS if k in history})
 
     def close_ended(self, cohort: Cohort | ChunkedCohort) -> None:
         while self.unclosed:

@@ -125,6 +125,28 @@ def test_diverging_member_fails_alone_and_the_others_go_on(tmp_path):
     assert result[0].step_losses == pytest.approx(losses, abs=1e-5)
 
 
+def test_on_member_sees_each_members_epoch_as_it_ends_failures_excluded(tmp_path):
+    """``run_epoch(on_member=...)`` runs once per member that finished its epoch end, in member
+    order, with the metrics ``run_epoch`` returns and the status already set; a member that
+    failed that epoch gets no call."""
+    configs = members(base_config("discrete", epochs=2))[:3]
+    configs[1] = configs[1].model_copy(update={
+        "training": configs[1].training.model_copy(update={"inject_nan_at_step": 5})})
+    cohort = Cohort.create(configs, tmp_path)
+    for epoch in (1, 2):
+        seen: list[tuple[int, str, int, dict]] = []
+
+        def record(position: int, metrics: dict, seen: list = seen) -> None:
+            member = cohort.members[position]
+            seen.append((position, member.status, member.trainer.epoch, metrics))
+
+        results = cohort.run_epoch(on_member=record)
+        assert [position for position, *_ in seen] == sorted(results) == ([0, 1, 2] if epoch == 1 else [0, 2])
+        assert all(metrics is results[position] and trained == epoch for position, _, trained, metrics in seen)
+        assert [status for _, status, *_ in seen] == (["running"] * 3 if epoch == 1 else ["finished"] * 2)
+    assert cohort.members[1].status == "failed"
+
+
 def test_huge_learning_rate_diverges_only_that_member(tmp_path):
     configs = members(base_config("continuous", epochs=2))[:2]
     configs.append(variant(configs[0], 3, {"preset": "uniform", "alpha": 1.0, "terms": {"kl": 1.0}},

@@ -11,7 +11,7 @@ gets in the whole cohort.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from workers.cohort.member import Member, MemberCallback
@@ -39,12 +39,14 @@ class ChunkedCohort:
     def epoch(self) -> int:
         return min(chunk.epoch for chunk in self.chunks)
 
-    def run_epoch(self, patience: int | None = None, monitor: str = VAL_LOSS) -> dict[int, dict[str, float]]:
-        """One epoch of every chunk with running members, in turn; metrics by member position."""
+    def run_epoch(self, patience: int | None = None, monitor: str = VAL_LOSS,
+                  on_member: Callable[[int, dict[str, float]], None] | None = None) -> dict[int, dict[str, float]]:
+        """One epoch of every chunk with running members, in turn; metrics by member position
+        (``on_member``: as :meth:`Cohort.run_epoch`)."""
         results: dict[int, dict[str, float]] = {}
         for chunk in self.chunks:
             if chunk.active:
-                results.update(chunk.run_epoch(patience, monitor))
+                results.update(chunk.run_epoch(patience, monitor, on_member))
         return results
 
     def stop(self, member: Member, reason: str = TrainingStatus.STOPPED.value) -> None:

@@ -285,12 +285,15 @@ class Cohort:
         for param in self.params.values():
             param.grad = None
 
-    def run_epoch(self, patience: int | None = None, monitor: str = VAL_LOSS) -> dict[int, dict[str, float]]:
+    def run_epoch(self, patience: int | None = None, monitor: str = VAL_LOSS,
+                  on_member: Callable[[int, dict[str, float]], None] | None = None) -> dict[int, dict[str, float]]:
         """Train one epoch for every running member, then each one's lone epoch-end code.
 
         Returns the epoch's metrics by member position (members that failed this epoch are
         absent; their ``status`` is 'failed' and ``error`` says why). With ``patience``, a
         member whose ``monitor`` (minimised) has not improved for that many epochs stops.
+        ``on_member(position, metrics)`` runs right after each member's epoch end (its status
+        set), before the next member's: what it hands off (a metric write) overlaps the rest.
         """
         active = self.active
         first_step, started = self.step, time.perf_counter()
@@ -340,6 +343,8 @@ class Cohort:
                 trainer.__dict__.pop("evaluate_split", None)
                 trainer.__dict__.pop("gradient_readouts", None)
             self._after_epoch(member, results[member.position], patience, monitor)
+            if on_member is not None:
+                on_member(member.position, results[member.position])
         if len(self.active) != len(active):
             self._stack()
         return results
