@@ -150,16 +150,20 @@ class _WriterThread:
                     child.close()
 
     def log_batch(self, client, run_id: str, batch: list[Metric]) -> None:
-        """Write one batch: in the child process when asked for and it works, else here."""
+        """Write one batch: in the child process when asked for and it starts, else here.
+
+        A child that dies during the write raises ``ChildProcessError`` (transient): it may
+        have written the batch first, so the retry checks the step before writing it here."""
         child = self._child() if self.in_child else None
-        if child is not None:
-            try:
-                child.log_batch(client.tracking_uri, run_id, batch)
-                return
-            except ChildProcessError as error:
-                log.warning("writing MLflow metrics in this process from now on: %s", error)
-                self.in_child, self.child = False, None
-        client.log_batch(run_id, metrics=batch, synchronous=True)
+        if child is None:
+            client.log_batch(run_id, metrics=batch, synchronous=True)
+            return
+        try:
+            child.log_batch(client.tracking_uri, run_id, batch)
+        except ChildProcessError as error:
+            log.warning("writing MLflow metrics in this process from now on: %s", error)
+            self.in_child, self.child = False, None
+            raise
 
     def _child(self) -> LogBatchProcess | None:
         """The running child, started if need be (on this thread); None if it cannot start."""

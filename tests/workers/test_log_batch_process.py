@@ -90,10 +90,10 @@ def test_a_killed_child_is_replaced_and_one_that_cannot_run_leaves_the_writes_he
     os.kill(in_child.child._process.pid, signal.SIGKILL)
     _wait_for(lambda: not in_child.child.alive)
     monkeypatch.setattr(sys, "executable", "/bin/false")  # the next child exits at once
-    logger.log_metrics({"val/loss": 2.5}, step=2)
+    logger.log_metrics({"val/loss": 2.5}, step=2)  # fails in the child, retried here after a backoff
+    logger.finish()  # ends the run once the queue is written
     assert _history(client, logger.run_id, "val/loss") == [(1, 1.5), (2, 2.5)]
     assert not in_child.in_child  # written in this process, and so from now on
-    logger.finish()
 
 
 def test_the_child_dies_with_a_killed_parent(tmp_path):
