@@ -48,7 +48,7 @@ class LogBatchProcess:
         """``MlflowClient(tracking_uri).log_batch(run_id, metrics=metrics)`` in the child.
 
         Raises what the child's call raised; ``ChildProcessError`` if the child is gone (the
-        caller writes in-process then)."""
+        writer's retry then checks the step and writes in-process)."""
         with self._lock:
             try:
                 pickle.dump((tracking_uri, run_id, metrics), self._process.stdin)

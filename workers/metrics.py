@@ -122,8 +122,8 @@ def chance_readouts(
     # Permuting the codes consumes the generator as permuting the labels would: same shuffles.
     rows = np.stack([truth_codes, *(rng.permutation(truth_codes) for _ in range(shuffles))])
     tables = _contingency(rows, inferred_codes, classes, clusters)
-    nmi, _, mi = _scores(tables)
-    return {"latent_ami": _adjusted_mutual_information(tables[0], float(mi[0])),
+    nmi, _, mi, mean_entropy = _scores(tables)
+    return {"latent_ami": _adjusted_mutual_information(tables[0], float(mi[0]), float(mean_entropy[0])),
             "latent_nmi_shuffled": float(nmi[1:].mean())}
 
 
@@ -142,9 +142,10 @@ def _contingency(truth_rows: np.ndarray, inferred: np.ndarray, classes: int, clu
     return np.bincount(cells.ravel(), minlength=size).reshape(count, classes, clusters).astype(np.float64)
 
 
-def _scores(tables: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """NMI (arithmetic), ARI and MI (nats) of each ``[S, classes, clusters]`` table, as
-    scikit-learn defines them, its limit cases included."""
+def _scores(tables: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """NMI (arithmetic), ARI, MI (nats) and the mean of the two labelings' entropies (NMI's
+    normaliser) of each ``[S, classes, clusters]`` table, as scikit-learn defines them, its
+    limit cases included."""
     n = tables[0].sum()
     rows, cols = tables.sum(2), tables.sum(1)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -152,7 +153,8 @@ def _scores(tables: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         mi = np.where(tables > 0, tables / n * np.log(ratio), 0.0).sum((1, 2))
         h_rows = -np.where(rows > 0, rows / n * np.log(rows / n), 0.0).sum(1)
         h_cols = -np.where(cols > 0, cols / n * np.log(cols / n), 0.0).sum(1)
-        nmi = np.maximum(mi / ((h_rows + h_cols) / 2), 0.0)
+        mean_entropy = (h_rows + h_cols) / 2
+        nmi = np.maximum(mi / mean_entropy, 0.0)
     nmi = np.where(np.abs(mi) < np.finfo(np.float64).eps, 0.0, nmi)
     if tables.shape[1] == tables.shape[2] == 1:
         nmi = np.ones_like(mi)  # both labelings put everything in one cluster: a perfect match
@@ -165,7 +167,7 @@ def _scores(tables: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     maximum = (a + b) / 2
     with np.errstate(divide="ignore", invalid="ignore"):
         ari = np.where(maximum == expected, 1.0, (index - expected) / (maximum - expected))
-    return nmi, ari, mi
+    return nmi, ari, mi, mean_entropy
 
 
 def _expected_mutual_information(rows: np.ndarray, cols: np.ndarray) -> float:
@@ -175,10 +177,13 @@ def _expected_mutual_information(rows: np.ndarray, cols: np.ndarray) -> float:
     n = rows.sum()
     b = cols[:, None]
     counts = np.arange(1, int(min(rows.max(), cols.max())) + 1)[None, :]
+
+    def clipped(x: np.ndarray) -> np.ndarray:
+        return np.maximum(x, 0) + 1  # gammaln's argument at impossible counts (masked below)
+
     total = 0.0
     for a in rows:  # one class at a time bounds memory at clusters x max count
         possible = (counts >= a + b - n) & (counts <= np.minimum(a, b))
-        clipped = lambda x: np.maximum(x, 0) + 1  # noqa: E731  (impossible counts are masked)
         log_probability = (gammaln(a + 1) + gammaln(b + 1) + gammaln(n - a + 1) + gammaln(n - b + 1)
                            - gammaln(n + 1) - gammaln(counts + 1) - gammaln(clipped(a - counts))
                            - gammaln(clipped(b - counts)) - gammaln(clipped(n - a - b + counts)))
@@ -187,8 +192,9 @@ def _expected_mutual_information(rows: np.ndarray, cols: np.ndarray) -> float:
     return total
 
 
-def _adjusted_mutual_information(table: np.ndarray, mi: float) -> float:
-    """AMI (arithmetic normalisation) of one contingency table whose MI is ``mi``, with
+def _adjusted_mutual_information(table: np.ndarray, mi: float, mean_entropy: float) -> float:
+    """AMI (arithmetic normalisation) of one contingency table whose MI is ``mi`` and whose
+    labelings' mean entropy is ``mean_entropy`` (both from :func:`_scores`), with
     scikit-learn's limit cases: 1 when both labelings are one cluster or when the expected MI
     is the maximum, 0 when one labeling is one cluster."""
     classes, clusters = table.shape
@@ -196,12 +202,8 @@ def _adjusted_mutual_information(table: np.ndarray, mi: float) -> float:
         return 1.0
     if classes == 1 or clusters == 1:
         return 0.0
-    n = table.sum()
-    rows, cols = table.sum(1), table.sum(0)
-    emi = _expected_mutual_information(rows, cols)
-    h_rows = float(-(rows / n * np.log(rows / n)).sum())
-    h_cols = float(-(cols / n * np.log(cols / n)).sum())
-    denominator = (h_rows + h_cols) / 2 - emi
+    emi = _expected_mutual_information(table.sum(1), table.sum(0))
+    denominator = mean_entropy - emi
     if abs(denominator) <= 1e-12 * max(1.0, emi):
         return 1.0  # every table with these marginals is a perfect match (each label alone)
     eps = np.finfo(np.float64).eps  # the expectation can pass the maximum by rounding: keep the sign
@@ -214,7 +216,7 @@ def _fast_recovery(truth: np.ndarray, inferred: np.ndarray) -> dict[str, float]:
     (its limit cases included) without its per-call validation overhead (~40 ms a call)."""
     truth_codes, classes = _codes(truth)
     inferred_codes, clusters = _codes(inferred)
-    nmi, ari, _ = _scores(_contingency(truth_codes[None, :], inferred_codes, classes, clusters))
+    nmi, ari, _, _ = _scores(_contingency(truth_codes[None, :], inferred_codes, classes, clusters))
     return {"latent_nmi": float(nmi[0]), "latent_ari": float(ari[0])}
 
 

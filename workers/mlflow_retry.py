@@ -121,8 +121,7 @@ class _WriterThread:
         self.failing = False  # the last attempt failed: submit does not wait
         self._thread: threading.Thread | None = None
         self.in_child = False  # write through a LogBatchProcess (write_in_child_process)
-        self.child: LogBatchProcess | None = None
-        self._child_wanted = False  # the thread starts the child before its next batch
+        self.child: LogBatchProcess | None = None  # none yet while in_child: the thread starts it
 
     def wake(self, writer: MetricWriter | None = None) -> None:
         """Queue ``writer``'s turn (call holding ``cond``, after adding its batches); None: only
@@ -134,13 +133,13 @@ class _WriterThread:
             self._thread.start()
         self.cond.notify_all()
 
-    def start_child(self, on: bool) -> None:
+    def use_child(self, on: bool) -> None:
         """From now on write through a child process, started at once by the thread (its
         imports overlap the caller's work; the thread starts it, so it dies with the thread);
         ``on`` False: write here again (after the queued batches) and end the child."""
         with self.cond:
             if on and not self.in_child:
-                self.in_child = self._child_wanted = True
+                self.in_child = True
                 self.wake()
             elif not on and self.in_child:
                 while self.ready:  # the thread uses the child until the queue is written
@@ -178,9 +177,9 @@ class _WriterThread:
     def _run(self) -> None:
         while True:
             with self.cond:
-                while not self.ready and not self._child_wanted:
+                while not self.ready and not (self.in_child and self.child is None):
                     self.cond.wait()
-                starting, self._child_wanted = self._child_wanted, False
+                starting = not self.ready
                 if not starting:
                     writer = self.ready[0]
                     batch = writer._pending[0][0]
@@ -215,7 +214,7 @@ def write_in_child_process(on: bool = True) -> None:
     (:mod:`workers.log_batch_process`: a cohort's many runs then cost its training thread no
     GIL); started at once. If the child cannot start or dies, writes go on in this process.
     ``on=False``: back to this process (once the queued batches are written)."""
-    _THREAD.start_child(on)
+    _THREAD.use_child(on)
 
 
 class MetricWriter:

@@ -160,14 +160,9 @@ class _CohortTrial:
 
     def epoch(self, cohort: Cohort | ChunkedCohort) -> None:
         """Train one epoch, log it per member; the members that ended go to ``unclosed``."""
-        logged: set[int] = set()
-
-        def log_member(position: int, metrics: dict[str, float]) -> None:
-            # Queued as soon as the member's epoch end is done: the write overlaps the next one's.
-            self._log_member(cohort.members[position], position, metrics)
-            logged.add(position)
-
-        cohort.run_epoch(on_member=log_member)
+        # Each member queued as soon as its epoch end is done: the write overlaps the next one's.
+        logged = cohort.run_epoch(on_member=lambda position, metrics: self._log_member(
+            cohort.members[position], position, metrics))
         for position, member in enumerate(cohort.members):
             record = self.records[self.running[position]]
             if position in logged or record["state"] in ENDED:

@@ -154,11 +154,11 @@ def test_the_readouts_benchmark_checks_both_paths_agree_and_restores_the_library
     both families, prints both medians, and leaves the read-out functions as it found them."""
     from benchmarks import bench_readouts
     from workers import metrics
-    from workers.readouts import evaluate
+    from workers.readouts import latent
 
-    before = (metrics.chance_readouts, evaluate.kl_kappa_spearman, metrics.gaussian_mutual_information)
+    before = (metrics.chance_readouts, latent._rank_correlation, metrics.gaussian_mutual_information)
     bench_readouts.main(["--members", "2", "--repeats", "1"])
     printed = capsys.readouterr().out
     assert printed.count("reference") == 2 and printed.count("current") == 2
     assert "(continuous;" in printed and "(discrete;" in printed
-    assert (metrics.chance_readouts, evaluate.kl_kappa_spearman, metrics.gaussian_mutual_information) == before
+    assert (metrics.chance_readouts, latent._rank_correlation, metrics.gaussian_mutual_information) == before

@@ -69,7 +69,10 @@ def kl_kappa_spearman(kl: torch.Tensor, kappa: torch.Tensor) -> float:
     kappa_np = kappa.detach().double().cpu().numpy()
     if kl_np.size < 3 or np.ptp(kappa_np) <= 1e-12 * max(1.0, float(np.abs(kappa_np).max())) or np.ptp(kl_np) == 0:
         return math.nan
-    # Pearson's r of the average ranks: Spearman's rho without spearmanr's per-call checks.
+    return _rank_correlation(kl_np, kappa_np)
+
+
+def _rank_correlation(x: np.ndarray, y: np.ndarray) -> float:
+    """Spearman's rho as Pearson's r of the average ranks, without spearmanr's per-call checks."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        rho = np.corrcoef(rankdata(kl_np), rankdata(kappa_np))[0, 1]
-    return float(rho)
+        return float(np.corrcoef(rankdata(x), rankdata(y))[0, 1])
