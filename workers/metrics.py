@@ -22,8 +22,6 @@ import warnings
 import numpy as np
 import torch
 from scipy.special import gammaln
-from sklearn.cluster import KMeans
-from sklearn.exceptions import ConvergenceWarning
 
 __all__ = [
     "chance_readouts",
@@ -241,6 +239,11 @@ def kmeans_labels(points: torch.Tensor, num_clusters: int, seed: int) -> torch.T
         raise ValueError(f"num_clusters must be >= 1, got {num_clusters}")
     matrix = _as_matrix(points, "points").numpy()
     clusters = min(num_clusters, matrix.shape[0])
+    # Imported here: only the continuous family clusters, and scikit-learn costs a trial worker
+    # about 0.2 s (with scipy.stats, which it loads, about 0.8 s).
+    from sklearn.cluster import KMeans
+    from sklearn.exceptions import ConvergenceWarning
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         labels = KMeans(n_clusters=clusters, n_init=10, random_state=seed).fit_predict(matrix)

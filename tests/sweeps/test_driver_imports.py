@@ -27,3 +27,25 @@ def test_the_function_tune_ships_to_workers_unpickles_without_mlflow_or_torch():
     loaded = _loaded("sweeps.tune.trial_entry",
                      ("mlflow", "torch", "sklearn", "sweeps.tune.cohort_trainable"))
     assert loaded == "[]", loaded
+
+
+def test_a_discrete_trial_worker_loads_no_sklearn_or_scipy_stats():
+    """Only the continuous family clusters (scikit-learn's k-means); ranks come from pandas,
+    which Ray Tune has loaded anyway: the two would cost each trial worker about 0.8 s."""
+    probe = (
+        "import sys, tempfile\n"
+        "from sweeps.tune.trial_entry import load_training_stack\n"
+        "load_training_stack()\n"
+        "from sweeps.spec import load_sweep_spec\n"
+        "from workers.train import Trainer\n"
+        "spec = load_sweep_spec('sweeps/examples/quickstart.yaml')\n"
+        "trainer = Trainer.create(spec.trial_config(1.0, 'uniform', 'discrete', 0), tempfile.mkdtemp())\n"
+        "metrics = trainer.run_epoch()\n"
+        "assert metrics['train/kl_kappa_spearman'] == metrics['train/kl_kappa_spearman'], metrics\n"
+        "print(sorted(m for m in ('sklearn', 'scipy.stats') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
+                               "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr[-2000:]
