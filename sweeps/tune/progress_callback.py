@@ -75,19 +75,44 @@ class ProgressCallback(tune.Callback):
         the scheduler stopped is ended with sys.exit, and its actor may be killed)."""
         result = trial.last_result or {}
         if is_cohort(trial.config):  # each member's run (the cohort's own stop closes them first)
-            for view in member_views(trial.trial_id, trial.config, result, "RUNNING", self.epochs):
-                self._close_one(view["trial_id"], view["result"], status)
+            views = member_views(trial.trial_id, trial.config, result, "RUNNING", self.epochs)
+            closing = [(view["trial_id"], view["result"]) for view in views]
         else:
-            self._close_one(trial.trial_id, result, status)
-
-    def _close_one(self, trial_id: str, result: dict[str, Any], status: str) -> None:
-        run_id = result.get("mlflow_run_id")
-        if not run_id:
+            closing = [(trial.trial_id, result)]
+        closing = [(trial_id, result) for trial_id, result in closing if result.get("mlflow_run_id")]
+        if not closing:
             return
         try:
             client = MlflowClient(tracking_uri=self.tracking_uri)
-            if client.get_run(run_id).info.status != "RUNNING":
-                return
+            running = self._running_runs(client, [result["mlflow_run_id"] for _, result in closing])
+        except (MlflowException, OSError):  # the run's state is cosmetic next to the sweep's progress
+            log.warning("could not read the MLflow runs of trial %s", trial.trial_id, exc_info=True)
+            return
+        for trial_id, result in closing:
+            if result["mlflow_run_id"] in running:
+                self._close_one(client, trial_id, result, status)
+
+    @staticmethod
+    def _running_runs(client: MlflowClient, run_ids: list[str]) -> set[str]:
+        """Which of ``run_ids`` are still RUNNING: one query per 100 runs, not one per run (a
+        64-member cohort's reads one by one cost the driver about 1 s)."""
+        if len(run_ids) == 1:
+            run = client.get_run(run_ids[0])
+            return {run.info.run_id} if run.info.status == "RUNNING" else set()
+        experiment_id = client.get_run(run_ids[0]).info.experiment_id  # a sweep's runs share it
+        running: set[str] = set()
+        for start in range(0, len(run_ids), 100):
+            chunk = run_ids[start:start + 100]
+            quoted = ", ".join(f"'{run_id}'" for run_id in chunk)
+            runs = client.search_runs([experiment_id], f"attributes.run_id IN ({quoted})",
+                                      max_results=len(chunk))
+            running.update(run.info.run_id for run in runs if run.info.status == "RUNNING")
+        return running
+
+    def _close_one(self, client: MlflowClient, trial_id: str, result: dict[str, Any],
+                   status: str) -> None:
+        run_id = result["mlflow_run_id"]
+        try:
             if status == "FINISHED" and result.get("training_iteration", 0) < self.epochs:
                 client.set_tag(run_id, STOPPED_EARLY_TAG, "true")
             client.set_terminated(run_id, status)
