@@ -19,6 +19,7 @@ from benchmarks import (
     bench_training,
     cohort_profile,
     gpu_trial,
+    sweep_timeline,
 )
 
 
@@ -35,6 +36,7 @@ def main() -> None:
     gpu_trial.main()
     bench_sweep.main([])
     bench_member_overhead.main()  # N = 16 and 64: the per-member slope and the fixed cost
+    sweep_timeline.main()  # where that fixed cost goes
     bench_checkpoints.main([])
     bench_service.main()
     # locust monkey-patches the standard library with gevent: its benchmark runs in a child.

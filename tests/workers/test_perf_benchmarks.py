@@ -162,3 +162,30 @@ def test_the_readouts_benchmark_checks_both_paths_agree_and_restores_the_library
     assert printed.count("reference") == 2 and printed.count("current") == 2
     assert "(continuous;" in printed and "(discrete;" in printed
     assert (metrics.chance_readouts, latent._rank_correlation, metrics.gaussian_mutual_information) == before
+
+
+def test_the_sweep_timeline_names_each_process_by_its_program_not_its_arguments():
+    from benchmarks.sweep_timeline import _name
+
+    raylet = ["/venv/lib/python3.11/site-packages/ray/core/src/ray/raylet/raylet",
+              "--python_worker_command=/venv/bin/python .../ray/_private/workers/default_worker.py"]
+    assert _name(raylet) == "Ray raylet"
+    assert _name(["/venv/bin/python", "/venv/lib/ray/_private/workers/default_worker.py",
+                  "--raylet-name=/tmp/raylet"]) == "Ray worker (the trial actor)"
+    assert _name(["ray::ImplicitFunc.train"]) == "Ray worker (the trial actor)"
+    assert _name(["/venv/bin/python3", "-m", "workers.log_batch_process"]) == "the cohort's metric writer"
+    assert _name(["/venv/bin/python", "-u", "/venv/lib/ray/dashboard/agent.py", "--gcs-address=x"]) \
+        == "Ray dashboard agent"
+    assert _name(["/bin/sh", "-c", "true"]) is None
+
+
+@pytest.mark.slow
+def test_the_sweep_timeline_runs_a_sweep_and_its_phases_add_up():
+    """Phases are differences of one clock's events, so they sum to the whole sweep."""
+    from benchmarks.sweep_timeline import run_timeline
+
+    phases = run_timeline(members=2, epochs=1, train_size=64)
+    parts = [phases[name] for name in ("driver and Ray up", "trial worker to its members' runs",
+                                       "training", "the end")]
+    assert all(seconds > 0 for seconds in parts), phases
+    assert abs(sum(parts) - phases["whole sweep"]) < 1e-6, phases

@@ -1,0 +1,143 @@
+"""Where a cohort sweep's fixed cost goes: one ``ksweep sweep run``, as a timeline.
+
+``bench_member_overhead`` fits a sweep's fixed cost (the wall that no member count changes);
+this shows it. One whole ``ksweep sweep run`` of N members as one cohort (the
+``bench_member_overhead`` spec, a fresh sqlite store) is started, and its process tree is
+sampled every 20 ms (psutil: each process's creation time and command line: Ray's GCS,
+raylet, dashboard and agents, the trial worker, the cohort's metric writer). After it exits,
+the MLflow store gives the parent run's start and end, the members' runs' starts and ends and
+member 0's per-epoch metric timestamps. Every event is printed in seconds from the launch,
+followed by the phases they bound:
+
+- ``driver and Ray up``: launch to the trial worker's process (the driver's imports, Ray's
+  start, the parent run, Tune's set-up);
+- ``trial worker to its members' runs``: its imports, the MLflow store's set-up, the runs;
+- ``training``: the first member run's start to the last member run's end;
+- ``the end``: the last member run's end to the driver's exit (Tune's end, the report).
+
+    python -m benchmarks.sweep_timeline [--members N] [--epochs E] [--train-size S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+from benchmarks.bench_member_overhead import ROOT, write_spec
+
+# The program (a binary, or Python's script or module) -> the name a process gets in the
+# timeline. Only the program is matched: the raylet's arguments name the worker script too.
+_PROCESS_NAMES = (
+    ("default_worker.py", "Ray worker (the trial actor)"),
+    ("ray::", "Ray worker (the trial actor)"),  # a worker that has renamed itself
+    ("workers.log_batch_process", "the cohort's metric writer"),
+    ("dashboard/agent.py", "Ray dashboard agent"),
+    ("runtime_env/agent", "Ray runtime-env agent"),
+    ("dashboard/dashboard.py", "Ray API server (dashboard)"),
+    ("log_monitor.py", "Ray log monitor"),
+    ("monitor.py", "Ray autoscaler monitor"),
+    ("gcs_server", "Ray GCS"),
+    ("raylet", "Ray raylet"),
+)
+
+
+def _name(command: list[str]) -> str | None:
+    program = command[0] if command and not command[0].endswith(("python", "python3")) else \
+        " ".join(command[1:3])
+    return next((name for fragment, name in _PROCESS_NAMES if fragment in program), None)
+
+
+def _sample(driver: subprocess.Popen, seen: dict[int, tuple[float, str]]) -> None:
+    """Record each new descendant of the driver with its creation time, until the driver exits."""
+    root = psutil.Process(driver.pid)
+    while driver.poll() is None:
+        try:
+            children = root.children(recursive=True)
+        except psutil.NoSuchProcess:
+            break
+        for child in children:
+            if child.pid in seen:
+                continue
+            try:
+                name = _name(child.cmdline())
+                if name is not None:
+                    seen[child.pid] = (child.create_time(), name)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        time.sleep(0.02)
+
+
+def run_timeline(members: int, epochs: int, train_size: int) -> dict[str, float]:
+    """Run one sweep and print its timeline; returns the phases in seconds."""
+    from mlflow.tracking import MlflowClient
+
+    ksweep = Path(sys.executable).with_name("ksweep")
+    with tempfile.TemporaryDirectory(prefix="sweep-timeline-") as tmp:
+        root = Path(tmp)
+        spec = write_spec(root / "spec.yaml", members, epochs, train_size)
+        uri = f"sqlite:///{root / 'mlflow.db'}"
+        env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "KSWEEP_SWEEP_ROOT": str(root / "sweeps"),
+               "OMP_NUM_THREADS": "1",
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        seen: dict[int, tuple[float, str]] = {}
+        load = os.getloadavg()[0]
+        launched = time.time()
+        driver = subprocess.Popen([str(ksweep), "sweep", "run", str(spec), "--num-cpus", "2"], cwd=ROOT,
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        _sample(driver, seen)
+        exited = time.time()
+        output = driver.communicate()[0]
+        if driver.returncode != 0:
+            raise RuntimeError(f"ksweep sweep run exited {driver.returncode}:\n{output[-3000:]}")
+        client = MlflowClient(uri)
+        experiments = [e.experiment_id for e in client.search_experiments()]
+        runs = client.search_runs(experiments, max_results=10_000)
+        parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
+        # The members' runs carry the epochs' metrics; the report's summary runs do not.
+        member_runs = [r for r in runs if "mlflow.parentRunId" in r.data.tags and "val/loss" in r.data.metrics]
+        if len(member_runs) != members:
+            raise RuntimeError(f"{len(member_runs)} member runs with val/loss, expected {members}")
+        member0 = min(member_runs, key=lambda r: r.info.start_time)
+        epochs_logged = sorted(client.get_metric_history(member0.info.run_id, "val/loss"),
+                               key=lambda m: m.step)
+    starts = sorted(r.info.start_time / 1e3 for r in member_runs)
+    ends = sorted(r.info.end_time / 1e3 for r in member_runs)
+    events = [(created, name) for created, name in seen.values()]
+    events += [(parent.info.start_time / 1e3, "the parent run made"),
+               (starts[0], "first member run started"), (starts[-1], "last member run started"),
+               (ends[0], "first member run ended"), (ends[-1], "last member run ended"),
+               (parent.info.end_time / 1e3, "the parent run ended"), (exited, "the driver exited")]
+    events += [(m.timestamp / 1e3, f"member 0: epoch {m.step} metrics logged") for m in epochs_logged]
+    worker = min((created for created, name in seen.values() if name.startswith("Ray worker")),
+                 default=float("nan"))
+    phases = {"driver and Ray up": worker - launched, "trial worker to its members' runs": starts[0] - worker,
+              "training": ends[-1] - starts[0], "the end": exited - ends[-1], "whole sweep": exited - launched}
+    print(f"== sweep timeline: {members} members as one cohort, {epochs} epochs, {train_size} train "
+          f"examples; ksweep sweep run, fresh sqlite store, {os.cpu_count()} CPUs, 1-min load {load:.1f} "
+          f"-> {os.getloadavg()[0]:.1f}")
+    for at, name in sorted(events):
+        print(f"  {at - launched:7.2f} s  {name}")
+    print("  phases:")
+    for name, seconds in phases.items():
+        print(f"    {name:<36s} {seconds:6.2f} s")
+    return phases
+
+
+def main(members: int = 16, epochs: int = 2, train_size: int = 256) -> dict[str, float]:
+    return run_timeline(members, epochs, train_size)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--members", type=int, default=16)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--train-size", type=int, default=256)
+    args = parser.parse_args()
+    main(args.members, args.epochs, args.train_size)
