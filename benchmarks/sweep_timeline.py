@@ -15,7 +15,11 @@ followed by the phases they bound:
 - ``training``: the first member run's start to the last member run's end;
 - ``the end``: the last member run's end to the driver's exit (Tune's end, the report).
 
-    python -m benchmarks.sweep_timeline [--members N] [--epochs E] [--train-size S]
+``--spec PATH`` times your own sweep instead (its trials' runs stand for the members; the
+phases use the first trial worker). Its dataset and model stores are the default ones
+(``KSWEEP_DATA_ROOT``, ``KSWEEP_MODEL_ROOT``), its MLflow store and sweep root fresh.
+
+    python -m benchmarks.sweep_timeline [--members N] [--epochs E] [--train-size S] [--spec PATH]
 """
 
 from __future__ import annotations
@@ -74,14 +78,20 @@ def _sample(driver: subprocess.Popen, seen: dict[int, tuple[float, str]]) -> Non
         time.sleep(0.02)
 
 
-def run_timeline(members: int, epochs: int, train_size: int) -> dict[str, float]:
-    """Run one sweep and print its timeline; returns the phases in seconds."""
+def run_timeline(members: int, epochs: int, train_size: int, spec_path: Path | None = None) -> dict[str, float]:
+    """Run one sweep (the ``bench_member_overhead`` spec, or ``spec_path``) and print its
+    timeline; returns the phases in seconds."""
     from mlflow.tracking import MlflowClient
+
+    from sweeps.plan.build import build_plan
+    from sweeps.spec import load_sweep_spec
+    from workers.contract import RUN_KIND_TAG, RUN_KIND_TRIAL
 
     ksweep = Path(sys.executable).with_name("ksweep")
     with tempfile.TemporaryDirectory(prefix="sweep-timeline-") as tmp:
         root = Path(tmp)
-        spec = write_spec(root / "spec.yaml", members, epochs, train_size)
+        spec = spec_path.resolve() if spec_path else write_spec(root / "spec.yaml", members, epochs, train_size)
+        trials = build_plan(load_sweep_spec(spec)).trial_count
         uri = f"sqlite:///{root / 'mlflow.db'}"
         env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "KSWEEP_SWEEP_ROOT": str(root / "sweeps"),
                "OMP_NUM_THREADS": "1",
@@ -100,10 +110,9 @@ def run_timeline(members: int, epochs: int, train_size: int) -> dict[str, float]
         experiments = [e.experiment_id for e in client.search_experiments()]
         runs = client.search_runs(experiments, max_results=10_000)
         parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
-        # The members' runs carry the epochs' metrics; the report's summary runs do not.
-        member_runs = [r for r in runs if "mlflow.parentRunId" in r.data.tags and "val/loss" in r.data.metrics]
-        if len(member_runs) != members:
-            raise RuntimeError(f"{len(member_runs)} member runs with val/loss, expected {members}")
+        member_runs = [r for r in runs if r.data.tags.get(RUN_KIND_TAG) == RUN_KIND_TRIAL]
+        if len(member_runs) != trials:
+            raise RuntimeError(f"{len(member_runs)} trial runs, expected the plan's {trials}")
         member0 = min(member_runs, key=lambda r: r.info.start_time)
         epochs_logged = sorted(client.get_metric_history(member0.info.run_id, "val/loss"),
                                key=lambda m: m.step)
@@ -119,9 +128,10 @@ def run_timeline(members: int, epochs: int, train_size: int) -> dict[str, float]
                  default=float("nan"))
     phases = {"driver and Ray up": worker - launched, "trial worker to its members' runs": starts[0] - worker,
               "training": ends[-1] - starts[0], "the end": exited - ends[-1], "whole sweep": exited - launched}
-    print(f"== sweep timeline: {members} members as one cohort, {epochs} epochs, {train_size} train "
-          f"examples; ksweep sweep run, fresh sqlite store, {os.cpu_count()} CPUs, 1-min load {load:.1f} "
-          f"-> {os.getloadavg()[0]:.1f}")
+    what = (f"{spec_path}, {trials} trials" if spec_path else
+            f"{members} members as one cohort, {epochs} epochs, {train_size} train examples")
+    print(f"== sweep timeline: {what}; ksweep sweep run, fresh sqlite store, {os.cpu_count()} CPUs, "
+          f"1-min load {load:.1f} -> {os.getloadavg()[0]:.1f}")
     for at, name in sorted(events):
         print(f"  {at - launched:7.2f} s  {name}")
     print("  phases:")
@@ -130,8 +140,9 @@ def run_timeline(members: int, epochs: int, train_size: int) -> dict[str, float]
     return phases
 
 
-def main(members: int = 16, epochs: int = 2, train_size: int = 256) -> dict[str, float]:
-    return run_timeline(members, epochs, train_size)
+def main(members: int = 16, epochs: int = 2, train_size: int = 256,
+         spec_path: Path | None = None) -> dict[str, float]:
+    return run_timeline(members, epochs, train_size, spec_path)
 
 
 if __name__ == "__main__":
@@ -139,5 +150,6 @@ if __name__ == "__main__":
     parser.add_argument("--members", type=int, default=16)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--train-size", type=int, default=256)
+    parser.add_argument("--spec", type=Path, default=None, help="time this sweep spec instead")
     args = parser.parse_args()
-    main(args.members, args.epochs, args.train_size)
+    main(args.members, args.epochs, args.train_size, args.spec)

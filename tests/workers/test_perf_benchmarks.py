@@ -180,11 +180,18 @@ def test_the_sweep_timeline_names_each_process_by_its_program_not_its_arguments(
 
 
 @pytest.mark.slow
-def test_the_sweep_timeline_runs_a_sweep_and_its_phases_add_up():
-    """Phases are differences of one clock's events, so they sum to the whole sweep."""
+def test_the_sweep_timeline_runs_a_given_spec_and_its_phases_add_up(tmp_path):
+    """Phases are differences of one clock's events, so they sum to the whole sweep; a spec of
+    two lone trials (not the default cohort) shows ``--spec`` times any sweep."""
+    import yaml
+
     from benchmarks.sweep_timeline import run_timeline
 
-    phases = run_timeline(members=2, epochs=1, train_size=64)
+    path = write_spec(tmp_path / "spec.yaml", members=2, epochs=1, train_size=64)
+    spec = yaml.safe_load(path.read_text())
+    spec["resources"]["cohort_size"] = 1
+    path.write_text(yaml.safe_dump(spec))
+    phases = run_timeline(members=0, epochs=0, train_size=0, spec_path=path)
     parts = [phases[name] for name in ("driver and Ray up", "trial worker to its members' runs",
                                        "training", "the end")]
     assert all(seconds > 0 for seconds in parts), phases
