@@ -9,11 +9,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _probe(code: str, **env: str) -> subprocess.CompletedProcess:
+    """``code`` run by a fresh interpreter in the repository, on a bare environment plus ``env``."""
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", **env})
+
+
 def _loaded(modules: str, watched: tuple[str, ...]) -> str:
     """Which of ``watched`` a fresh interpreter holds after ``import <modules>``."""
-    probe = f"import sys, {modules}; print(sorted(m for m in {watched!r} if m in sys.modules))"
-    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True,
-                          check=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    done = _probe(f"import sys, {modules}; print(sorted(m for m in {watched!r} if m in sys.modules))")
+    done.check_returncode()
     return done.stdout.strip() + done.stderr
 
 
@@ -44,8 +49,6 @@ def test_a_discrete_trial_worker_loads_no_sklearn_or_scipy_stats():
         "assert metrics['train/kl_kappa_spearman'] == metrics['train/kl_kappa_spearman'], metrics\n"
         "print(sorted(m for m in ('sklearn', 'scipy.stats') if m in sys.modules))\n"
     )
-    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
-                               "OMP_NUM_THREADS": "1"})
+    done = _probe(probe, OMP_NUM_THREADS="1")
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr[-2000:]
