@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             loss = stack(LossInputs(output.token_nll, gathered[4], gathered[3], kl=output.kl,
                                     bow_logits=output.bow_logits, targets=gathered[2],
                                     step=step)).total
-            trainer.optimizer.zero_grad(set_to_none=True)
+            trainer.optimizer.zero_grad()
             loss.backward()
             trainer.optimizer.step()
             t2 = time.perf_counter()

@@ -9,6 +9,7 @@ import (mostly MLflow) 0.55 s -> 0.37 s, the training stack's about a third less
 from __future__ import annotations
 
 import functools
+import urllib.parse
 from typing import TYPE_CHECKING, Any
 
 from workers.heap import heavy_imports
@@ -18,15 +19,24 @@ if TYPE_CHECKING:
 
 
 @functools.cache
-def load_training_stack() -> None:
-    """The trainables (MLflow with them), torch and the trainers, once per worker process."""
+def load_training_stack(tracking_uri: str | None = None) -> None:
+    """The trainables (MLflow with them), torch and the trainers, once per worker process; with
+    a database ``tracking_uri``, MLflow's SQLAlchemy store too (its module and ORM mappers, no
+    connection: an unreachable database is the runs' retries' business, not the import's)."""
     with heavy_imports():
-        import torch._dynamo  # noqa: F401  (torch.optim's optimizers import it on first use)
+        from mlflow.store.db.db_types import DATABASE_ENGINES
 
         import sweeps.tune.cohort_trainable  # noqa: F401
         import workers.cohort.chunked  # noqa: F401
         import workers.train  # noqa: F401
         import workers.trial  # noqa: F401
+
+        scheme = urllib.parse.urlparse(tracking_uri or "").scheme.lower()
+        if any(scheme.startswith(engine) for engine in DATABASE_ENGINES):
+            import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+            from sqlalchemy.orm import configure_mappers
+
+            configure_mappers()
 
 
 def train_sweep_trial(params: dict[str, Any], *, configs: TrialConfigs,
@@ -34,7 +44,7 @@ def train_sweep_trial(params: dict[str, Any], *, configs: TrialConfigs,
     """The sweep's Tune function trainable: a cohort of K > 1 by
     :func:`sweeps.tune.cohort_trainable.train_cohort`, a lone trial (cohort size 1, or a cohort
     of one) by :func:`sweeps.tune.trainable.train_trial`."""
-    load_training_stack()
+    load_training_stack(context["tracking_uri"])
     from sweeps.tune.cohort_trainable import train_cohort
     from sweeps.tune.search_space import is_cohort, lone_params
     from sweeps.tune.trainable import train_trial

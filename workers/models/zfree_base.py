@@ -25,6 +25,7 @@ from objectives import ReferenceScale
 from workers.data import SyntheticSplit, SyntheticTaskConfig, generate_task, oracle_base_nll
 from workers.models import BaseDecoder, ModelConfig
 from workers.models.config import BaseModelConfig
+from workers.train.adamw import AdamW
 
 if TYPE_CHECKING:
     from workers.data.dataset_source import DatasetTask
@@ -77,7 +78,8 @@ def _train_learned(
                     num_layers=config.num_layers),
         vocab_size,
     ).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
+    # 0.01: torch.optim.AdamW's default, which every cached base was trained with.
+    optimizer = AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.01)
     generator = torch.Generator().manual_seed(config.seed)
     train = train.to(device)
     decoder_input = train.decoder_input()
@@ -87,7 +89,7 @@ def _train_learned(
             indices = indices.to(device)
             nll = model(train.context[indices], decoder_input[indices], train.target[indices])
             loss = (nll * mask[indices]).sum() / mask[indices].sum().clamp_min(1)
-            optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()

@@ -39,6 +39,7 @@ from workers.readouts.gradients import (
     reconstruction_spec,
     token_groups,
 )
+from workers.train.adamw import AdamW
 from workers.train.config import TrialConfig
 from workers.train.selection import Selection, selected_metrics, speed_metrics
 from workers.train.sources import TaskView, load_sources
@@ -84,7 +85,7 @@ class Trainer:
     device: torch.device
     base: BaseSurprisal
     model: CVAE
-    optimizer: torch.optim.Optimizer
+    optimizer: AdamW
     train_data: SplitData
     val_data: SplitData
     test_data: SplitData
@@ -110,10 +111,8 @@ class Trainer:
         view, data, base = load_sources(config, cache_root, device)
         seed_everything(config.seed)  # the base model's training must not shift the trial's RNG
         model = CVAE(config.model, view.vocab_size, view.num_strategies).to(device)
-        optimizer = torch.optim.AdamW(
-            model.parameters(), lr=config.training.learning_rate,
-            weight_decay=config.training.weight_decay,
-        )
+        optimizer = AdamW(model.parameters(), lr=config.training.learning_rate,
+                          weight_decay=config.training.weight_decay)
         training = config.training
         trainer = cls(config, device, base, model, optimizer, data["train"], data["val"],
                       data["test"], Selection(training.patience, training.min_epochs, training.min_delta),
@@ -204,7 +203,7 @@ class Trainer:
             loss = stack_out.total
             if inject is not None and self.step == inject:
                 loss = loss * float("nan")
-            self.optimizer.zero_grad(set_to_none=True)
+            self.optimizer.zero_grad()
             loss.backward()
             if clip is not None:
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
