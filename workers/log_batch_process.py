@@ -32,11 +32,14 @@ _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 class LogBatchProcess:
     """The parent's handle on one child; :meth:`log_batch` from one thread at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, tracking_uri: str | None = None) -> None:
+        """Start the child; with ``tracking_uri``, it opens that store's client while it waits
+        for the first batch (it builds one at the first request otherwise)."""
         # The parent's import path: the child imports the same mlflow (and this module).
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "workers.log_batch_process", str(os.getpid())],
+            [sys.executable, "-m", "workers.log_batch_process", str(os.getpid()),
+             *([tracking_uri] if tracking_uri else [])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         self._lock = threading.Lock()
 
@@ -98,7 +101,7 @@ def _reply(error: BaseException | None) -> Any:
                                if isinstance(code, str) else code)
 
 
-def main(parent: int) -> None:
+def main(parent: int, tracking_uri: str | None = None) -> None:
     """The child's loop: one request, one reply, until the parent closes stdin."""
     _die_with_parent(parent)
     replies = os.fdopen(os.dup(1), "wb")
@@ -107,6 +110,11 @@ def main(parent: int) -> None:
     from mlflow import MlflowClient
 
     clients: dict[str, MlflowClient] = {}
+    if tracking_uri:
+        # A store that cannot be opened now is opened again at the first request, whose
+        # error then goes back to the parent's retries.
+        with contextlib.suppress(Exception):
+            clients[tracking_uri] = MlflowClient(tracking_uri)
     while True:
         try:
             tracking_uri, run_id, metrics = pickle.load(requests)
@@ -123,4 +131,4 @@ def main(parent: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]))
+    main(int(sys.argv[1]), *sys.argv[2:3])

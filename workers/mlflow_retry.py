@@ -122,6 +122,7 @@ class _WriterThread:
         self._thread: threading.Thread | None = None
         self.in_child = False  # write through a LogBatchProcess (write_in_child_process)
         self.child: LogBatchProcess | None = None  # none yet while in_child: the thread starts it
+        self.child_uri: str | None = None  # the store the child opens while it waits
 
     def wake(self, writer: MetricWriter | None = None) -> None:
         """Queue ``writer``'s turn (call holding ``cond``, after adding its batches); None: only
@@ -133,13 +134,13 @@ class _WriterThread:
             self._thread.start()
         self.cond.notify_all()
 
-    def use_child(self, on: bool) -> None:
+    def use_child(self, on: bool, tracking_uri: str | None = None) -> None:
         """From now on write through a child process, started at once by the thread (its
         imports overlap the caller's work; the thread starts it, so it dies with the thread);
         ``on`` False: write here again (after the queued batches) and end the child."""
         with self.cond:
             if on and not self.in_child:
-                self.in_child = True
+                self.in_child, self.child_uri = True, tracking_uri
                 self.wake()
             elif not on and self.in_child:
                 while self.ready:  # the thread uses the child until the queue is written
@@ -168,7 +169,7 @@ class _WriterThread:
         """The running child, started if need be (on this thread); None if it cannot start."""
         if self.child is None or not self.child.alive:
             try:
-                self.child = LogBatchProcess()
+                self.child = LogBatchProcess(self.child_uri)
             except OSError as error:
                 log.warning("MLflow metrics are written in this process: no writer process (%s)", error)
                 self.in_child, self.child = False, None
@@ -209,12 +210,13 @@ _THREAD = _WriterThread()
 os.register_at_fork(after_in_child=_THREAD.reset)
 
 
-def write_in_child_process(on: bool = True) -> None:
+def write_in_child_process(on: bool = True, tracking_uri: str | None = None) -> None:
     """Write this process's metric batches from a child process from now on
     (:mod:`workers.log_batch_process`: a cohort's many runs then cost its training thread no
-    GIL); started at once. If the child cannot start or dies, writes go on in this process.
-    ``on=False``: back to this process (once the queued batches are written)."""
-    _THREAD.use_child(on)
+    GIL); started at once, opening ``tracking_uri``'s store while it waits when given. If the
+    child cannot start or dies, writes go on in this process. ``on=False``: back to this
+    process (once the queued batches are written)."""
+    _THREAD.use_child(on, tracking_uri)
 
 
 class MetricWriter:

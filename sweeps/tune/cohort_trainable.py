@@ -118,7 +118,7 @@ class _CohortTrial:
         from workers.mlflow_retry import write_in_child_process
 
         # One metric batch per member per epoch: MLflow's store work moves off this process's GIL.
-        write_in_child_process()
+        write_in_child_process(tracking_uri=self.context["tracking_uri"])
         if folder is not None:
             saved = json.loads((folder / MEMBERS_FILE).read_text())
             self.records = saved

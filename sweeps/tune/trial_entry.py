@@ -44,9 +44,16 @@ def train_sweep_trial(params: dict[str, Any], *, configs: TrialConfigs,
     """The sweep's Tune function trainable: a cohort of K > 1 by
     :func:`sweeps.tune.cohort_trainable.train_cohort`, a lone trial (cohort size 1, or a cohort
     of one) by :func:`sweeps.tune.trainable.train_trial`."""
+    from sweeps.tune.search_space import is_cohort, lone_params
+
+    if is_cohort(params):
+        # The cohort's metric writer process starts first: its own imports of MLflow and the
+        # store then run beside this process's, not beside the first epoch's training.
+        with heavy_imports():
+            from workers.mlflow_retry import write_in_child_process
+        write_in_child_process(tracking_uri=context["tracking_uri"])
     load_training_stack(context["tracking_uri"])
     from sweeps.tune.cohort_trainable import train_cohort
-    from sweeps.tune.search_space import is_cohort, lone_params
     from sweeps.tune.trainable import train_trial
 
     if is_cohort(params):

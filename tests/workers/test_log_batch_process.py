@@ -77,6 +77,28 @@ def test_a_refused_write_comes_back_from_the_child_with_its_error_code(client):
     assert not child.alive
 
 
+def test_a_child_opens_its_store_before_the_first_batch_and_one_it_cannot_open_errs_per_batch(client):
+    """The cohort's child is started with the tracking URI so it opens the store while the trial
+    imports; a store it cannot open then fails each write with the store's own error, as an
+    unopened one would, and the child stays up for the parent's retries."""
+    run_id = _logger(client).run_id
+    child = LogBatchProcess(client.tracking_uri)
+    # Fails at once: a database server that is down is retried by MLflow for minutes.
+    unopenable = "sqlite:////proc/no-such-folder/mlflow.db"
+    unopened = LogBatchProcess(unopenable)
+    try:
+        child.log_batch(client.tracking_uri, run_id, [Metric("val/loss", 0.25, 0, 1)])
+        assert _history(client, run_id, "val/loss") == [(1, 0.25)]
+        for _ in range(2):
+            with pytest.raises(FileNotFoundError, match="no-such-folder"):
+                unopened.log_batch(unopenable, run_id, [Metric("val/loss", 9.0, 0, 2)])
+            assert unopened.alive
+        assert _history(client, run_id, "val/loss") == [(1, 0.25)]
+    finally:
+        child.close()
+        unopened.close()
+
+
 def test_a_killed_child_is_replaced_and_one_that_cannot_run_leaves_the_writes_here(client, in_child,
                                                                                    monkeypatch):
     _wait_for(lambda: in_child.child is not None)
