@@ -85,8 +85,8 @@ def test_a_checkpoint_from_either_optimizer_resumes_in_the_other_bitwise(writer)
     if writer == "ours":
         before, after = AdamW(first, lr=1e-2, weight_decay=0.05), torch.optim.AdamW(
             second, lr=1.0, weight_decay=0.0, foreach=False)
-    else:
-        before, after = torch.optim.AdamW(first, lr=1e-2, weight_decay=0.05, foreach=False), AdamW(
+    else:  # as the trainers built it before: foreach left to torch (on CPU, the single-tensor path)
+        before, after = torch.optim.AdamW(first, lr=1e-2, weight_decay=0.05), AdamW(
             second, lr=1.0, weight_decay=0.0)
     _run(before, first, range(20))
     saved = before.state_dict()
