@@ -2,7 +2,8 @@
 
 ``bench_member_overhead`` fits a sweep's fixed cost (the wall that no member count changes);
 this shows it. One whole ``ksweep sweep run`` of N members as one cohort (the
-``bench_member_overhead`` spec, a fresh sqlite store) is started, and its process tree is
+``bench_member_overhead`` spec, a new sqlite store whose tables are made first, as a
+researcher's later sweeps find theirs; ``--fresh-store`` leaves them to the sweep) is started, and its process tree is
 sampled every 20 ms (psutil: each process's creation time and command line: Ray's GCS,
 raylet, dashboard and agents, the trial worker, the cohort's metric writer). After it exits,
 the MLflow store gives the parent run's start and end, the members' runs' starts and ends and
@@ -15,11 +16,15 @@ followed by the phases they bound:
 - ``training``: the first member run's start to the last member run's end;
 - ``the end``: the last member run's end to the driver's exit (Tune's end, the report).
 
+Then each process's CPU seconds (user + system, read at every sample), summed by process:
+on a machine whose CPUs the sweep keeps busy, these are what a cut would save.
+
 ``--spec PATH`` times your own sweep instead (its trials' runs stand for the members; the
 phases use the first trial worker). Its dataset and model stores are the default ones
 (``KSWEEP_DATA_ROOT``, ``KSWEEP_MODEL_ROOT``), its MLflow store and sweep root fresh.
 
     python -m benchmarks.sweep_timeline [--members N] [--epochs E] [--train-size S] [--spec PATH]
+                                        [--fresh-store]
 """
 
 from __future__ import annotations
@@ -58,29 +63,60 @@ def _name(command: list[str]) -> str | None:
     return next((name for fragment, name in _PROCESS_NAMES if fragment in program), None)
 
 
-def _sample(driver: subprocess.Popen, seen: dict[int, tuple[float, str]]) -> None:
-    """Record each new descendant of the driver with its creation time, until the driver exits."""
+DRIVER = "the driver (ksweep sweep run)"
+OTHER = "other processes of the sweep"
+
+
+def _sample(driver: subprocess.Popen, seen: dict[int, tuple[float, str]],
+            cpu: dict[int, tuple[str, float]], busy: list[tuple[float, float]]) -> None:
+    """Until the driver exits, record each new descendant of the driver with its creation time,
+    every process's CPU seconds so far (user + system; ``cpu[pid] = (name, seconds)``) and the
+    whole tree's CPU seconds so far at each sample (``busy``: (time, seconds)). A process's
+    last 20 ms before it exits can be missed, so CPU figures are lower bounds."""
     root = psutil.Process(driver.pid)
     while driver.poll() is None:
         try:
             children = root.children(recursive=True)
         except psutil.NoSuchProcess:
             break
-        for child in children:
-            if child.pid in seen:
-                continue
+        for process in [root, *children]:
             try:
-                name = _name(child.cmdline())
-                if name is not None:
-                    seen[child.pid] = (child.create_time(), name)
+                name = DRIVER if process.pid == driver.pid else seen.get(process.pid, (0.0, None))[1]
+                if name is None:  # looked at again each time: a forked child execs a moment later
+                    name = _name(process.cmdline())
+                    if name is not None:
+                        seen[process.pid] = (process.create_time(), name)
+                times = process.cpu_times()
+                cpu[process.pid] = (name or OTHER, times.user + times.system)
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
+        busy.append((time.time(), sum(seconds for _, seconds in cpu.values())))
         time.sleep(0.02)
 
 
-def run_timeline(members: int, epochs: int, train_size: int, spec_path: Path | None = None) -> dict[str, float]:
+def _cpus_busy(busy: list[tuple[float, float]], start: float, end: float) -> float:
+    """The tree's average CPUs busy between two times (the samples at or before each)."""
+    def at(moment: float) -> float:
+        return max((seconds for sampled, seconds in busy if sampled <= moment), default=0.0)
+    return (at(end) - at(start)) / (end - start) if end > start else float("nan")
+
+
+def cpu_by_name(cpu: dict[int, tuple[str, float]]) -> dict[str, float]:
+    """CPU seconds summed by process name, largest first (several trial workers add up)."""
+    totals: dict[str, float] = {}
+    for name, seconds in cpu.values():
+        totals[name] = totals.get(name, 0.0) + seconds
+    return dict(sorted(totals.items(), key=lambda item: -item[1]))
+
+
+def run_timeline(members: int, epochs: int, train_size: int, spec_path: Path | None = None,
+                 fresh_store: bool = False) -> tuple[dict[str, float], dict[str, float]]:
     """Run one sweep (the ``bench_member_overhead`` spec, or ``spec_path``) and print its
-    timeline; returns the phases in seconds."""
+    timeline; returns the phases in seconds and the CPU seconds by process name.
+
+    The MLflow store's tables are made before the launch, as a researcher's later sweeps find
+    them; ``fresh_store`` leaves that to the sweep (a first sweep: MLflow's schema migrations
+    run in the driver while Ray starts)."""
     from mlflow.tracking import MlflowClient
 
     from sweeps.plan.build import build_plan
@@ -96,12 +132,16 @@ def run_timeline(members: int, epochs: int, train_size: int, spec_path: Path | N
         env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "KSWEEP_SWEEP_ROOT": str(root / "sweeps"),
                "OMP_NUM_THREADS": "1",
                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        if not fresh_store:
+            MlflowClient(uri).search_experiments()
         seen: dict[int, tuple[float, str]] = {}
+        cpu: dict[int, tuple[str, float]] = {}
+        busy: list[tuple[float, float]] = []
         load = os.getloadavg()[0]
         launched = time.time()
         driver = subprocess.Popen([str(ksweep), "sweep", "run", str(spec), "--num-cpus", "2"], cwd=ROOT,
                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        _sample(driver, seen)
+        _sample(driver, seen, cpu, busy)
         exited = time.time()
         output = driver.communicate()[0]
         if driver.returncode != 0:
@@ -126,23 +166,31 @@ def run_timeline(members: int, epochs: int, train_size: int, spec_path: Path | N
     events += [(m.timestamp / 1e3, f"member 0: epoch {m.step} metrics logged") for m in epochs_logged]
     worker = min((created for created, name in seen.values() if name.startswith("Ray worker")),
                  default=float("nan"))
-    phases = {"driver and Ray up": worker - launched, "trial worker to its members' runs": starts[0] - worker,
-              "training": ends[-1] - starts[0], "the end": exited - ends[-1], "whole sweep": exited - launched}
+    bounds = {"driver and Ray up": (launched, worker), "trial worker to its members' runs": (worker, starts[0]),
+              "training": (starts[0], ends[-1]), "the end": (ends[-1], exited), "whole sweep": (launched, exited)}
+    phases = {name: end - start for name, (start, end) in bounds.items()}
     what = (f"{spec_path}, {trials} trials" if spec_path else
             f"{members} members as one cohort, {epochs} epochs, {train_size} train examples")
-    print(f"== sweep timeline: {what}; ksweep sweep run, fresh sqlite store, {os.cpu_count()} CPUs, "
+    store = "a fresh sqlite store" if fresh_store else "a sqlite store with its tables made"
+    print(f"== sweep timeline: {what}; ksweep sweep run, {store}, {os.cpu_count()} CPUs, "
           f"1-min load {load:.1f} -> {os.getloadavg()[0]:.1f}")
     for at, name in sorted(events):
         print(f"  {at - launched:7.2f} s  {name}")
-    print("  phases:")
+    print(f"  phases (and the CPUs the sweep kept busy in each, of {os.cpu_count()}):")
     for name, seconds in phases.items():
+        print(f"    {name:<36s} {seconds:6.2f} s   {_cpus_busy(busy, *bounds[name]):4.2f} CPUs")
+    by_name = cpu_by_name(cpu)
+    total = sum(by_name.values())
+    # On a CPU-bound machine the wall follows the CPU: this says what a cut would save.
+    print(f"  CPU seconds by process (at least: sampled every 20 ms): {total:.2f} in all")
+    for name, seconds in by_name.items():
         print(f"    {name:<36s} {seconds:6.2f} s")
-    return phases
+    return phases, by_name
 
 
-def main(members: int = 16, epochs: int = 2, train_size: int = 256,
-         spec_path: Path | None = None) -> dict[str, float]:
-    return run_timeline(members, epochs, train_size, spec_path)
+def main(members: int = 16, epochs: int = 2, train_size: int = 256, spec_path: Path | None = None,
+         fresh_store: bool = False) -> tuple[dict[str, float], dict[str, float]]:
+    return run_timeline(members, epochs, train_size, spec_path, fresh_store)
 
 
 if __name__ == "__main__":
@@ -151,5 +199,7 @@ if __name__ == "__main__":
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--train-size", type=int, default=256)
     parser.add_argument("--spec", type=Path, default=None, help="time this sweep spec instead")
+    parser.add_argument("--fresh-store", action="store_true",
+                        help="let the sweep make the MLflow store's tables (a first sweep)")
     args = parser.parse_args()
-    main(args.members, args.epochs, args.train_size, args.spec)
+    main(args.members, args.epochs, args.train_size, args.spec, args.fresh_store)

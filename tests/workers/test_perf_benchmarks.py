@@ -1,6 +1,7 @@
 """The performance benchmarks run and print what they claim (tiny sizes; figures not asserted)."""
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -10,6 +11,7 @@ import pytest
 
 from benchmarks.bench_member_overhead import member_and_fixed_cost, write_spec
 from benchmarks.cohort_profile import PHASES, PhaseTimer, profile, table
+from benchmarks.sweep_timeline import DRIVER
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -191,8 +193,23 @@ def test_the_sweep_timeline_runs_a_given_spec_and_its_phases_add_up(tmp_path):
     spec = yaml.safe_load(path.read_text())
     spec["resources"]["cohort_size"] = 1
     path.write_text(yaml.safe_dump(spec))
-    phases = run_timeline(members=0, epochs=0, train_size=0, spec_path=path)
+    phases, cpu = run_timeline(members=0, epochs=0, train_size=0, spec_path=path)
     parts = [phases[name] for name in ("driver and Ray up", "trial worker to its members' runs",
                                        "training", "the end")]
     assert all(seconds > 0 for seconds in parts), phases
     assert abs(sum(parts) - phases["whole sweep"]) < 1e-6, phases
+    # The driver imports Ray Tune and MLflow, a trial worker torch and the trainers: each costs
+    # more than half a CPU-second; no process can use more CPU than the machine had.
+    assert cpu[DRIVER] > 0.5 and cpu["Ray worker (the trial actor)"] > 0.5, cpu
+    assert "Ray GCS" in cpu and "Ray raylet" in cpu, cpu
+    assert sum(cpu.values()) <= phases["whole sweep"] * os.cpu_count() * 1.05, (cpu, phases)
+
+
+def test_the_sweep_timelines_cpu_is_summed_by_process_name_largest_first():
+    from benchmarks.sweep_timeline import cpu_by_name
+
+    samples = {1: (DRIVER, 2.0), 7: ("Ray worker (the trial actor)", 1.5),
+               9: ("Ray worker (the trial actor)", 1.25), 12: ("Ray GCS", 0.25)}
+    assert list(cpu_by_name(samples).items()) == [
+        ("Ray worker (the trial actor)", 2.75), (DRIVER, 2.0), ("Ray GCS", 0.25)]
+    assert cpu_by_name({}) == {}
