@@ -114,11 +114,8 @@ class _CohortTrial:
         self.unclosed: list[int] = []  # positions that ended but whose runs are not ended yet
 
     def open(self, folder: Path | None) -> Cohort | ChunkedCohort | None:
-        """The cohort of the members still running (resumed from ``folder`` when given)."""
-        from workers.mlflow_retry import write_in_child_process
-
-        # One metric batch per member per epoch: MLflow's store work moves off this process's GIL.
-        write_in_child_process(tracking_uri=self.context["tracking_uri"])
+        """The cohort of the members still running (resumed from ``folder`` when given); its
+        metric writer process was started by the trial's entry (sweeps/tune/trial_entry.py)."""
         if folder is not None:
             saved = json.loads((folder / MEMBERS_FILE).read_text())
             self.records = saved

@@ -46,9 +46,11 @@ def train_sweep_trial(params: dict[str, Any], *, configs: TrialConfigs,
     of one) by :func:`sweeps.tune.trainable.train_trial`."""
     from sweeps.tune.search_space import is_cohort, lone_params
 
-    if is_cohort(params):
-        # The cohort's metric writer process starts first: its own imports of MLflow and the
-        # store then run beside this process's, not beside the first epoch's training.
+    cohort = is_cohort(params)
+    if cohort:
+        # One metric batch per member per epoch: a writer process takes MLflow's store work off
+        # this process's GIL. Started first, its own imports of MLflow and the store run beside
+        # this process's, not beside the first epoch's training.
         with heavy_imports():
             from workers.mlflow_retry import write_in_child_process
         write_in_child_process(tracking_uri=context["tracking_uri"])
@@ -56,7 +58,7 @@ def train_sweep_trial(params: dict[str, Any], *, configs: TrialConfigs,
     from sweeps.tune.cohort_trainable import train_cohort
     from sweeps.tune.trainable import train_trial
 
-    if is_cohort(params):
+    if cohort:
         train_cohort(params, configs=configs, context=context)
     else:
         train_trial(lone_params(params), configs=configs, context=context)
