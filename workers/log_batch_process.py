@@ -6,9 +6,12 @@ thread that work holds the GIL the training thread needs. In a child process it 
 another core; the writer thread only waits on a pipe, with the GIL released.
 
 The writer thread starts the child (``python -m workers.log_batch_process``) and sends it
-pickled ``(tracking_uri, run_id, metrics)`` requests on its stdin. For each request the child
-replies on its stdout, pickled: None, or the exception ``log_batch`` raised. So the thread's
-retries (:func:`workers.mlflow_retry.retrying`) see the same errors as an in-process call.
+pickled requests on its stdin: ``("log_batch", (tracking_uri, run_id, metrics))``, or
+``("create_run", new_run)`` (a :class:`workers.tracking.NewRun`: a cohort's member runs are
+made here while its first epoch trains). For each request the child replies on its stdout,
+pickled: ``(None, result)``, or ``(error, None)`` with the exception the call raised. So the
+thread's retries (:func:`workers.mlflow_retry.retrying`) see the same errors as an in-process
+call.
 What the child prints goes to stderr. The child exits when its stdin closes (the parent ended).
 On Linux it is also killed the moment the thread that started it ends
 (``PR_SET_PDEATHSIG``; that thread lives as long as the process). So no write outlives a
@@ -24,7 +27,10 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workers.tracking import NewRun
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -52,16 +58,25 @@ class LogBatchProcess:
 
         Raises what the child's call raised; ``ChildProcessError`` if the child is gone (the
         writer's retry then checks the step and writes in-process)."""
+        self._call("log_batch", (tracking_uri, run_id, metrics))
+
+    def create_run(self, new_run: NewRun) -> tuple[str, str]:
+        """``new_run.create()`` in the child: (run id, experiment id). Raises as
+        :meth:`log_batch` (after ``ChildProcessError`` the run may exist: its token finds it)."""
+        return self._call("create_run", new_run)
+
+    def _call(self, op: str, payload: Any) -> Any:
         with self._lock:
             try:
-                pickle.dump((tracking_uri, run_id, metrics), self._process.stdin)
+                pickle.dump((op, payload), self._process.stdin)
                 self._process.stdin.flush()
-                reply = pickle.load(self._process.stdout)
+                error, result = pickle.load(self._process.stdout)
             except (OSError, EOFError, pickle.UnpicklingError) as error:
                 self.close()
                 raise ChildProcessError(f"the MLflow writer process ended: {error!r}") from error
-        if reply is not None:
-            raise reply
+        if error is not None:
+            raise error
+        return result
 
     def close(self) -> None:
         """End the child (closing its stdin ends its loop)."""
@@ -84,10 +99,8 @@ def _die_with_parent(parent: int) -> None:
         os._exit(0)
 
 
-def _reply(error: BaseException | None) -> Any:
+def _picklable(error: BaseException) -> BaseException:
     """What the parent can unpickle: the error itself, or an MlflowException that keeps its code."""
-    if error is None:
-        return None
     try:
         pickle.loads(pickle.dumps(error))
         return error
@@ -115,18 +128,24 @@ def main(parent: int, tracking_uri: str | None = None) -> None:
         # error then goes back to the parent's retries.
         with contextlib.suppress(Exception):
             clients[tracking_uri] = MlflowClient(tracking_uri)
+    import workers.tracking  # noqa: F401 (what a create_run request unpickles; ahead of it)
+
     while True:
         try:
-            tracking_uri, run_id, metrics = pickle.load(requests)
+            op, payload = pickle.load(requests)
         except EOFError:
             return
-        error: BaseException | None = None
+        reply: tuple[BaseException | None, Any] = (None, None)
         try:
-            client = clients.get(tracking_uri) or clients.setdefault(tracking_uri, MlflowClient(tracking_uri))
-            client.log_batch(run_id, metrics=metrics, synchronous=True)
+            if op == "create_run":
+                reply = (None, payload.create())
+            else:
+                tracking_uri, run_id, metrics = payload
+                client = clients.get(tracking_uri) or clients.setdefault(tracking_uri, MlflowClient(tracking_uri))
+                client.log_batch(run_id, metrics=metrics, synchronous=True)
         except Exception as failure:  # noqa: BLE001 (sent back: the parent's retries decide)
-            error = failure
-        pickle.dump(_reply(error), replies)
+            reply = (_picklable(failure), None)
+        pickle.dump(reply, replies)
         replies.flush()
 
 

@@ -25,7 +25,8 @@ A process that writes many runs' batches (a cohort trial: one per member per epo
 :func:`write_in_child_process`: the thread then hands each batch to a child process
 (:mod:`workers.log_batch_process`) and waits on a pipe, so MLflow's store work (mostly Python,
 about 25 ms per batch on a sqlite store) runs on another core instead of holding the GIL the
-training thread needs. Errors come back as raised, so the retries below are unchanged.
+training thread needs. Errors come back as raised, so the retries below are unchanged. Its
+member runs are created there too (:func:`create_run_later`), while its first epoch trains.
 
 A batch that was written while its reply was lost must not be written again (the same step
 twice is two points): after a failed attempt, the writer first reads the metric's history
@@ -40,7 +41,8 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, TypeVar
 
 from mlflow.entities import Metric
 from mlflow.exceptions import MlflowException
@@ -48,8 +50,11 @@ from mlflow.exceptions import MlflowException
 from workers.backoff import retry_call
 from workers.log_batch_process import LogBatchProcess
 
-__all__ = ["MetricWriter", "OUTAGE_ENV", "SYNC_WAIT_ENV", "outage_budget_s", "retrying",
-           "transient", "write_in_child_process"]
+if TYPE_CHECKING:
+    from workers.tracking import NewRun
+
+__all__ = ["MetricWriter", "OUTAGE_ENV", "SYNC_WAIT_ENV", "create_run_later", "outage_budget_s",
+           "retrying", "transient", "write_in_child_process"]
 
 log = logging.getLogger("ksweep.tracking")
 
@@ -123,6 +128,7 @@ class _WriterThread:
         self.in_child = False  # write through a LogBatchProcess (write_in_child_process)
         self.child: LogBatchProcess | None = None  # none yet while in_child: the thread starts it
         self.child_uri: str | None = None  # the store the child opens while it waits
+        self.new_runs: deque[tuple[NewRun, Future]] = deque()  # create_run_later's, ahead of batches
 
     def wake(self, writer: MetricWriter | None = None) -> None:
         """Queue ``writer``'s turn (call holding ``cond``, after adding its batches); None: only
@@ -143,7 +149,7 @@ class _WriterThread:
                 self.in_child, self.child_uri = True, tracking_uri
                 self.wake()
             elif not on and self.in_child:
-                while self.ready:  # the thread uses the child until the queue is written
+                while self.ready or self.new_runs:  # the thread uses the child until the queue is written
                     self.cond.wait(timeout=1.0)
                 self.in_child, child, self.child = False, self.child, None
                 if child is not None:
@@ -165,6 +171,19 @@ class _WriterThread:
             self.in_child, self.child = False, None
             raise
 
+    def create_run(self, new_run: NewRun) -> tuple[str, str]:
+        """Create a run: in the child process when asked for and it starts, else here. A child
+        that dies meanwhile may have made it: the run is then made here, adopting that one."""
+        child = self._child() if self.in_child else None
+        if child is None:
+            return new_run.create()
+        try:
+            return child.create_run(new_run)
+        except ChildProcessError as error:
+            log.warning("creating MLflow runs in this process from now on: %s", error)
+            self.in_child, self.child = False, None
+            return new_run.create(adopt=True)
+
     def _child(self) -> LogBatchProcess | None:
         """The running child, started if need be (on this thread); None if it cannot start."""
         if self.child is None or not self.child.alive:
@@ -178,12 +197,23 @@ class _WriterThread:
     def _run(self) -> None:
         while True:
             with self.cond:
-                while not self.ready and not (self.in_child and self.child is None):
+                while not self.ready and not self.new_runs and not (self.in_child and self.child is None):
                     self.cond.wait()
-                starting = not self.ready
-                if not starting:
+                new_run = self.new_runs.popleft() if self.new_runs else None
+                starting = new_run is None and not self.ready
+                if new_run is None and not starting:
                     writer = self.ready[0]
                     batch = writer._pending[0][0]
+            if new_run is not None:
+                request, future = new_run
+                if future.set_running_or_notify_cancel():
+                    try:
+                        future.set_result(self.create_run(request))
+                    except BaseException as error:  # noqa: BLE001 (raised by the future's result())
+                        future.set_exception(error)
+                with self.cond:
+                    self.cond.notify_all()
+                continue
             if starting:
                 self._child()
                 continue
@@ -217,6 +247,18 @@ def write_in_child_process(on: bool = True, tracking_uri: str | None = None) -> 
     child cannot start or dies, writes go on in this process. ``on=False``: back to this
     process (once the queued batches are written)."""
     _THREAD.use_child(on, tracking_uri)
+
+
+def create_run_later(new_run: NewRun) -> Future[tuple[str, str]]:
+    """Have the writer thread create ``new_run`` (:class:`workers.tracking.NewRun`), in the
+    writer process when there is one (:func:`write_in_child_process`), ahead of any queued metric
+    batch; the future's result is (run id, experiment id), or what the creation raised. The
+    caller goes on meanwhile: a cohort's first epoch trains while its members' runs are made."""
+    future: Future[tuple[str, str]] = Future()
+    with _THREAD.cond:
+        _THREAD.new_runs.append((new_run, future))
+        _THREAD.wake()
+    return future
 
 
 class MetricWriter:

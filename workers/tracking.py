@@ -23,9 +23,10 @@ import os
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mlflow.entities import Metric, Param, Run, RunTag
+from mlflow.entities import DatasetInput, Metric, Param, Run, RunTag
 from mlflow.entities.lifecycle_stage import LifecycleStage
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, ErrorCode
@@ -48,6 +49,7 @@ from workers.run_params import flatten_config, provenance_params
 __all__ = [
     "EXPERIMENT_KIND",
     "EXPERIMENT_KIND_TAG",
+    "NewRun",
     "RunLogger",
     "default_tracking_uri",
     "ensure_experiment",
@@ -155,6 +157,8 @@ class RunLogger:
         parent_run_id: str | None = None,
         artifact_location: str | None = None,
         buffered: bool = False,
+        token: str | None = None,
+        adopt: bool = False,
     ) -> RunLogger:
         """Create a run (status RUNNING) in the named experiment, creating that if needed.
 
@@ -167,6 +171,9 @@ class RunLogger:
                 nested under that run in the UI.
             artifact_location: Artifact root if the experiment has to be created.
             buffered: Buffer metrics while the server is failing (a trial's epochs).
+            token: The create token the run is tagged with (default: a new one).
+            adopt: Take the run already made with ``token``, if any (its maker died before
+                it could reply), instead of making a second one.
         """
         client = MlflowClient(tracking_uri=tracking_uri)
         experiment_id = ensure_experiment(client, experiment_name, artifact_location)
@@ -174,18 +181,21 @@ class RunLogger:
         if parent_run_id is not None:
             run_tags[MLFLOW_PARENT_RUN_ID] = parent_run_id
         # A retried create whose first reply was lost finds the run it made by this token.
-        token = uuid.uuid4().hex
+        token = token or uuid.uuid4().hex
         run_tags[CREATE_TOKEN_TAG] = token
 
-        def created() -> bool:
-            return bool(client.search_runs(
-                [experiment_id], filter_string=f"tags.`{CREATE_TOKEN_TAG}` = '{token}'"))
+        def made() -> list[Run]:
+            return client.search_runs([experiment_id],
+                                      filter_string=f"tags.`{CREATE_TOKEN_TAG}` = '{token}'")
 
-        run = retrying(lambda: client.create_run(experiment_id, tags=run_tags, run_name=run_name),
-                       f"create_run {run_name!r}", done=created)
+        run = None
+        if adopt:
+            run = next(iter(retrying(made, f"search for the run of token {token}")), None)
         if run is None:
-            run = client.search_runs(
-                [experiment_id], filter_string=f"tags.`{CREATE_TOKEN_TAG}` = '{token}'")[0]
+            run = retrying(lambda: client.create_run(experiment_id, tags=run_tags, run_name=run_name),
+                           f"create_run {run_name!r}", done=lambda: bool(made()))
+        if run is None:
+            run = made()[0]
         return cls(client, run.info.run_id, run.info.experiment_id, buffered=buffered)
 
     @classmethod
@@ -350,6 +360,38 @@ class RunLogger:
     def ui_url(self, base_url: str) -> str:
         """Link to this run in the MLflow UI served at ``base_url``."""
         return mlflow_ui_url(base_url, self._experiment_id, self._run_id)
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """Everything a new run is created with: its tags, params and dataset inputs.
+
+    Picklable, so a cohort's writer process can create its members' runs while the first
+    epoch trains (:func:`workers.mlflow_retry.create_run_later`). The token is fixed when the
+    request is made, so whoever creates the run after a writer process died finds the run
+    that process made, if it made one (``create(adopt=True)``).
+    """
+
+    tracking_uri: str
+    experiment_name: str
+    run_name: str
+    tags: Mapping[str, Any]
+    parent_run_id: str | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+    inputs: tuple[DatasetInput, ...] = ()
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def create(self, adopt: bool = False) -> tuple[str, str]:
+        """Create the run with its params and inputs; (run id, experiment id). ``adopt``: see
+        :meth:`RunLogger.start` (the params and inputs are then written only where missing)."""
+        logger = RunLogger.start(self.tracking_uri, self.experiment_name, self.run_name,
+                                 self.tags, parent_run_id=self.parent_run_id, token=self.token,
+                                 adopt=adopt)
+        logger.log_params(self.params, fresh=not adopt)  # one log_batch for a trial's ~80
+        if self.inputs:  # MLflow records an input a run already has only once
+            retrying(lambda: logger.client.log_inputs(logger.run_id, datasets=list(self.inputs)),
+                     f"log_inputs of run {logger.run_id}")
+        return logger.run_id, logger.experiment_id
 
 
 def find_runs(tracking_uri: str, experiment_name: str, filter_string: str = "") -> list[Run]:

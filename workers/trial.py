@@ -19,7 +19,9 @@ import math
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from mlflow.tracking import MlflowClient
 
 from workers.contract import (
     C_BASE_PARAM,
@@ -28,9 +30,11 @@ from workers.contract import (
     STOPPED_EARLY_TAG,
     failure_text,
 )
-from workers.mlflow_retry import retrying
-from workers.tracking import RunLogger, flatten_config, provenance_params
+from workers.tracking import NewRun, RunLogger, flatten_config, provenance_params
 from workers.train import Trainer, TrialConfig
+
+if TYPE_CHECKING:
+    from mlflow.entities import DatasetInput
 
 EpochHook = Callable[[Trainer, int, dict[str, float]], None]
 
@@ -50,17 +54,17 @@ def trial_params(trainer: Trainer) -> dict[str, Any]:
     return params
 
 
-def log_dataset_input(trainer: Trainer, logger: RunLogger) -> None:
-    """Record a dataset trial's data as an MLflow dataset input (the UI's Datasets column):
+def dataset_inputs(trainer: Trainer) -> tuple[DatasetInput, ...]:
+    """A dataset trial's data as an MLflow dataset input (the UI's Datasets column):
     digest = the first 32 hex characters of the content hash (MLflow caps a digest at 36;
-    the full hash is the ``dataset_sha256`` param), context tag ``training``. No-op for the
+    the full hash is the ``dataset_sha256`` param), context tag ``training``. None for the
     synthetic task."""
     from mlflow.entities import Dataset, DatasetInput, InputTag
     from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
     task = trainer.view.dataset
     if task is None:
-        return
+        return ()
     config = task.config
     dataset = Dataset(
         name=config.dataset, digest=str(config.sha256)[:DATASET_DIGEST_CHARS],
@@ -70,9 +74,7 @@ def log_dataset_input(trainer: Trainer, logger: RunLogger) -> None:
         profile=json.dumps({"rows": task.rows, "vocab_size": task.vocab_size,
                             "max_target_length": task.max_target_length}),
     )
-    inputs = [DatasetInput(dataset, [InputTag(MLFLOW_DATASET_CONTEXT, "training")])]
-    retrying(lambda: logger.client.log_inputs(logger.run_id, datasets=inputs),
-             f"log_inputs of run {logger.run_id}")
+    return (DatasetInput(dataset, [InputTag(MLFLOW_DATASET_CONTEXT, "training")]),)
 
 
 def finite_metrics(metrics: Mapping[str, float]) -> dict[str, float]:
@@ -153,10 +155,22 @@ class TrialRun:
         plots: bool = True, deferred: bool = False,
     ) -> TrialRun:
         """A new run carrying the trial's params (``plots``, ``deferred``: the class doc)."""
-        logger = RunLogger.start(tracking_uri, experiment_name, run_name, dict(tags or {}),
-                                 parent_run_id=parent_run_id, buffered=True)
-        logger.log_params(trial_params(trainer), fresh=True)  # one log_batch, no read
-        log_dataset_input(trainer, logger)
+        new_run = cls.new_run(trainer, tracking_uri, experiment_name, run_name, tags, parent_run_id)
+        return cls.created(trainer, tracking_uri, *new_run.create(), plots=plots, deferred=deferred)
+
+    @staticmethod
+    def new_run(trainer: Trainer, tracking_uri: str, experiment_name: str, run_name: str,
+                tags: Mapping[str, Any] | None = None, parent_run_id: str | None = None) -> NewRun:
+        """What :meth:`start` creates: the run with the trial's params and dataset input (to be
+        created elsewhere, e.g. by :func:`workers.mlflow_retry.create_run_later`)."""
+        return NewRun(tracking_uri, experiment_name, run_name, dict(tags or {}), parent_run_id,
+                      params=trial_params(trainer), inputs=dataset_inputs(trainer))
+
+    @classmethod
+    def created(cls, trainer: Trainer, tracking_uri: str, run_id: str, experiment_id: str, *,
+                plots: bool = True, deferred: bool = False) -> TrialRun:
+        """The trial's run once its :meth:`new_run` is created (``run_id`` in ``experiment_id``)."""
+        logger = RunLogger(MlflowClient(tracking_uri=tracking_uri), run_id, experiment_id, buffered=True)
         return cls(trainer, logger, plots=plots, deferred=deferred)
 
     @classmethod

@@ -3,8 +3,9 @@
 The members are trained by :class:`workers.cohort.trainer.Cohort` (one vectorized train pass,
 each member's lone epoch-end code; each epoch chunk by chunk where the device cannot hold them
 all: :mod:`workers.cohort.chunked`) and each keeps everything a lone trial has: its own
-MLflow child run, opened by :func:`sweeps.tune.trainable.open_trial_run` with the lone trial's
-tags (a per-member ``ksweep.trial_id``, plus ``ksweep.cohort``), one metric point per epoch,
+MLflow child run, with the lone trial's tags (a per-member ``ksweep.trial_id``, plus
+``ksweep.cohort``; a new one is made by the metric writer's process while the first epoch
+trains, and waited for before that epoch is logged), one metric point per epoch,
 ``selected/*`` logged with its last epoch, its plots (``tracking.trial_plots``) and its end
 state; its own checkpoint. A member's epoch is queued for MLflow's writer thread, and every
 member's run is settled before the cohort's ``tune.report`` (the wait a lone trial's
@@ -25,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import tempfile
+from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +35,12 @@ from ray import tune
 
 from sweeps.tune.search_space import MEMBERS
 from sweeps.tune.state_backup import restored_as, seal_checkpoint
-from sweeps.tune.trainable import delete_leftover_runs, open_trial_run
+from sweeps.tune.trainable import (
+    delete_leftover_runs,
+    new_trial_run,
+    open_trial_run,
+    trial_run_options,
+)
 from workers.contract import (
     C_BASE_PARAM,
     FAILURE_TAG,
@@ -43,6 +50,7 @@ from workers.contract import (
     TrainingStatus,
     failure_text,
 )
+from workers.mlflow_retry import create_run_later
 
 if TYPE_CHECKING:  # the training stack is imported where a trial runs: the driver never loads torch
     from sweeps.spec.trials import TrialConfigs
@@ -110,7 +118,8 @@ class _CohortTrial:
              "final": {}, "history": {}}
             for k, member in enumerate(self.members)]
         self.running: list[int] = []
-        self.runs: list[TrialRun | None] = []  # None: replayed, its run already ended
+        self.runs: list[TrialRun | None] = []  # None: replayed, its run already ended (or not made yet)
+        self.making: dict[int, Future[tuple[str, str]]] = {}  # position -> its run being made
         self.unclosed: list[int] = []  # positions that ended but whose runs are not ended yet
 
     def open(self, folder: Path | None) -> Cohort | ChunkedCohort | None:
@@ -137,29 +146,55 @@ class _CohortTrial:
         fresh = {self.records[k]["trial_id"] for k in self.running if not self.records[k]["run_id"]}
         if fresh:  # one search for the cohort: every member's run carries the cohort's tag
             delete_leftover_runs(self.context, {COHORT_TAG: self.cohort_id}, fresh)
-        for member, k in zip(cohort.members, self.running, strict=True):
+        for position, (member, k) in enumerate(zip(cohort.members, self.running, strict=True)):
             record = self.records[k]
-            if record["run_id"] and client.get_run(record["run_id"]).info.status != "RUNNING":
+            record["final"][C_BASE_PARAM] = member.trainer.c_base
+            if not record["run_id"]:
+                # Made by the metric writer while the first epoch trains (its process's
+                # store work on the other core): the runs are waited for before the epoch is
+                # logged (_made), so every checkpoint still names them.
+                self.runs.append(None)
+                self.making[position] = create_run_later(new_trial_run(
+                    member.trainer, self.members[k], self.context, record["trial_id"],
+                    {COHORT_TAG: self.cohort_id}))
+            elif client.get_run(record["run_id"]).info.status != "RUNNING":
                 # Its run ended under a driver killed before Tune saw the checkpoint that
                 # says so (as sweeps/tune/trainable.py's lone trial): the run is whole, so the
                 # member only replays its last epochs from the checkpoint's exact state for
                 # its record, and touches nothing in MLflow.
-                record["final"][C_BASE_PARAM] = member.trainer.c_base
                 self.runs.append(None)
-                continue
-            run = open_trial_run(member.trainer, self.members[k], self.context, record["trial_id"],
-                                 record["run_id"], extra_tags={COHORT_TAG: self.cohort_id},
-                                 leftovers_deleted=True)
-            record["run_id"] = run.logger.run_id
-            record["final"][C_BASE_PARAM] = member.trainer.c_base
-            self.runs.append(run)
+            else:
+                self.runs.append(open_trial_run(member.trainer, self.members[k], self.context,
+                                                record["trial_id"], record["run_id"]))
         return cohort
+
+    def _made(self, cohort: Cohort | ChunkedCohort, raising: bool = True) -> None:
+        """Wait for the runs :meth:`open` had made; ``raising`` False: a run that could not be
+        made stays None (nothing to end), as when the trial fails."""
+        from workers.trial import TrialRun
+
+        while self.making:
+            position = next(iter(self.making))
+            future = self.making.pop(position)
+            try:
+                run_id, experiment_id = future.result()
+            except Exception:
+                if raising:
+                    raise
+                continue
+            self.runs[position] = TrialRun.created(
+                cohort.members[position].trainer, self.context["tracking_uri"], run_id,
+                experiment_id, **trial_run_options(self.context))
+            self.records[self.running[position]]["run_id"] = run_id
 
     def epoch(self, cohort: Cohort | ChunkedCohort) -> None:
         """Train one epoch, log it per member; the members that ended go to ``unclosed``."""
         # Each member queued as soon as its epoch end is done: the write overlaps the next one's.
-        logged = cohort.run_epoch(on_member=lambda position, metrics: self._log_member(
-            cohort.members[position], position, metrics))
+        def on_member(position: int, metrics: dict[str, float]) -> None:
+            self._made(cohort)  # the first one waits for the runs being made, if any
+            self._log_member(cohort.members[position], position, metrics)
+
+        logged = cohort.run_epoch(on_member=on_member)
         for position, member in enumerate(cohort.members):
             record = self.records[self.running[position]]
             if position in logged or record["state"] in ENDED:
@@ -186,6 +221,7 @@ class _CohortTrial:
             history={k: list(history[k]) for k in HISTORY_METRICS if k in history})
 
     def close_ended(self, cohort: Cohort | ChunkedCohort) -> None:
+        self._made(cohort)
         while self.unclosed:
             position = self.unclosed.pop(0)
             _close(cohort.members[position], self.runs[position])
@@ -193,6 +229,8 @@ class _CohortTrial:
     def report(self, cohort: Cohort | ChunkedCohort | None, metric: str, mode: str) -> None:
         """One tune.report for the cohort, with every member's checkpoint and record (None:
         every member ended, records only)."""
+        if cohort is not None:
+            self._made(cohort)
         values = [r["final"].get(metric) for r in self.records]
         values = [v for v in values if v is not None and math.isfinite(v)]
         best = (max(values) if mode == "max" else min(values)) if values else math.nan
@@ -211,6 +249,7 @@ class _CohortTrial:
 
     def stop_running(self, cohort: Cohort | ChunkedCohort, error: BaseException | None) -> None:
         """End the runs of members still running: stopped early (Tune's stop) or failed."""
+        self._made(cohort, raising=False)
         self.close_ended(cohort)
         for position, member in enumerate(cohort.members):
             if member.status != TrainingStatus.RUNNING or self.records[self.running[position]]["state"] in ENDED:

@@ -30,7 +30,7 @@ from workers.contract import (
     runs_with_tag_filter,
 )
 from workers.mlflow_retry import retrying
-from workers.tracking import ensure_experiment
+from workers.tracking import NewRun, ensure_experiment
 
 if TYPE_CHECKING:  # the training stack is imported where a trial runs: the driver never loads torch
     from sweeps.spec.trials import TrialConfigs
@@ -77,15 +77,28 @@ def open_trial_run(
     from workers.trial import TrialRun
 
     uri = context["tracking_uri"]
-    options = {"plots": bool(context.get("trial_plots", False)), "deferred": True}
     if checkpoint_run_id is not None:
-        return TrialRun.attach(trainer, uri, checkpoint_run_id, **options)
+        return TrialRun.attach(trainer, uri, checkpoint_run_id, **trial_run_options(context))
     if not leftovers_deleted:
         delete_leftover_runs(context, {TRIAL_ID_TAG: trial_id})
+    new_run = new_trial_run(trainer, params, context, trial_id, extra_tags)
+    return TrialRun.created(trainer, uri, *new_run.create(), **trial_run_options(context))
+
+
+def trial_run_options(context: dict[str, Any]) -> dict[str, bool]:
+    """How a sweep's trial run logs: deferred epochs, PNGs only with ``tracking.trial_plots``."""
+    return {"plots": bool(context.get("trial_plots", False)), "deferred": True}
+
+
+def new_trial_run(trainer: Trainer, params: dict[str, Any], context: dict[str, Any], trial_id: str,
+                  extra_tags: dict[str, str] | None = None) -> NewRun:
+    """A sweep trial's new run: its tags (sweep, trial, kind, one per search param) and params."""
+    from workers.trial import TrialRun
+
     tags = {SWEEP_ID_TAG: context["sweep_id"], TRIAL_ID_TAG: trial_id, RUN_KIND_TAG: RUN_KIND_TRIAL,
             **{param_tag(k): v for k, v in params.items()}, **(extra_tags or {})}
-    return TrialRun.start(trainer, uri, context["experiment_name"], trainer.config.name or trial_id,
-                          tags, parent_run_id=context["parent_run_id"], **options)
+    return TrialRun.new_run(trainer, context["tracking_uri"], context["experiment_name"],
+                            trainer.config.name or trial_id, tags, context["parent_run_id"])
 
 
 def _ended_run(context: dict[str, Any], run_id: str) -> str | None:

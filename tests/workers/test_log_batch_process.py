@@ -3,6 +3,7 @@ writes them: a real SQLite store, a real child process, real kills."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -17,7 +18,7 @@ from mlflow.tracking import MlflowClient
 
 from workers import mlflow_retry
 from workers.log_batch_process import LogBatchProcess
-from workers.tracking import RunLogger, ensure_experiment
+from workers.tracking import NewRun, RunLogger, ensure_experiment
 
 
 @pytest.fixture
@@ -146,3 +147,84 @@ def test_the_child_dies_with_a_killed_parent(tmp_path):
         _wait_for(gone, timeout_s=10)
     finally:
         parent.kill()
+
+
+def _new_run(client: MlflowClient, name: str, cls: type[NewRun] = NewRun, **tags: str) -> NewRun:
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    experiment = f"made-{uuid.uuid4().hex[:8]}"
+    parent = client.create_run(ensure_experiment(client, experiment)).info.run_id
+    dataset = Dataset(name="tokens", digest="0123abcd", source_type="ksweep-dataset-store",
+                      source='{"name": "tokens"}')
+    return cls(client.tracking_uri, experiment, name, {"ksweep.trial_id": name, **tags},
+               parent_run_id=parent, params={"alpha": 0.5, "model": {"hidden": 64}},
+               inputs=(DatasetInput(dataset, [InputTag("mlflow.data.context", "training")]),))
+
+
+def _made(client: MlflowClient, run_id: str) -> tuple:
+    """What a made run holds, but its id and create token."""
+    run = client.get_run(run_id)
+    tags = {k: v for k, v in run.data.tags.items() if k != "ksweep.create_token"}
+    inputs = [(d.dataset.name, d.dataset.digest, [(t.key, t.value) for t in d.tags])
+              for d in run.inputs.dataset_inputs]
+    return run.info.status, run.info.run_name, tags, run.data.params, inputs
+
+
+def test_a_run_made_by_the_child_holds_what_one_made_here_holds(client):
+    child = LogBatchProcess(client.tracking_uri)
+    try:
+        there, here = _new_run(client, "trial-0"), _new_run(client, "trial-0")
+        run_id, experiment_id = child.create_run(there)
+        assert experiment_id == client.get_experiment_by_name(there.experiment_name).experiment_id
+        made_there, made_here = _made(client, run_id), _made(client, here.create()[0])
+        assert made_there[2].pop("mlflow.parentRunId") == there.parent_run_id
+        assert made_here[2].pop("mlflow.parentRunId") == here.parent_run_id
+        assert made_there == made_here
+        assert made_here[:2] == ("RUNNING", "trial-0")
+        assert made_here[3] == {"alpha": "0.5", "model.hidden": "64"}
+        assert made_here[4] == [("tokens", "0123abcd", [("mlflow.data.context", "training")])]
+        # Made again with its token (its maker died before replying): the same run, nothing twice.
+        assert there.create(adopt=True) == (run_id, experiment_id)
+        again = _made(client, run_id)
+        again[2].pop("mlflow.parentRunId")
+        assert again == made_there
+        assert len(client.search_runs([experiment_id], "tags.`ksweep.trial_id` = 'trial-0'")) == 1
+    finally:
+        child.close()
+
+
+def test_runs_made_later_come_ahead_of_batches_and_a_refused_one_raises_its_error(client, in_child):
+    futures = [mlflow_retry.create_run_later(_new_run(client, f"member-{k}")) for k in range(3)]
+    bad_key = dataclasses.replace(_new_run(client, "member-3"), params={"../alpha": 0.5})
+    refused = mlflow_retry.create_run_later(bad_key)
+    for k, future in enumerate(futures):
+        run_id, experiment_id = future.result(timeout=60)
+        logger = RunLogger(client, run_id, experiment_id, buffered=True)
+        logger.log_metrics({"val/loss": float(k)}, step=1, wait=False)
+        logger.finish()
+        assert client.get_run(run_id).info.run_name == f"member-{k}"
+        assert _history(client, run_id, "val/loss") == [(1, float(k))]
+    with pytest.raises(MlflowException) as raised:
+        refused.result(timeout=60)
+    assert raised.value.error_code == "INVALID_PARAMETER_VALUE"
+    assert in_child.child is not None and in_child.child.alive  # made there, not here
+
+
+class DiesAfterMaking(NewRun):
+    """Its writer process makes the run, then dies before it can reply."""
+
+    def create(self, adopt: bool = False) -> tuple[str, str]:
+        made = super().create(adopt)
+        if not adopt and os.getpid() != self.tags["maker"]:
+            os._exit(1)
+        return made
+
+
+def test_a_run_whose_child_died_before_replying_is_made_once(client, in_child):
+    new_run = _new_run(client, "member-0", DiesAfterMaking, maker=os.getpid())
+    run_id, experiment_id = mlflow_retry.create_run_later(new_run).result(timeout=60)
+    runs = client.search_runs([experiment_id], "tags.`ksweep.trial_id` = 'member-0'")
+    assert [r.info.run_id for r in runs] == [run_id]  # the child's run, adopted here
+    assert runs[0].data.params == {"alpha": "0.5", "model.hidden": "64"}
+    assert len(runs[0].inputs.dataset_inputs) == 1
+    assert not in_child.in_child  # runs and batches are made in this process from now on
