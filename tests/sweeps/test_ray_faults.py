@@ -183,6 +183,63 @@ def test_kill9_between_the_mlflow_log_and_the_checkpoint_logs_no_epoch_twice(tmp
     assert retry[-1] == epochs and 2 <= retry[0] <= logged + 1
 
 
+def _cohort_runs(db: Path) -> tuple[list[str], int]:
+    """The live member runs in the store (run ids, read straight from sqlite) and how many
+    val/loss points they hold."""
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as connection:
+            runs = [row[0] for row in connection.execute(
+                "SELECT runs.run_uuid FROM runs JOIN tags ON tags.run_uuid = runs.run_uuid "
+                "WHERE tags.key = 'ksweep.cohort' AND runs.lifecycle_stage = 'active'")]
+            points = connection.execute(
+                "SELECT count(*) FROM metrics WHERE key = 'val/loss'").fetchone()[0]
+    except sqlite3.Error:
+        return [], 0
+    return runs, int(points)
+
+
+@pytest.mark.timeout(1200)
+def test_kill9_of_a_cohort_worker_before_its_first_checkpoint_leaves_one_run_per_member(tmp_path):
+    """A cohort's member runs are made by its metric writer while the first epoch trains: a
+    kill -9 of the trial worker then (the runs made, no epoch logged, no checkpoint) leaves
+    them behind; the retry starts afresh, deletes them and trains every member into one run."""
+    members, epochs = 4, 2
+    spec = _write_spec(tmp_path, "cohort-kill", {
+        # A long first train pass (4,096 examples) holds the window between the runs and the
+        # first logged epoch open for seconds.
+        "template.data.train_size": 4096, "template.data.val_size": 128,
+        "template.data.test_size": 128, "template.training.epochs": epochs, "seeds": members,
+        "alpha": [1], "loss_stacks": ["raw_token_weighted"], "budget.max_failures_per_trial": 2,
+        "budget.max_concurrent_trials": 1, "resources.cohort_size": members,
+    })
+    process = _sweep(tmp_path, spec, "ck1")
+    db = tmp_path / "mlflow.db"
+    deadline = time.time() + 600
+    while time.time() < deadline and process.poll() is None:
+        made, points = _cohort_runs(db)
+        if len(made) == members or points:
+            break
+        time.sleep(0.02)
+    (worker,) = _trial_workers(process)
+    worker.send_signal(signal.SIGKILL)
+    assert len(made) == members and points == 0, ("the kill missed the window", made, points)
+    output, _ = process.communicate(timeout=900)
+    assert process.returncode == 0, output
+    status = read_status(tmp_path / "root" / "ck1" / "status.json")
+    assert (status.state, status.total, status.done, status.failed) == ("succeeded", members, members, 0)
+    assert _num_failures(tmp_path, "ck1") == [1], "one failure, retried"
+    client, _, _, children = _runs(tmp_path, "quickstart", "ck1")
+    assert len(children) == members
+    assert len({c.data.tags["ksweep.trial_id"] for c in children}) == members
+    assert not {c.info.run_id for c in children} & set(made), "the killed try's runs were deleted"
+    for run_id in made:
+        assert client.get_run(run_id).info.lifecycle_stage == "deleted"
+    for child in children:
+        assert child.info.status == "FINISHED"
+        steps = [m.step for m in client.get_metric_history(child.info.run_id, "val/loss")]
+        assert steps == list(range(1, epochs + 1)), steps
+
+
 @pytest.mark.timeout(1500)
 def test_kill9_of_the_whole_local_ray_ends_the_driver_and_a_rerun_resumes(tmp_path):
     # 6 rows, 4 trials (uniform once for its three alphas), one at a time; killed amid the
