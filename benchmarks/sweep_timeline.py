@@ -12,7 +12,9 @@ followed by the phases they bound:
 
 - ``driver and Ray up``: launch to the trial worker's process (the driver's imports, Ray's
   start, the parent run, Tune's set-up);
-- ``trial worker to its members' runs``: its imports, the MLflow store's set-up, the runs;
+- ``trial worker to its members' runs``: its imports, the MLflow store's set-up and the
+  members' creation (a fresh cohort's runs are made by its metric writer process as the first
+  epoch starts; a lone trial's by the worker, before it);
 - ``training``: the first member run's start to the last member run's end;
 - ``the end``: the last member run's end to the driver's exit (Tune's end, the report).
 
