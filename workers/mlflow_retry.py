@@ -167,8 +167,7 @@ class _WriterThread:
         try:
             child.log_batch(client.tracking_uri, run_id, batch)
         except ChildProcessError as error:
-            log.warning("writing MLflow metrics in this process from now on: %s", error)
-            self.in_child, self.child = False, None
+            self._child_lost(error)
             raise
 
     def create_run(self, new_run: NewRun) -> tuple[str, str]:
@@ -180,9 +179,13 @@ class _WriterThread:
         try:
             return child.create_run(new_run)
         except ChildProcessError as error:
-            log.warning("creating MLflow runs in this process from now on: %s", error)
-            self.in_child, self.child = False, None
+            self._child_lost(error)
             return new_run.create(adopt=True)
+
+    def _child_lost(self, error: ChildProcessError) -> None:
+        """The child died mid-request: runs and batches are written in this process from now on."""
+        log.warning("writing MLflow runs and metrics in this process from now on: %s", error)
+        self.in_child, self.child = False, None
 
     def _child(self) -> LogBatchProcess | None:
         """The running child, started if need be (on this thread); None if it cannot start."""
@@ -199,7 +202,7 @@ class _WriterThread:
             with self.cond:
                 while not self.ready and not self.new_runs and not (self.in_child and self.child is None):
                     self.cond.wait()
-                new_run = self.new_runs.popleft() if self.new_runs else None
+                new_run = self.new_runs[0] if self.new_runs else None  # left queued until made
                 starting = new_run is None and not self.ready
                 if new_run is None and not starting:
                     writer = self.ready[0]
@@ -212,6 +215,7 @@ class _WriterThread:
                     except BaseException as error:  # noqa: BLE001 (raised by the future's result())
                         future.set_exception(error)
                 with self.cond:
+                    self.new_runs.popleft()
                     self.cond.notify_all()
                 continue
             if starting:

@@ -57,7 +57,7 @@ def trial_params(trainer: Trainer) -> dict[str, Any]:
 def dataset_inputs(trainer: Trainer) -> tuple[DatasetInput, ...]:
     """A dataset trial's data as an MLflow dataset input (the UI's Datasets column):
     digest = the first 32 hex characters of the content hash (MLflow caps a digest at 36;
-    the full hash is the ``dataset_sha256`` param), context tag ``training``. None for the
+    the full hash is the ``dataset_sha256`` param), context tag ``training``. Empty for the
     synthetic task."""
     from mlflow.entities import Dataset, DatasetInput, InputTag
     from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
