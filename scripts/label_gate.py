@@ -11,7 +11,7 @@ would make with the default ``split_fractions``): the measures of
 dataset's own ids decoded with the tokenizer it was registered with (bytes, or a registered
 model's). The base model is the one whose tokenizer the dataset records (or ``--model``): b_t
 (cached in the sweep root, as the sweeps cache it), kappa_1 and kappa_2 and the mean hidden
-states of the last layer; with ``--no-lm``, or for a byte-tokenized dataset, b_t is a unigram
+states of the last layer (cached beside it); with ``--no-lm``, or for a byte-tokenized dataset, b_t is a unigram
 base of the train split (add-one smoothed) and there is no hidden-state ceiling.
 
 A label whose unsupervised ceiling AMI is under 0.3 is marked "not for comparing stacks".
@@ -21,7 +21,9 @@ Exit status 0 whatever the verdicts (they are data); 2 for a dataset or model th
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import os
 import sys
 import time
 from collections import Counter
@@ -128,7 +130,7 @@ def gate_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
                                 train_rows=np.flatnonzero(split == 0).tolist())
         surprisal, base_name = lm.rows, f"{base['record'].name} (b_t cached: {lm.cache_hit})"
         timings["b_t_s"] = time.perf_counter() - started
-        states = hidden_states(base, xs, ys, split, args, timings)
+        states = hidden_states(base, record.sha256, xs, ys, split, args, timings)
     else:
         surprisal, base_name = unigram_surprisal(ys, split == 0), "unigram of the train split"
     kappa = {alpha: kappas(surprisal, alpha) for alpha in ALPHAS}
@@ -145,10 +147,11 @@ def gate_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
             "base": base_name, "timings_s": {k: round(v, 1) for k, v in timings.items()}, **result}
 
 
-def hidden_states(base: dict[str, Any], xs: list, ys: list, split: np.ndarray,
-                  args: argparse.Namespace, timings: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:
+def hidden_states(base: dict[str, Any], dataset_sha256: str, xs: list, ys: list,
+                  split: np.ndarray, args: argparse.Namespace,
+                  timings: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:
     """Mean hidden states of (a seeded subsample of at most ``--lm-train-rows`` train rows,
-    every test row)."""
+    every test row), cached in the sweep root's ``lm_states/`` by content, model and rows."""
     from workers.lm.features import mean_hidden_states
     from workers.lm.loading import bos_token_id
 
@@ -156,11 +159,21 @@ def hidden_states(base: dict[str, Any], xs: list, ys: list, split: np.ndarray,
     if len(train) > args.lm_train_rows:
         train = np.sort(np.random.default_rng(args.seed).choice(train, args.lm_train_rows, False))
     test = np.flatnonzero(split == 2)
-    started = time.perf_counter()
     rows = np.concatenate([train, test])
-    states = mean_hidden_states(base["model"], [xs[i] for i in rows], [ys[i] for i in rows],
-                                bos_id=bos_token_id(base["model"], base["tokenizer"]))
-    timings["hidden_states_s"] = time.perf_counter() - started
+    key = hashlib.sha256(json.dumps({"dataset": dataset_sha256, "model": base["record"].sha256,
+                                     "layer": -1, "rows": rows.tolist()}).encode()).hexdigest()[:24]
+    cache = default_sweep_root() / "lm_states" / f"{key}.npy"
+    if cache.is_file():  # the same rows of the same content under the same model
+        states = np.load(cache)
+    else:
+        started = time.perf_counter()
+        states = mean_hidden_states(base["model"], [xs[i] for i in rows], [ys[i] for i in rows],
+                                    bos_id=bos_token_id(base["model"], base["tokenizer"]))
+        timings["hidden_states_s"] = time.perf_counter() - started
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        staging = cache.with_suffix(f".{os.getpid()}.npy")
+        np.save(staging, states)
+        os.replace(staging, cache)
     return states[:len(train)], states[len(train):]
 
 
