@@ -231,6 +231,19 @@ def render(results: list[dict[str, Any]]) -> None:
             console.print(f"{result['dataset']}: {flag}", highlight=False)
 
 
+def markdown(results: list[dict[str, Any]]) -> str:
+    """The printed table as Markdown, flags after it (for a write-up)."""
+    cells = [table_rows(r) for r in results]
+    lines = ["| measure | " + " | ".join(r["dataset"] for r in results) + " |",
+             "|---|" + "---|" * len(results)]
+    for name in dict.fromkeys(k for c in cells for k in c):
+        lines.append(f"| {name} | " + " | ".join(c.get(name, "-").replace("|", "/")
+                                                 for c in cells) + " |")
+    lines.append("")
+    lines += [f"- {r['dataset']}: {flag}" for r in results for flag in r["flags"] or ["no flags"]]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dataset", action="append", required=True,
@@ -242,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="train rows whose hidden states k-means is fitted on (seeded sample)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--markdown", type=Path, help="write the table here as Markdown")
     args = parser.parse_args(argv)
     results = [gate_one(name, args) for name in args.dataset]
     render(results)
@@ -249,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=1, default=float) + "\n")
         print(f"written {args.json}")
+    if args.markdown:
+        args.markdown.write_text(markdown(results))
+        print(f"written {args.markdown}")
     return 0
 
 

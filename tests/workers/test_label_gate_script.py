@@ -63,7 +63,9 @@ def test_gate_script_on_a_registered_dataset(tiny: Path, tmp_path: Path, monkeyp
                                         tokenizer=tokenizer_of(table))
     gate = load_script("label_gate.py")
     out = tmp_path / "gate.json"
-    assert gate.main(["--dataset", "words", "--json", str(out), "--lm-train-rows", "50"]) == 0
+    table = tmp_path / "gate.md"
+    assert gate.main(["--dataset", "words", "--json", str(out), "--markdown", str(table),
+                      "--lm-train-rows", "50"]) == 0
     (result,) = json.loads(out.read_text())
     assert result["dataset"] == "words" and result["rows"] == {"train": 96, "test": 96}
     assert result["base"].startswith("tiny (b_t cached: False)")
@@ -77,6 +79,9 @@ def test_gate_script_on_a_registered_dataset(tiny: Path, tmp_path: Path, monkeyp
     evidence = result["evidence_on_top_surprisal"]
     assert evidence["examples"] == 96 and 0 <= evidence["share"] <= 1
     assert result["verdict"] in ("usable for comparing stacks", "not for comparing stacks")
+    lines = table.read_text().splitlines()
+    assert lines[0] == "| measure | words |" and any(
+        line.startswith("| verdict | ") for line in lines)
     # Again without the model: a unigram base, no hidden-state ceiling, the text read all the same.
     assert gate.main(["--dataset", "words", "--no-lm", "--json", str(out)]) == 0
     (plain,) = json.loads(out.read_text())

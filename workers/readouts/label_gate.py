@@ -209,9 +209,12 @@ def evidence_on_top_surprisal(model: Any, test: GateSplit,
     vectorizer, classifier = model.steps[0][1], model.steps[-1][1]
     vocab = vectorizer.vocabulary_
     row_of = {label: i for i, label in enumerate(classifier.classes_.tolist())}
+    coefs = classifier.coef_
+    if coefs.shape[0] == 1:  # two classes: one row, for classes_[1]; classes_[0]'s is its negative
+        coefs = np.vstack([-coefs[0], coefs[0]])
     shares, nulls, labels, empty = [], [], [], 0
     for tokens, b, label in zip(test.tokens, test.surprisal, test.labels, strict=True):
-        coef = classifier.coef_[row_of[label]] if label in row_of else None
+        coef = coefs[row_of[label]] if label in row_of else None
         evidence = np.array([abs(coef[vocab[str(t)]]) if coef is not None and str(t) in vocab
                              else 0.0 for t in tokens])
         if evidence.sum() <= 0:
