@@ -74,6 +74,8 @@ def test_pure_length_label_is_read_by_length_and_flagged() -> None:
     assert result["accuracy"]["content_words"]["accuracy"] < 0.8
     assert result["ceiling_ami"] < 0.3 and result["verdict"] == NOT_FOR_STACKS
     assert any(f.startswith("length:") for f in result["flags"])
+    assert result["flags"][0].endswith("(words only: the base model's states, not measured, "
+                                       "may find more)")
 
 
 def test_give_away_token_is_named() -> None:

@@ -68,7 +68,7 @@ def test_gate_script_on_a_registered_dataset(tiny: Path, tmp_path: Path, monkeyp
                       "--lm-train-rows", "50"]) == 0
     (result,) = json.loads(out.read_text())
     assert result["dataset"] == "words" and result["rows"] == {"train": 96, "test": 96}
-    assert result["base"].startswith("tiny (b_t cached: False)")
+    assert result["base"] == "tiny" and result["timings_s"]["b_t_s"] >= 0
     assert set(result["unsupervised"]) == {"tfidf_lsa_kmeans", "lm_states_kmeans"}
     # The tiny vocabulary's words (w0, w1, ...) are no content words: said, and read as the floor.
     assert result["unsupervised"]["tfidf_lsa_kmeans"]["ami"] == 0.0
@@ -82,6 +82,11 @@ def test_gate_script_on_a_registered_dataset(tiny: Path, tmp_path: Path, monkeyp
     lines = table.read_text().splitlines()
     assert lines[0] == "| measure | words |" and any(
         line.startswith("| verdict | ") for line in lines)
+    # b_t from the model (cached now) without the hidden-state ceiling.
+    assert gate.main(["--dataset", "words", "--no-states", "--json", str(out)]) == 0
+    (no_states,) = json.loads(out.read_text())
+    assert no_states["base"] == "tiny" and set(no_states["unsupervised"]) == {"tfidf_lsa_kmeans"}
+    assert no_states["evidence_on_top_surprisal"] == evidence
     # Again without the model: a unigram base, no hidden-state ceiling, the text read all the same.
     assert gate.main(["--dataset", "words", "--no-lm", "--json", str(out)]) == 0
     (plain,) = json.loads(out.read_text())

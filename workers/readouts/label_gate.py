@@ -245,7 +245,9 @@ def verdict_and_flags(result: dict[str, Any]) -> tuple[str, list[str]]:
     flags = []
     ceiling = result["ceiling_ami"]
     if ceiling < CEILING_AMI_MIN:
-        flags.append(f"{NOT_FOR_STACKS}: unsupervised ceiling AMI {ceiling:.3f} < {CEILING_AMI_MIN}")
+        flags.append(f"{NOT_FOR_STACKS}: unsupervised ceiling AMI {ceiling:.3f} < {CEILING_AMI_MIN}"
+                     + ("" if "lm_states_kmeans" in result["unsupervised"] else
+                        " (words only: the base model's states, not measured, may find more)"))
     acc = {k: v["accuracy"] for k, v in result["accuracy"].items()}
     floor = acc["majority"]
     best = max(acc["content_words"], acc["bag_of_tokens"], acc["formatting_only"])
