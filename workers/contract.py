@@ -71,7 +71,10 @@ METRIC_NAMES: tuple[str, ...] = (
 # Latent recovery beside its chance level (labelled data, overall only, every epoch): AMI and
 # the NMI against shuffled labels (workers.metrics.chance_readouts).
 LATENT_AMI, LATENT_NMI_SHUFFLED = "latent_ami", "latent_nmi_shuffled"
-CHANCE_READOUTS: tuple[str, ...] = (LATENT_AMI, LATENT_NMI_SHUFFLED)
+# The latent's assignment against the quartiles of target length and of kappa (workers.readouts.
+# confounds): what its clusters share with nuisance variables, beside the NMI against the label.
+LATENT_NMI_LENGTH, LATENT_NMI_KAPPA = "latent_nmi_length", "latent_nmi_kappa"
+CHANCE_READOUTS: tuple[str, ...] = (LATENT_AMI, LATENT_NMI_SHUFFLED, LATENT_NMI_LENGTH, LATENT_NMI_KAPPA)
 
 # --- registered names (datasets and language models) -------------------------------------
 

@@ -74,6 +74,21 @@ def test_epoch_metrics_have_the_design_names(discrete_example, tmp_path):
     assert max(trainer.history["val/baseline_self_check"]) < 1e-5
 
 
+def test_test_read_once_at_the_selected_checkpoint_equals_the_per_epoch_read(discrete_example, tmp_path):
+    config = small(discrete_example, epochs=3)
+    every = Trainer.create(config, tmp_path)
+    every.run()
+    once_config = config.model_copy(update={"readouts": config.readouts.model_copy(update={"test_every_epoch": False})})
+    once = Trainer.create(once_config, tmp_path)
+    once.run()
+    assert not any(key.startswith("test/") for key in once.history)
+    tested = {key: value for key, value in once.final_metrics.items() if key.startswith("selected/test/")}
+    assert "selected/test/latent_nmi" in tested and "selected/test/loss" in tested
+    for key, value in tested.items():
+        assert value == pytest.approx(every.final_metrics[key], rel=1e-9, abs=1e-12, nan_ok=True), key
+    assert once.final_metrics["selected/epoch"] == every.final_metrics["selected/epoch"]
+
+
 def test_nan_loss_stops_with_step_and_terms(discrete_example, tmp_path):
     trainer = Trainer.create(small(discrete_example, epochs=2, inject_nan_at_step=5), tmp_path)
     with pytest.raises(TrialDiverged, match=r"at step 5 \(epoch 2\).*token_weighted=") as info:

@@ -85,14 +85,14 @@ def member_outputs(params: dict[str, torch.Tensor], model_config, num_categories
     """Per running member (``trainers[k]``, row k of ``params``): its outputs on each split its
     lone ``evaluate`` reads, from one batched forward per split and row count.
 
-    Members whose read-out settings differ (``readouts.test``, ``readouts.train_subset``) are
+    Members whose read-out settings differ (``readouts.epoch_splits()``, ``readouts.train_subset``) are
     grouped by what they read. ``cache`` keeps the stacked splits (fixed while the members
     are); the caller empties it when the running members change.
     """
     wanted: dict[tuple, list[int]] = {}
     for k, trainer in enumerate(trainers):
         readouts = trainer.config.readouts
-        for name in ("train", "val", "test") if readouts.test else ("train", "val"):
+        for name in readouts.epoch_splits():
             rows = len(eval_split(trainer.splits[name], name, readouts.train_subset).split)
             wanted.setdefault((name, rows), []).append(k)
     outputs: list[dict[str, Collected]] = [{} for _ in trainers]
@@ -141,7 +141,7 @@ def _shares_together(params: dict[str, torch.Tensor], model_config, num_categori
     whose ``gradient_batch()`` is ``batches[i]``)."""
     inputs = {name: value.detach() for name, value in params.items()}
     leaves = [inputs[name].requires_grad_() for name in inputs if name.startswith(POSTERIOR_PARAMS)]
-    stacks = [recon.build(c_base=t.c_base) for t, (_, _, recon) in zip(trainers, batches, strict=True)]
+    stacks = [t.build_stack(recon) for t, (_, _, recon) in zip(trainers, batches, strict=True)]
     results: list[dict[str, float]] = [{} for _ in trainers]
     with torch.enable_grad():
         with _autocast(trainers[0].config.training.bf16, stacked["target"].device):

@@ -35,6 +35,7 @@ from workers.data import (
     kind_layout,
     oracle_conditional_nll,
 )
+from workers.readouts.confounds import confound_readouts
 from workers.readouts.latent import discrete_mi_zs, gaussian_mixture_mi_zs, kl_kappa_spearman
 from workers.readouts.surprisal import by_kind, surprisal_readouts
 
@@ -192,6 +193,7 @@ def model_readouts(collected: Collected, data: SplitData, stack, diagnostics, *,
     out = _group_readouts(collected, data, everything, labels, *args, sampled=sampled)
     if data.has_label and len(data.split):
         out.update(latent_metrics.chance_readouts(labels, data.split.strategy.cpu()))
+        out.update(confound_readouts(labels, data.split.mask, data.kappa))
     if alpha == 0:
         out["kl_kappa_spearman"] = math.nan
     kind = data.split.kind.cpu()

@@ -94,6 +94,17 @@ class ReadoutConfig(BaseModel):
     test: bool = Field(
         True, description="Evaluate the test split every epoch (logged, never read by selection)."
     )
+    test_every_epoch: bool = Field(
+        True,
+        description="With `test`: read the test split at every epoch end (its curves in MLflow). "
+        "False: read it once, at the checkpoint val chose (the `selected/test/...` values the "
+        "report reads, the same numbers), for a fraction of the evaluation's cost when the test "
+        "split is large; the per-epoch test curves and test speed read-outs are then absent.",
+    )
+
+    def epoch_splits(self) -> tuple[str, ...]:
+        """The splits every epoch end reads out."""
+        return ("train", "val", "test") if self.test and self.test_every_epoch else ("train", "val")
 
 
 def _data_kind(value: Any) -> str:
