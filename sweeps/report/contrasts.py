@@ -17,11 +17,12 @@ beside them, always exploratory). Holm adjusts
 within it; every other contrast is exploratory (its ``p_value`` is unadjusted and it makes
 no claim).
 
-Latent use. Every stack and caveat contrast carries ``latent``: each side's state over the
-contrast's seeds (in use, collapsed, at chance: :mod:`sweeps.report.latent_use`), read on test
-I(x; z) and AMI at the contrast's beta (the treated side matched as its metric is). A contrast
-on a latent read-out whose sides are both collapsed or at chance says which instead of
-"higher"/"lower"; one against a constant-latent baseline is flagged.
+Latent use. Every stack and caveat contrast carries each side's state over the contrast's
+seeds (``treated_latent``, ``baseline_latent``: in use, collapsed or at chance, with their mean
+I(x; z) and AMI; :mod:`sweeps.report.latent_use`), read on test I(x; z) and AMI at the
+contrast's beta (the treated side matched as its metric is). A contrast on a latent read-out
+whose sides are both collapsed or at chance says which instead of "higher"/"lower"
+(``latent_gated``); one against a constant-latent baseline is flagged (``baseline_constant``).
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def _entry(key: dict[str, Any], treated: dict, baseline: dict, metric: str) -> d
 
 def _latent(spec: SweepSpec, entry: dict[str, Any], points, curves, stack: str, baseline: str,
             base_values: dict[int, float | None], matched: bool) -> dict[str, Any]:
-    """The contrast's ``latent`` entry (module doc) over its paired seeds (all when it has none)."""
+    """The contrast's latent-use keys (module doc) over its paired seeds (all when it has none)."""
     alpha, model, free_bits, beta = entry["alpha"], entry["model"], entry["free_bits"], entry["beta"]
     seeds = set(entry["seeds"]) or set(base_values)
     threshold = spec.analysis.latent_in_use_nats
@@ -159,8 +160,8 @@ def _stack_contrasts(spec, points, curves, split, metrics) -> list[dict[str, Any
                 "beta_matching": how if treated else "unmatched", "n_unmatched": n_unmatched,
                 "identical_objective": identical,
             }, treated, base_values, metric)
-            entry["latent"] = _latent(spec, entry, points, curves, stack, baseline, base_values,
-                                      matched=True)
+            entry.update(_latent(spec, entry, points, curves, stack, baseline, base_values,
+                                 matched=True))
             out.append(entry)
     return out
 
@@ -187,7 +188,7 @@ def _caveat_contrasts(spec, points, split) -> list[dict[str, Any]]:
                   "beta_matching": "exact (same beta; both stacks undivided)", "n_unmatched": 0,
                   "identical_objective": False}
         entry = _entry({"contrast": "caveat", "kind": kind, **common}, t_values, c_values, metric)
-        entry["latent"] = _latent(spec, entry, points, {}, treated, control, c_values, matched=False)
+        entry.update(_latent(spec, entry, points, {}, treated, control, c_values, matched=False))
         out.append(entry)
         diffs = {seed: None if t_values.get(seed) is None or c_values.get(seed) is None
                  else t_values[seed] - c_values[seed] for seed in set(t_values) & set(c_values)}

@@ -62,8 +62,8 @@ def _finite(values: Sequence[float | None]) -> list[float]:
 
 def side_state(mutual_info: Sequence[float | None], ami: Sequence[float | None],
                threshold: float) -> dict[str, Any]:
-    """One side of a contrast over its seeds: ``state`` (in use, collapsed, at chance, or None
-    when it logged no I(x; z) and no AMI), its mean I(x; z), its AMI interval, and whether it is
+    """One side of a contrast over its seeds: ``latent`` (in use, collapsed, at chance, or None
+    when it logged neither I(x; z) nor AMI), its mean I(x; z) and AMI, and whether it is
     collapsed in every seed (``collapsed_every_seed``)."""
     info, adjusted = _finite(mutual_info), _finite(ami)
     mean_info = sum(info) / len(info) if info else None
@@ -75,33 +75,32 @@ def side_state(mutual_info: Sequence[float | None], ami: Sequence[float | None],
         state = AT_CHANCE
     else:
         state = IN_USE if info or adjusted else None
-    return {"state": state, MUTUAL_INFO: mean_info,
-            "collapsed_every_seed": bool(info) and all(v < threshold for v in info),
-            LATENT_AMI: {"mean": interval.mean, "ci_low": interval.ci_low, "ci_high": interval.ci_high,
-                         "n": interval.n}}
+    return {"latent": state, MUTUAL_INFO: mean_info, LATENT_AMI: interval.mean,
+            "collapsed_every_seed": bool(info) and all(v < threshold for v in info)}
 
 
-def contrast_latent(metric: str, treated: dict[str, Any], baseline: dict[str, Any],
+def contrast_latent(metric: str, treated: Mapping[str, Any], baseline: Mapping[str, Any],
                     baseline_values: Sequence[float | None], threshold: float) -> dict[str, Any]:
-    """A contrast's ``latent`` entry: both sides' states, whether the gate holds (a latent
-    read-out with both sides collapsed or at chance) and whether the baseline is a constant
-    latent (collapsed in every seed, one value of ``metric`` in every seed)."""
+    """A contrast's latent-use keys (flat, one column each in the contrasts table): each side's
+    state, mean I(x; z) and AMI; ``latent_gated`` (a latent read-out with both sides collapsed
+    or at chance); ``baseline_constant`` (collapsed in every seed, one value of ``metric`` in
+    every seed)."""
     values = _finite(baseline_values)
-    gated = metric in LATENT_READOUTS and treated["state"] in (COLLAPSED, AT_CHANCE) \
-        and baseline["state"] in (COLLAPSED, AT_CHANCE)
-    constant = (metric in LATENT_READOUTS and baseline["collapsed_every_seed"] and len(values) >= 2
+    latent = metric in LATENT_READOUTS
+    gated = latent and treated["latent"] in (COLLAPSED, AT_CHANCE) and baseline["latent"] in (COLLAPSED, AT_CHANCE)
+    constant = (latent and baseline["collapsed_every_seed"] and len(values) >= 2
                 and max(values) == min(values))
-    return {"in_use_nats": threshold, "treated": treated, "baseline": baseline, "gated": gated,
-            "baseline_constant": constant}
+    sides = {f"{side}_{key}": record[key] for side, record in (("treated", treated), ("baseline", baseline))
+             for key in ("latent", MUTUAL_INFO, LATENT_AMI)}
+    return {"latent_in_use_nats": threshold, **sides, "latent_gated": gated, "baseline_constant": constant}
 
 
 def gate_words(entry: Mapping[str, Any]) -> str | None:
     """What a gated contrast says instead of higher/lower (None when not gated)."""
-    latent = entry.get("latent") or {}
-    if not latent.get("gated"):
+    if not entry.get("latent_gated"):
         return None
-    treated, baseline = latent["treated"]["state"], latent["baseline"]["state"]
-    threshold = f"{latent['in_use_nats']:g}"
+    treated, baseline = entry["treated_latent"], entry["baseline_latent"]
+    threshold = f"{entry['latent_in_use_nats']:g}"
     if treated == baseline == COLLAPSED:
         return f"both collapsed (mean test I(x; z) < {threshold} nats on each side): no difference in the latent"
     if treated == baseline == AT_CHANCE:
@@ -112,11 +111,11 @@ def gate_words(entry: Mapping[str, Any]) -> str | None:
 
 def constant_baseline_words(entry: Mapping[str, Any]) -> str:
     """The flag on a contrast against a constant-latent baseline ('' when it is not one)."""
-    latent = entry.get("latent") or {}
-    if not latent.get("baseline_constant"):
+    if not entry.get("baseline_constant"):
         return ""
-    return (f"; flagged: {entry['baseline']}'s latent is constant (I(x; z) < {latent['in_use_nats']:g} "
-            "nats and the same value in every seed), so any assignment that varies differs from it")
+    return (f"; flagged: {entry['baseline']}'s latent is constant (I(x; z) < "
+            f"{entry['latent_in_use_nats']:g} nats and the same value in every seed), so any "
+            "assignment that varies differs from it")
 
 
 def latent_use(cells: Sequence[Mapping[str, Any]], split: str, threshold: float) -> dict[str, Any]:

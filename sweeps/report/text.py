@@ -16,7 +16,8 @@ from workers.contract import (
     USED_CATEGORIES,
 )
 
-__all__ = ["alpha_rows", "headline", "report_markdown"]
+__all__ = ["LATENT_COLUMNS", "alpha_rows", "headline", "latent_note", "latent_rows", "latent_title",
+           "report_markdown"]
 
 ALL = "all"
 # The latent-use table's read-out columns, in order (sweeps.report.latent_use.USE_READOUTS).
@@ -49,7 +50,7 @@ def headline(report: Mapping[str, Any]) -> str:
     if not primary:
         return f"No primary contrast could be computed on {split} {metric}."
     claims = [c for c in primary if c["claim"].startswith(("higher", "lower"))]
-    gated = [c for c in primary if (c.get("latent") or {}).get("gated")]
+    gated = [c for c in primary if c.get("latent_gated")]
     unused = (f" In {len(gated)} of {len(primary)} both sides are collapsed or at chance."
               if gated else "")
     if all(c["n_pairs"] < 3 for c in primary):
@@ -62,8 +63,7 @@ def headline(report: Mapping[str, Any]) -> str:
                 f"{split} {metric}, Holm-adjusted).{unused}")
     parts = [f"{c['loss_stack']} {c['claim'].split(' (')[0]} at alpha {c['alpha']:g}"
              f" ({c['kind']}, {c['model']}, beta {_beta(c)}): {_interval(c, 'mean_diff')}"
-             + (" [flagged: constant-latent baseline]"
-                if (c.get("latent") or {}).get("baseline_constant") else "")
+             + (" [flagged: constant-latent baseline]" if c.get("baseline_constant") else "")
              for c in claims]
     return f"{len(claims)} of {len(primary)} primary contrasts differ: " + "; ".join(parts) + unused
 
@@ -101,16 +101,17 @@ def _alpha_table(report: Mapping[str, Any], metric: str) -> list[str]:
     return lines
 
 
-def _latent_table(report: Mapping[str, Any]) -> list[str]:
-    use = report.get("latent_use") or {}
-    if not use.get("cells"):
-        return []
-    threshold = f"{use['in_use_nats']:g}"
-    lines = [f"## Latent use ({use['split']}; in use: mean I(x; z) >= {threshold} nats)", "",
-             "| model | beta | loss_stack | alpha | KL | I(x; z) | active units | used categories "
-             "| AMI | NMI | NMI shuffled | latent |", "|" + "---|" * 12]
-    for row in sorted(use["cells"], key=lambda r: (r["model"], r["beta"] if r["beta"] is not None else -1,
-                                                   r["free_bits"] or 0, r["loss_stack"], r["alpha"])):
+LATENT_COLUMNS = ("model", "beta", "loss_stack", "alpha", "KL", "I(x; z)", "active units",
+                  "used categories", "AMI", "NMI", "NMI shuffled", "latent")
+
+
+def latent_rows(report: Mapping[str, Any]) -> list[list[str]]:
+    """The latent-use table's rows as text (columns :data:`LATENT_COLUMNS`), in display order:
+    the Markdown report and ``ksweep report``'s terminal view both draw it."""
+    cells = (report.get("latent_use") or {}).get("cells") or []
+    out = []
+    for row in sorted(cells, key=lambda r: (r["model"], r["beta"] if r["beta"] is not None else -1,
+                                            r["free_bits"] or 0, r["loss_stack"], r["alpha"])):
         if row["in_use"] is None:
             verdict = "-"
         else:
@@ -118,14 +119,32 @@ def _latent_table(report: Mapping[str, Any]) -> list[str]:
             chance = "; AMI at chance" if row.get("at_chance") else ""
             verdict = f"{state} ({row['seeds_in_use']} of {row['seeds']} seeds in use){chance}"
         shown = [_interval(row[name]) if name in row else "-" for name in _USE_COLUMNS]
-        lines.append("| " + " | ".join([row["model"], _beta(row), row["loss_stack"], f"{row['alpha']:g}",
-                                        *shown, verdict]) + " |")
-    lines += ["", "I(x; z) estimators: " + "; ".join(
-        f"{family}, {how}" for family, how in use["estimators"].items()) + ". Active units: Burda "
-        "et al. (2016), posterior-mean variance over x above 0.01 (discrete: on the one-hot "
-        "coordinates, so a collapsed latent reads 0); used categories: aggregate mass >= 0.01 "
-        "(a collapsed, spread posterior uses them all).", ""]
-    return lines
+        out.append([row["model"], _beta(row), row["loss_stack"], f"{row['alpha']:g}", *shown, verdict])
+    return out
+
+
+def latent_title(report: Mapping[str, Any]) -> str:
+    use = report["latent_use"]
+    return f"Latent use ({use['split']}; in use: mean I(x; z) >= {use['in_use_nats']:g} nats)"
+
+
+def latent_note(report: Mapping[str, Any]) -> str:
+    """How the table's I(x; z) and active units are computed (the estimators named)."""
+    use = report["latent_use"]
+    return ("I(x; z) estimators: " + "; ".join(f"{family}, {how}" for family, how in use["estimators"].items())
+            + ". Active units: Burda et al. (2016), posterior-mean variance over x above 0.01 "
+            "(discrete: on the one-hot coordinates, so a collapsed latent reads 0); used "
+            "categories: aggregate mass >= 0.01 (a collapsed, spread posterior uses them all).")
+
+
+def _latent_table(report: Mapping[str, Any]) -> list[str]:
+    rows = latent_rows(report)
+    if not rows:
+        return []
+    lines = [f"## {latent_title(report)}", "", "| " + " | ".join(LATENT_COLUMNS) + " |",
+             "|" + "---|" * len(LATENT_COLUMNS)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines + ["", latent_note(report), ""]
 
 
 def _contrast_table(contrasts: Sequence[Mapping[str, Any]], title: str) -> list[str]:

@@ -385,7 +385,8 @@ def test_a_contrast_between_collapsed_or_chance_sides_is_never_higher_or_lower()
     report = build_report(spec, "g", _latent_outcomes(spec, collapsed))
     contrast = _find(report["contrasts"], family="primary")
     assert contrast["p_adjusted"] < 0.05 and contrast["mean_diff"] == pytest.approx(0.3)
-    assert contrast["latent"]["treated"]["state"] == contrast["latent"]["baseline"]["state"] == "collapsed"
+    assert contrast["treated_latent"] == contrast["baseline_latent"] == "collapsed"
+    assert contrast["treated_mutual_info"] == pytest.approx(0.01) and contrast["latent_gated"]
     assert contrast["claim"].startswith("both collapsed (mean test I(x; z) < 0.05 nats on each side)")
     assert headline(report).startswith("No claim: in every primary contrast")
     assert {row["in_use"] for row in report["latent_use"]["cells"]} == {False}
@@ -400,7 +401,7 @@ def test_a_contrast_between_collapsed_or_chance_sides_is_never_higher_or_lower()
     # A declared threshold of 0: nothing is collapsed, the AMI decides.
     spec0 = spec.model_copy(update={"analysis": spec.analysis.model_copy(update={"latent_in_use_nats": 0.0})})
     contrast = _find(build_report(spec0, "g", _latent_outcomes(spec0, collapsed))["contrasts"], family="primary")
-    assert contrast["latent"]["treated"]["state"] == "in use" and contrast["claim"].startswith("higher")
+    assert contrast["treated_latent"] == "in use" and contrast["claim"].startswith("higher")
 
 
 def test_a_contrast_against_a_constant_latent_baseline_is_flagged():
@@ -413,8 +414,8 @@ def test_a_contrast_against_a_constant_latent_baseline_is_flagged():
               "raw_token_weighted": ([0.61, 0.62, 0.64], [0.5, 0.6, 0.55], [0.6, 0.62, 0.63])}
     report = build_report(spec, "f", _latent_outcomes(spec, values))
     contrast = _find(report["contrasts"], family="primary")
-    assert contrast["latent"]["baseline_constant"] and not contrast["latent"]["gated"]
-    assert contrast["latent"]["treated"]["state"] == "in use"
+    assert contrast["baseline_constant"] and not contrast["latent_gated"]
+    assert contrast["treated_latent"] == "in use" and contrast["baseline_latent"] == "collapsed"
     assert contrast["claim"].startswith("higher than uniform (Holm p = ")
     assert "flagged: uniform's latent is constant" in contrast["claim"]
     assert "[flagged: constant-latent baseline]" in headline(report)
@@ -422,3 +423,15 @@ def test_a_contrast_against_a_constant_latent_baseline_is_flagged():
     assert uniform["in_use"] is False and uniform["mutual_info"]["mean"] == 0.0
     assert uniform["active_units"]["mean"] == 0.0 and uniform["at_chance"]
     assert any("1 of 2 cell(s) have a collapsed latent" in words for words in report["limitations"])
+    # ksweep report's terminal view draws the same table, the estimators named under it.
+    import io
+
+    from rich.console import Console
+
+    from service.cli.report_view import render_report
+
+    console = Console(file=io.StringIO(), width=600)
+    render_report(report, console)
+    shown = console.file.getvalue()
+    assert "Latent use (test; in use: mean I(x; z) >= 0.05 nats)" in shown
+    assert "collapsed (0 of 3 seeds in use); AMI at chance" in shown and "paired mixture estimate" in shown
