@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from sweeps.plan.build import SEARCH_AXES, SweepPlan, build_plan
@@ -214,6 +215,29 @@ def data_section(spec: SweepSpec) -> dict[str, Any]:
             "base": spec.template.base.kind, "absent": absent}
 
 
+def context_free_prior(spec: SweepSpec) -> list[str]:
+    """Words when a learned prior meets a dataset without context (x empty on every row, by its
+    store record's token counts); nothing when the record cannot be read or holds other content."""
+    from workers.data.config import DatasetDataConfig
+    from workers.data.dataset_store import DatasetNotFound, DatasetStore
+
+    data = spec.template.data
+    if spec.template.model.prior != "learned" or not isinstance(data, DatasetDataConfig) or not data.root:
+        return []
+    try:
+        record = DatasetStore(Path(data.root)).get(data.dataset)
+    except (DatasetNotFound, OSError):
+        return []
+    tokens = record.summary.get("tokens") or {}
+    if record.sha256 != data.sha256 or not tokens or any(split.get("x") for split in tokens.values()):
+        return []
+    return [f"The prior is learned (template.model.prior: learned) and dataset {data.dataset!r} has "
+            "no context (x is empty on every row): p(z | x) is one distribution for every example "
+            "and follows the aggregate posterior, so the KL reads about 0 even when every example "
+            "sits on one category. Read I(x; z) and active units, not the KL; model.prior: "
+            "standard keeps the KL a penalty."]
+
+
 def build_report(spec: SweepSpec, sweep_id: str, outcomes: Iterable[TrialOutcome],
                  plan: SweepPlan | None = None) -> dict[str, Any]:
     """The JSON report of a finished (or partly finished) sweep."""
@@ -243,7 +267,8 @@ def build_report(spec: SweepSpec, sweep_id: str, outcomes: Iterable[TrialOutcome
         "collapse": collapse_betas(cells, spec.analysis.collapse_threshold, split),
         "counts": dict(counts), "excluded": excluded,
         "limitations": _limitations(rows, cells, contrasts, excluded, source, split, seeds,
-                                    spec.epochs_per_trial()) + latent_limitations(cells, use),
+                                    spec.epochs_per_trial())
+        + latent_limitations(cells, use) + context_free_prior(spec),
         "latent_use": use,
         "data": data_section(spec),
         "trials": [

@@ -92,3 +92,23 @@ def test_a_resumed_sweep_keeps_the_hash_it_started_with(store, tmp_path):
     with pytest.raises(DatasetResolutionError, match="template.data.sha256"):
         resolve_spec_data(_spec(), store, previous)  # the name moved on: refused, not mixed
     assert resolve_spec_data(_spec(), store).template.data.sha256 != first.template.data.sha256
+
+
+def test_a_learned_prior_on_a_dataset_without_context_is_flagged(tmp_path):
+    """x empty on every row and model.prior learned: the report says the KL reads about 0 there
+    and to read I(x; z); a standard prior, or a dataset with context, gets no such words."""
+    from sweeps.report.build import build_report
+
+    table = strategy_table(80)
+    register(tmp_path, table.drop(["x"]), "no_context")  # a missing x column: empty contexts
+    register(tmp_path, table, "with_context")
+    words = "has no context (x is empty on every row)"
+
+    def limits(dataset: str, prior: str) -> list[str]:
+        spec = resolve_spec_data(_spec(**{"template.data.dataset": dataset,
+                                          "template.model.prior": prior}), tmp_path)
+        return build_report(spec, "p", [])["limitations"]
+
+    assert any(words in line and "'no_context'" in line for line in limits("no_context", "learned"))
+    assert not any(words in line for line in limits("no_context", "standard"))
+    assert not any(words in line for line in limits("with_context", "learned"))

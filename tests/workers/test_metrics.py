@@ -180,6 +180,11 @@ class TestActiveUnits:
         collapsed = torch.full((400, 4), 0.25)
         assert used_categories(collapsed) == 4
         assert active_units_discrete(collapsed) == 0
+        # Winner-take-all (every example on one category, both labels alike): none active, one
+        # category used, I(x; z) ~ 0.
+        winner = torch.tensor([[0.0001, 0.9999], [0.0002, 0.9998]]).repeat(200, 1)
+        assert active_units_discrete(winner) == 0 and used_categories(winner) == 1
+        assert discrete_mutual_information(winner) < 1e-4
         # Collapsed on one category, or jittering around uniform (Var = 1e-4): none active.
         assert active_units_discrete(torch.tensor([[1.0, 0.0, 0.0]]).repeat(8, 1)) == 0
         jitter = torch.tensor([[0.26, 0.24, 0.25, 0.25], [0.24, 0.26, 0.25, 0.25]]).repeat(50, 1)
