@@ -34,8 +34,9 @@ from workers.contract import (
     USED_CATEGORIES,
 )
 
-__all__ = ["COLLAPSED", "AT_CHANCE", "IN_USE", "LATENT_READOUTS", "USE_READOUTS", "gate_words",
-           "latent_limitations", "latent_use", "side_state"]
+__all__ = ["AT_CHANCE", "COLLAPSED", "ESTIMATORS", "IN_USE", "LATENT_READOUTS", "USE_READOUTS",
+           "constant_baseline_words", "contrast_latent", "gate_words", "latent_limitations",
+           "latent_use", "side_state"]
 
 LATENT_NMI = "latent_nmi"
 # The read-outs of the latent-use table, which the report reads whatever analysis.metrics lists.
