@@ -285,14 +285,11 @@ def gaussian_mutual_information(mean: torch.Tensor, logvar: torch.Tensor, seed: 
                                 sampled: tuple[torch.Tensor, torch.Tensor] | None = None) -> float:
     """I(x; z) of a diagonal Gaussian posterior: a paired mixture estimate (He et al. 2019).
 
-    ``I = E_x E_q(z|x)[log q(z|x) - log q_agg(z)]``, where ``q_agg``, the aggregate posterior,
-    is the uniform mixture of the N posteriors of the split (as in ``calc_mi`` of "Lagging
-    Inference Networks and Posterior Collapse"), and both log densities are evaluated at the
-    same sample ``z_n ~ q(z|x_n)``, one per example: ``mean_n [log q(z_n|x_n) - log q_agg(z_n)]``.
-    He et al. take the first term in closed form (the negative entropy); pairing it with the
-    second at one sample removes that term's Monte Carlo noise, so posteriors that do not
-    depend on x give exactly 0, and each term is at most ``log N``. Computed in float64 with
-    logsumexp, in blocks so memory stays bounded for large N.
+    ``mean_n [log q(z_n|x_n) - log q_agg(z_n)]`` with one seeded ``z_n ~ q(z|x_n)`` per example
+    and ``q_agg`` the uniform mixture of the split's N posteriors (``calc_mi`` of "Lagging
+    Inference Networks and Posterior Collapse", whose first term is the closed-form negative
+    entropy; taken at the same sample here, so posteriors that do not depend on x give exactly
+    0 and each term is at most ``log N``). Float64, logsumexp, in blocks of bounded memory.
 
     Args:
         mean: ``[N, D]`` posterior means.
@@ -322,10 +319,9 @@ def gaussian_mutual_information(mean: torch.Tensor, logvar: torch.Tensor, seed: 
 
 
 def _log_own_density(samples: torch.Tensor, mean: torch.Tensor, logvar: torch.Tensor) -> torch.Tensor:
-    """``log N(samples_n; mean_n, diag exp(logvar_n))`` for every row, ``[N]`` (float64): the
-    same arithmetic as one term of :func:`log_mixture`, so equal posteriors cancel exactly."""
-    num_dims = mean.shape[1]
-    log_normaliser = -0.5 * (num_dims * math.log(2 * math.pi) + logvar.sum(-1))
+    """``log N(samples_n; mean_n, diag exp(logvar_n))`` per row, ``[N]``: one term of
+    :func:`log_mixture` in the same arithmetic, so equal posteriors cancel exactly."""
+    log_normaliser = -0.5 * (mean.shape[1] * math.log(2 * math.pi) + logvar.sum(-1))
     return -0.5 * ((samples - mean).square() * torch.exp(-logvar)).sum(-1) + log_normaliser
 
 
@@ -381,22 +377,13 @@ def active_units_gaussian(mean: torch.Tensor, threshold: float = 0.01) -> int:
 def active_units_discrete(posterior_probs: torch.Tensor, threshold: float = 0.01) -> int:
     """Active units of a categorical latent: Burda et al. (2016) on its one-hot coordinates.
 
-    A categorical z is the one-hot vector e_z, so ``E_q(z|x)[e_z] = q(.|x)`` and Burda's
-    activity of unit k is ``Var_x q(k|x)`` (unbiased, as :func:`active_units_gaussian`). A
-    category is active when that variance is above ``threshold``: its probability moves
-    with x. A posterior that is the same for every x, however spread, has 0 active units;
-    a one-hot posterior spread evenly over K categories has K (variance (K-1)/K^2 > 0.01
-    for K <= 98). The probabilities sum to 1, so a latent in use has at least 2.
-
-    Args:
-        posterior_probs: ``[N, K]`` rows of q(z|x_n).
-        threshold: Variance above which a category counts as active.
-
-    Returns:
-        Count in ``[0, K]``; 0 when N = 1. NaN variances never count.
-
-    Raises:
-        ValueError: If the input is not 2-D or is empty.
+    A categorical z is the one-hot vector e_z, so ``E_q(z|x)[e_z] = q(.|x)`` and unit k's
+    activity is ``Var_x q(k|x)`` (unbiased, as :func:`active_units_gaussian`): a category is
+    active when its probability moves with x by more than ``threshold``. A posterior that is
+    the same for every x, however spread, has 0; one-hot posteriors spread evenly over K
+    categories have K (variance (K-1)/K^2 > 0.01 for K <= 98); the probabilities sum to 1,
+    so a latent in use has at least 2. Returns a count in ``[0, K]`` (0 when N = 1; NaN
+    variances never count); raises ValueError if the input is not 2-D or is empty.
     """
     probs = _as_matrix(posterior_probs, "posterior_probs")
     if probs.shape[0] < 2:
@@ -405,20 +392,8 @@ def active_units_discrete(posterior_probs: torch.Tensor, threshold: float = 0.01
 
 
 def used_categories(posterior_probs: torch.Tensor, threshold: float = 0.01) -> int:
-    """Number of categories the aggregate posterior gives mass: ``mean_n q(k|x_n) >= threshold``.
-
-    Not a measure of use: a collapsed posterior that spreads its mass over K categories the
-    same way for every x uses all K (see :func:`active_units_discrete` for that).
-
-    Args:
-        posterior_probs: ``[N, K]`` rows of q(z|x_n).
-        threshold: Aggregate mass at or above which a category counts as used.
-
-    Returns:
-        Count in ``[0, K]``; categories with NaN mass never count.
-
-    Raises:
-        ValueError: If the input is not 2-D or is empty.
-    """
+    """Categories the aggregate posterior gives mass, ``mean_n q(k|x_n) >= threshold``, in
+    ``[0, K]`` (NaN mass never counts; ValueError if not 2-D or empty). Not a measure of use: a
+    collapsed posterior spread the same way over K categories for every x uses all K."""
     probs = _as_matrix(posterior_probs, "posterior_probs")
     return int((probs.mean(dim=0) >= threshold).sum())
