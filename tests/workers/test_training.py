@@ -68,6 +68,13 @@ def test_epoch_metrics_have_the_design_names(discrete_example, tmp_path):
         assert all(v == v for v in trainer.history[name]), f"{name} has NaN"
     # kappa depends on b and alpha only; at alpha = 1 it is 1 + CV(b)^2 per example.
     assert trainer.history["val/kappa_mean"][0] > 1.5
+    # The latent's use, every epoch on every split: the rate, I(x; z) and the (discrete) units.
+    for split in ("train", "val", "test"):
+        for name in ("kl", "mutual_info", "active_units", "used_categories"):
+            values = trainer.history[f"{split}/{name}"]
+            assert len(values) == 2 and all(v >= 0 for v in values), (split, name)
+        assert all(0 <= v <= trainer.view.num_strategies
+                   for v in trainer.history[f"{split}/active_units"])
     assert trainer.history["val/kappa_p50"][0] <= trainer.history["val/kappa_p90"][0]
     assert trainer.history["val/kappa_p90"][0] <= trainer.history["val/kappa_max"][0]
     assert trainer.history["val/cv2_mean"][0] == pytest.approx(trainer.history["val/kappa_mean"][0] - 1)

@@ -84,8 +84,10 @@ class ReadoutConfig(BaseModel):
     )
     train_subset: int = Field(
         256, ge=1, le=10_000_000,
-        description="Per-kind train read-outs are computed on the first this-many train examples "
-        "(a fixed subset); the overall train losses are the running means of the epoch's steps.",
+        description="The train read-outs (but the overall losses, the running means of the "
+        "epoch's steps) are computed on this many train examples, drawn once with a fixed seed "
+        "(the same rows every epoch and for every trial on the same data; not the first rows, "
+        "which on a table sorted by label are one class).",
     )
     gradient_batch: int = Field(
         64, ge=0, le=65_536,

@@ -37,6 +37,7 @@ from workers.readouts.evaluate import (
     diagnostic_stack,
     model_readouts,
     position_profiles,
+    readout_split,
 )
 from workers.readouts.gradients import (
     gradient_shares,
@@ -264,8 +265,7 @@ class Trainer:
         self.model.eval()
         stack, diagnostics = self._stacks()
         data = self.splits[name]
-        if name == "train":
-            data = data.subset(torch.arange(min(len(data.split), self.config.readouts.train_subset)))
+        data = readout_split(data, name, self.config.readouts.train_subset)
         if collected is None:
             collected = collect(lambda idx: self._forward(data, idx)[0], len(data.split),
                                 self.config.training.eval_batch_size, self.device)
@@ -309,7 +309,7 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Epoch-end read-outs of train (fixed subset), val and test, and the baseline self-check.
+        """Epoch-end read-outs of train (fixed random subset), val and test, and the baseline self-check.
 
         Nothing that selects reads a ``test/`` value; the evaluation consumes no RNG state.
         """
