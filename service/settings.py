@@ -131,7 +131,9 @@ class Settings(BaseSettings):
     dataset_validate_timeout_s: float = Field(
         300.0, gt=0, description="The validation subprocess is killed after this long (422).",
     )
-    url: str = Field("http://127.0.0.1:8000", description="Service URL for the CLI client.")
+    url: str = Field("http://127.0.0.1:8000", description="Service URL for the CLI client "
+                     "(`ksweep data` asks a service only when KSWEEP_URL is set: the local store "
+                     "otherwise).")
     token: str | None = Field(None, repr=False, description="Bearer token for the CLI client.")
 
     @field_validator("sweep_root", "model_root")

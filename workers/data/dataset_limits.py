@@ -11,6 +11,14 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 Format = Literal["parquet", "arrow", "jsonl"]
+# The validation child (workers.data.dataset_check): one thread per pool and the system
+# allocator, so its address-space cap measures the data, not thread stacks and allocator arenas
+# reserved up front; and its exit codes. Here, so the API can start it without importing it.
+CHILD_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "OMP_NUM_THREADS": "1",
+             "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2",
+             "RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+EXIT_REFUSED = 2
+EXIT_OUT_OF_MEMORY = 3
 # File suffixes and the format each names (archives and compressed files are not formats).
 SUFFIX_FORMATS: dict[str, Format] = {
     ".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".feather": "arrow",
