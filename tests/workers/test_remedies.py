@@ -340,3 +340,19 @@ def test_remedied_members_match_lone_trials_in_float64(family, model_fields, tra
         assert member.trainer.selection.best_epoch == lone.selection.best_epoch
     if model_fields.get("word_dropout"):  # the UNK row learns
         assert all(m.trainer.model.decoder.unk_embedding.abs().sum() > 0 for m in result)
+
+
+def test_a_remedied_trial_resumed_at_the_kl_equals_an_uninterrupted_one(tmp_path):
+    config = remedied(base_config("continuous", epochs=3), {"word_dropout": 0.3},
+                      {"autoencoder_epochs": 1, "aggressive_epochs": 2, "aggressive_encoder_steps": 2})
+    whole = Trainer.create(config, tmp_path)
+    whole.run()
+    first = Trainer.create(config, tmp_path)
+    first.run_epoch()  # the pre-training epoch; the decoder reset is still to come
+    path = first.save_checkpoint(tmp_path / "after_pretraining.pt")
+    resumed = Trainer.create(config, tmp_path)
+    resumed.load_checkpoint(path)
+    resumed.run()
+    assert resumed.history["val/loss"] == whole.history["val/loss"]
+    for (name, mine), theirs in zip(resumed.model.named_parameters(), whole.model.parameters(), strict=True):
+        assert torch.equal(mine, theirs), name
