@@ -319,7 +319,8 @@ def test_remedies_are_part_of_the_cohort_key():
 @pytest.mark.parametrize("family,model_fields,training", [
     ("continuous", {"word_dropout": 0.3}, {"aggressive_epochs": 1, "aggressive_encoder_steps": 2}),
     ("discrete", {"word_dropout": 0.5, "discrete_estimator": "gumbel"}, {"autoencoder_epochs": 1}),
-    ("discrete", {}, {"autoencoder_epochs": 1, "aggressive_epochs": 2, "aggressive_encoder_steps": 1}),
+    ("discrete", {"target_encoder": "bidirectional"},
+     {"autoencoder_epochs": 1, "aggressive_epochs": 2, "aggressive_encoder_steps": 1}),
 ])
 def test_remedied_members_match_lone_trials_in_float64(family, model_fields, training, float64, tmp_path):
     configs = [remedied(c, model_fields, training) for c in members(base_config(family, epochs=3))]
@@ -338,6 +339,9 @@ def test_remedied_members_match_lone_trials_in_float64(family, model_fields, tra
                                         strict=True):
             assert torch.allclose(mine, theirs, atol=1e-9, rtol=0), name
         assert member.trainer.selection.best_epoch == lone.selection.best_epoch
+    if model_fields.get("target_encoder"):  # the backward GRU is the inference network's too
+        assert any(n.startswith("target_encoder.reverse_gru.") and phases.in_part(n, "encoder")
+                   for n, _ in result[0].trainer.model.named_parameters())
     if model_fields.get("word_dropout"):  # the UNK row learns
         assert all(m.trainer.model.decoder.unk_embedding.abs().sum() > 0 for m in result)
 

@@ -15,7 +15,8 @@ the last, short batch at its own size: each would be a new shape, and a new comp
 - annealed term weights, the Gumbel temperature and the NaN injection are tensors, not
   Python numbers baked into the graph.
 
-So after one warm-up step per length bucket nothing recompiles. Compiled are the forward and
+So after one warm-up step per length bucket nothing recompiles (aggressive inference-network
+updates, workers/train/phases.py, compile the update once more for each part they move). Compiled are the forward and
 the objective stack (one graph; AOTAutograd compiles its backward) and the clipping plus
 stacked AdamW update (a second graph). Member k's numbers are the eager cohort's up to float
 rounding (tests/workers/test_cohort_compiled.py).
