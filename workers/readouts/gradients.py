@@ -48,7 +48,7 @@ from workers.models.cvae import INFERENCE_PARAMS
 POSTERIOR_PARAMS = INFERENCE_PARAMS
 
 LINEAR_TERMS = ("uniform", "normalized_uniform", "token_weighted", "concentration_corrected",
-                "normalized_concentration_corrected")
+                "train_kappa_corrected", "normalized_concentration_corrected")
 
 
 def posterior_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
