@@ -187,6 +187,11 @@ def test_pretraining_stack_holds_beta_at_zero_then_restarts_its_anneal():
     assert [pretraining.weights_at(s)["kl"] for s in range(12)] == [0.0] * 6 + [0.0, 0.5, 1.0, 1.5, 2.0, 2.0]
     assert all(pretraining.weights_at(s)["uniform"] == 1.0 for s in range(12))
     assert phases.training_stack(stack, TrainingConfig(), rows=25) is stack
+    # A stack built with the train split's mean kappa keeps it (and computes what it computed).
+    spec = LossStackSpec(preset="train_kappa_corrected", alpha=1.0, terms={"kl": 0.5})
+    built = spec.build(train_kappa={1.0: 1.7})
+    wrapped = phases.training_stack(built, training, rows=25)
+    assert wrapped.train_kappa == {1.0: 1.7} and wrapped.term_names == built.term_names
 
 
 def test_phase_budgets_are_checked_naming_the_field():

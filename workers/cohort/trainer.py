@@ -5,9 +5,9 @@ model, history, checkpoints; every epoch-end read-out runs the lone code): the c
 replaces the train pass. There the members' parameters are stacked on a leading axis and
 one batched forward (workers/models/functional.py) and one backward run per step for all;
 each member keeps its own batch order, noise stream, loss stack, gradient clipping and
-AdamW state (optim.py), and the training phases (phases.py) move its own slices. A member that diverges fails with the lone trainer's message, one
-that stops improving leaves; the others go on, re-stacked without it (or, compiled, kept
-stacked but masked: compiled.py). Same seed, same config: the same losses as alone.
+AdamW state (optim.py), and the training phases (phases.py) move its own slices. A member
+that diverges fails with the lone trainer's message, one that stops improving leaves; the
+others go on, re-stacked without it (or, compiled, kept stacked but masked: compiled.py). Same seed, same config: the same losses as alone.
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ class PretrainingStack(LossStack):
     schedule, counted from ``kl_from_step``, after it (the other terms are as built)."""
 
     def __init__(self, stack: LossStack, kl_from_step: int) -> None:
-        super().__init__(stack.spec, c_base=stack.c_base)
+        self.__dict__.update(stack.__dict__)  # the built stack as it is, its reference scales included
         self.kl_from_step = kl_from_step
 
     def weights_at(self, step: int) -> dict[str, float]:
