@@ -211,6 +211,9 @@ def table_rows(result: dict[str, Any]) -> dict[str, str]:
     if evidence:
         rows[f"evidence on top {evidence['top_fraction']:.0%} b_t tokens"] = (
             f"{_interval(evidence, 'share')} vs {evidence['null_share']:.3f} at random")
+    for alpha, values in result.get("kappa_against_evidence", {}).items():
+        rows[f"Spearman(kappa_{alpha.split('_')[1]}, label margin)"] = (
+            f"{values['spearman']:.2f} ({values['given_length']:.2f} given length)")
     rows["verdict"] = result["verdict"]
     return rows
 

@@ -16,6 +16,7 @@ from workers.readouts.label_gate import (
     ami_interval,
     classifier_accuracies,
     evidence_on_top_surprisal,
+    kappa_against_evidence,
     run_gate,
     wilson,
 )
@@ -159,3 +160,29 @@ def test_evidence_share_follows_the_surprisal_of_the_evidence(on_top: bool, clas
         assert evidence["share"] < 0.1 and evidence["excess"] < 0
     assert set(evidence["per_label"]) == set(names)
     assert not math.isnan(evidence["per_label"]["red"]["share"])
+
+
+@pytest.mark.parametrize("concentrated_carry_the_label", [True, False])
+def test_kappa_against_evidence_says_whether_the_concentrated_examples_carry_the_label(
+        concentrated_carry_the_label: bool) -> None:
+    """Half the examples name their label (a tag token), half do not; the tagged half has
+    concentrated surprisal (one spike: high kappa) or flat surprisal (kappa about 1)."""
+    rng = np.random.default_rng(0)
+    texts, labels, kappas = [], [], []
+    names = ("red", "green")
+    for i in range(800):
+        label, tagged = names[i % 2], (i // 2) % 2 == 0
+        body = list(rng.choice(FILLER, 9))
+        texts.append(" ".join([f"tag{label}" if tagged else str(rng.choice(FILLER)), *body]))
+        labels.append(label)
+        spike = tagged == concentrated_carry_the_label
+        kappas.append(rng.uniform(3.0, 4.0) if spike else rng.uniform(1.0, 1.2))
+    both = make_split(texts, labels)
+    kappa = np.asarray(kappas)
+    train = GateSplit(both.texts[:400], both.tokens[:400], both.labels[:400], kappa={1.0: kappa[:400]})
+    test = GateSplit(both.texts[400:], both.tokens[400:], both.labels[400:], kappa={1.0: kappa[400:]})
+    _, model = classifier_accuracies(train, test)
+    found = kappa_against_evidence(model, test)["alpha_1"]
+    assert found["examples"] == 400
+    sign = 1 if concentrated_carry_the_label else -1
+    assert sign * found["spearman"] > 0.5 and sign * found["given_length"] > 0.5

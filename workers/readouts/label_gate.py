@@ -14,7 +14,9 @@ Everything is fitted on the train split and scored on the test split:
 - **kappa against length**: Spearman's rho of kappa_alpha (given, per example) with the length.
 - **where the evidence sits** (:func:`evidence_on_top_surprisal`): the share of the
   bag-of-tokens classifier's evidence for the true class on each example's highest-surprisal
-  tokens, against the share the same number of tokens would hold at random.
+  tokens, against the share the same number of tokens would hold at random; and whether the
+  concentrated examples carry more of it (:func:`kappa_against_evidence`: kappa against the
+  classifier's margin), the caveat's side.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from scipy.stats import rankdata
 from sklearn.cluster import KMeans
 from sklearn.decomposition import PCA, TruncatedSVD
 from sklearn.feature_extraction.text import CountVectorizer
@@ -240,6 +243,42 @@ def evidence_on_top_surprisal(model: Any, test: GateSplit,
                           for lab in sorted(set(labels), key=str)}}
 
 
+def kappa_against_evidence(model: Any, test: GateSplit) -> dict[str, dict[str, float]]:
+    """Do the concentrated examples carry more of the label? Per alpha, Spearman's rho of each
+    test example's kappa_alpha with the bag-of-tokens classifier's margin for its true class
+    (log p(true) minus the largest other log p), and the same with length partialled out (both
+    ranked, then the residuals of a least-squares fit on the length's rank correlated).
+
+    The caveat's side: R~ divides each example by its kappa, so where the concentrated examples
+    are the ones that carry the label (rho > 0), R~ turns the latent's pressure away from them
+    (predicted R~ - R_tok < 0); where they carry less (rho < 0), towards the rest (> 0).
+    """
+    if not test.kappa:
+        raise ValueError("kappa_against_evidence needs test.kappa (kappa_alpha per example)")
+    log_probs = model.predict_log_proba(list(test.tokens))
+    classes = model.steps[-1][1].classes_.tolist()
+    rows = [classes.index(label) if label in classes else -1 for label in test.labels]
+    margin = np.array([lp[r] - np.max(np.delete(lp, r)) if r >= 0 else math.nan
+                       for lp, r in zip(log_probs, rows, strict=True)])
+    length = np.array([len(tokens) for tokens in test.tokens], dtype=float)
+    known = np.isfinite(margin)
+
+    def ranks(values: np.ndarray) -> np.ndarray:
+        return rankdata(values[known])
+
+    def residual(values: np.ndarray) -> np.ndarray:
+        x = np.column_stack([np.ones(known.sum()), ranks(length)])
+        return values - x @ np.linalg.lstsq(x, values, rcond=None)[0]
+
+    out = {}
+    for alpha, kappa in sorted(test.kappa.items()):
+        k, m = ranks(np.asarray(kappa, dtype=float)), ranks(margin)
+        out[f"alpha_{alpha:g}"] = {"spearman": float(np.corrcoef(k, m)[0, 1]),
+                                   "given_length": float(np.corrcoef(residual(k), residual(m))[0, 1]),
+                                   "examples": int(known.sum())}
+    return out
+
+
 def verdict_and_flags(result: dict[str, Any]) -> tuple[str, list[str]]:
     """The gate's verdict (the ceiling against :data:`CEILING_AMI_MIN`) and its warnings."""
     flags = []
@@ -296,5 +335,7 @@ def run_gate(train: GateSplit, test: GateSplit, *,
             for alpha in sorted(train.kappa)}
     if test.surprisal is not None:
         result["evidence_on_top_surprisal"] = evidence_on_top_surprisal(tokens_model, test)
+    if test.kappa:
+        result["kappa_against_evidence"] = kappa_against_evidence(tokens_model, test)
     result["verdict"], result["flags"] = verdict_and_flags(result)
     return result
