@@ -60,7 +60,8 @@ def cases():
     discrete = members(base_config("discrete"))
     discrete[3] = discrete[3].model_copy(update={"data": discrete[3].data.model_copy(update={"seed": 7})})
     return {"discrete": discrete, "continuous": members(base_config("continuous")),
-            "gumbel": members(base_config("discrete", discrete_estimator="gumbel", num_layers=2))}
+            "gumbel": members(base_config("discrete", discrete_estimator="gumbel", num_layers=2,
+                                          gumbel_anneal_fraction=0.5))}
 
 
 @pytest.mark.parametrize("case", ["discrete", "continuous", "gumbel"])

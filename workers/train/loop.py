@@ -110,7 +110,8 @@ class Trainer:
         seed_everything(config.seed)
         view, data, base = load_sources(config, cache_root, device)
         seed_everything(config.seed)  # the base model's training must not shift the trial's RNG
-        model = CVAE(config.model, view.vocab_size, view.num_strategies).to(device)
+        model = CVAE(config.model, view.vocab_size, view.num_strategies,
+                     config.total_steps(len(data["train"].split))).to(device)
         optimizer = AdamW(model.parameters(), lr=config.training.learning_rate,
                           weight_decay=config.training.weight_decay)
         training = config.training
@@ -127,8 +128,13 @@ class Trainer:
     def c_base(self) -> float:
         return self.base.c_base
 
+    @property
+    def total_steps(self) -> int:
+        """The run's optimizer steps: epochs x ceil(train rows / batch_size) (one per batch)."""
+        return self.config.total_steps(len(self.train_data.split))
+
     def _stacks(self):
-        stack = self.config.loss_stack.build(c_base=self.c_base)
+        stack = self.config.loss_stack.build(c_base=self.c_base, total_steps=self.total_steps)
         return stack, diagnostic_stack(self.config.alpha, self.c_base)
 
     @property
