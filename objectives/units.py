@@ -137,5 +137,5 @@ def elbo_beta_before_c_base(stack: LossStackSpec, mean_target_length: float | No
         return ElboBeta(value=beta * length / raw)
     if raw == 0:
         return ElboBeta(per_c_base=beta * length / normalized)
-    return ElboBeta(unknown="c_base is measured when the trial runs (the stack mixes raw and "
-                    "normalized terms)")
+    return ElboBeta(unknown="needs c_base, measured when the trial runs: the stack mixes raw "
+                    "and normalized terms")

@@ -239,7 +239,7 @@ def test_beta_in_elbo_units_before_c_base_is_known():
 
     assert before("uniform") == "10.5"
     assert before("ncc") == "10.5 x c_base"
-    assert before("raw_plus_ncc").startswith("unknown (c_base is measured")
+    assert before("raw_plus_ncc").startswith("unknown (needs c_base")
     assert before("uniform", length=None) == "unknown (the dataset is not readable)"
     assert before("uniform", scale="token", length=None) == "0.5"
     assert elbo_beta_before_c_base(preset_spec("uniform"), 21.0).describe() == "unknown (the stack has no kl term)"

@@ -8,20 +8,20 @@ body_length_max], so its mean is P + (min + max) / 2 in expectation). A register
 come from its registry summary (a ``split`` column: exact, from the per-split row and token
 counts), or, with a seeded split, from its table's target lengths and the same split rule the
 trainer applies (:func:`fraction_assignment`) when the caller may read the table. Torch-free;
-pyarrow is imported only to read a table.
+numpy and pyarrow are imported only to split or read a table.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from workers.data.config import DatasetDataConfig, SyntheticTaskConfig
 from workers.data.dataset_store import DatasetNotFound, DatasetStore
-from workers.data.dataset_table import SPLIT, Y
+
+if TYPE_CHECKING:  # numpy and pyarrow load where a table is split or read: the API imports this
+    import numpy as np
 
 __all__ = ["TrainFacts", "dataset_facts", "fraction_assignment", "synthetic_facts", "train_facts"]
 
@@ -48,6 +48,8 @@ def fraction_assignment(n: int, config: DatasetDataConfig) -> np.ndarray:
     """``[n]`` int8 split index (0 train, 1 val, 2 test) of a table without a split column:
     train gets ``round(f_train n)`` rows, val ``round(f_val n)``, test the rest, in the order
     of a permutation seeded by ``split_seed``."""
+    import numpy as np
+
     n_train = _fraction_train_rows(n, config)
     n_val = min(n - n_train, round(config.split_fractions.val * n))
     order = np.random.default_rng(config.split_seed).permutation(n)
@@ -65,8 +67,8 @@ def _fraction_train_rows(n: int, config: DatasetDataConfig) -> int:
 def synthetic_facts(config: SyntheticTaskConfig) -> TrainFacts:
     """The synthetic task's train rows and its expected mean target length."""
     mean = config.prefix_length + (config.body_length_min + config.body_length_max) / 2
-    return TrainFacts(config.train_size, mean, "the synthetic task's config (expected mean "
-                      "target length: prefix_length + the mean body length)")
+    return TrainFacts(config.train_size, mean, "the synthetic task's config; the length is "
+                      "expected: prefix_length + the mean body length")
 
 
 def _truncated(config: DatasetDataConfig, summary: dict[str, Any]) -> bool:
@@ -102,8 +104,11 @@ def dataset_facts(config: DatasetDataConfig, root: Path | str | None,
                else "its seeded split's target lengths are in the table")
         return TrainFacts(rows, None, f"dataset {name!r}: {why}, read when the trial runs "
                           "(`ksweep validate` reads it)")
+    import numpy as np
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
+
+    from workers.data.dataset_table import SPLIT, Y
 
     try:
         table = pq.read_table(store.data_path(config.sha256 or record.sha256),
