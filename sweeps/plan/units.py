@@ -17,7 +17,7 @@ from objectives.units import elbo_beta_before_c_base
 from sweeps.spec import SweepSpec
 from workers.data.train_facts import TrainFacts, train_facts
 
-__all__ = ["annotate_trials", "default_facts", "schedule_warnings"]
+__all__ = ["annotate_trials", "default_facts", "listed", "overrun_groups", "schedule_warnings"]
 
 SHOWN_TRIALS = 12
 
@@ -51,18 +51,28 @@ def annotate_trials(spec: SweepSpec, trials: list[dict[str, Any]], facts: TrainF
         trial["schedule_overruns"] = [] if total is None else config.schedule_overruns(total)
 
 
+def overrun_groups(trials: list[dict[str, Any]], labels: list[str]
+                   ) -> list[tuple[int | None, tuple[str, ...], list[str]]]:
+    """``(steps, overruns, labels)`` per kind of overrun: the trials (named by ``labels``) whose
+    schedule does not finish within their run of ``steps`` optimizer steps."""
+    groups: dict[tuple, list[str]] = defaultdict(list)
+    for label, trial in zip(labels, trials, strict=True):
+        if trial.get("schedule_overruns"):
+            groups[(trial["total_steps"], tuple(trial["schedule_overruns"]))].append(label)
+    return [(steps, overruns, names) for (steps, overruns), names in groups.items()]
+
+
+def listed(names: list[str]) -> str:
+    """The first :data:`SHOWN_TRIALS` names, comma-separated, and how many more."""
+    more = f" and {len(names) - SHOWN_TRIALS} more" if len(names) > SHOWN_TRIALS else ""
+    return ", ".join(names[:SHOWN_TRIALS]) + more
+
+
 def schedule_warnings(trials: list[dict[str, Any]]) -> list[str]:
     """One line per kind of overrun: the trials (1-based) whose schedule does not finish within
     their run, their steps, and which schedule."""
-    groups: dict[tuple, list[int]] = defaultdict(list)
-    for number, trial in enumerate(trials, 1):
-        if trial.get("schedule_overruns"):
-            groups[(trial["total_steps"], tuple(trial["schedule_overruns"]))].append(number)
-    lines = []
-    for (steps, overruns), numbers in groups.items():
-        shown = ", ".join(str(n) for n in numbers[:SHOWN_TRIALS])
-        more = f" and {len(numbers) - SHOWN_TRIALS} more" if len(numbers) > SHOWN_TRIALS else ""
-        lines.append(f"{len(numbers)} trial(s) ({shown}{more}) run {steps} optimizer steps, "
-                     f"within which a schedule does not finish: {', '.join(overruns)} (give it "
-                     "relative to the run: warmup_fraction, cycles, gumbel_anneal_fraction)")
-    return lines
+    labels = [str(number) for number in range(1, len(trials) + 1)]
+    return [f"{len(names)} trial(s) ({listed(names)}) run {steps} optimizer steps, within which "
+            f"a schedule does not finish: {', '.join(overruns)} (give it relative to the run: "
+            "warmup_fraction, cycles, gumbel_anneal_fraction)"
+            for steps, overruns, names in overrun_groups(trials, labels)]
