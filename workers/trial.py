@@ -50,7 +50,7 @@ def run_constants(trainer: Trainer) -> dict[str, float]:
     length = float(trainer.train_data.split.mask.sum(dim=-1).double().mean())
     beta = elbo_beta(trainer.config.loss_stack, trainer.c_base, length)
     return {C_BASE_PARAM: trainer.c_base, TRAIN_TARGET_LENGTH_PARAM: length,
-            TOTAL_STEPS_PARAM: float(trainer.total_steps),
+            TOTAL_STEPS_PARAM: trainer.total_steps,
             ELBO_BETA_PARAM: math.nan if beta is None else beta}
 
 

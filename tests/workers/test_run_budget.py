@@ -90,7 +90,7 @@ def test_run_constants_measure_the_train_split(preset, scale, per_length, tmp_pa
     length = mask.sum().item() / mask.shape[0]
     assert constants[TRAIN_TARGET_LENGTH_PARAM] == pytest.approx(length, rel=1e-12)
     assert 6 <= length <= 8  # prefix 2 + a body of 4-6 tokens
-    assert constants[TOTAL_STEPS_PARAM] == 3 * 2
+    assert constants[TOTAL_STEPS_PARAM] == 3 * 2 and isinstance(constants[TOTAL_STEPS_PARAM], int)
     c_base = constants[C_BASE_PARAM]
     expected = 0.5 * (length if per_length else 1.0) * (c_base if preset == "ncc" else 1.0)
     assert constants[ELBO_BETA_PARAM] == pytest.approx(expected, rel=1e-12)
