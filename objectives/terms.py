@@ -59,6 +59,8 @@ class LossInputs:
             (needed by ``kl``; per-dimension free bits need ``[B, D]``).
         bow_logits: ``[B, V]`` bag-of-words logits predicted from (z, x) (needed by ``bag_of_words``).
         targets: ``[B, T]`` int64 target tokens y (needed by ``bag_of_words``).
+        posterior_probs: ``[B, C]`` q(z | x, y) of a discrete latent (needed by ``kl`` with
+            ``mutual_info_credit > 0``).
         step: the global optimisation step, for KL annealing schedules (a Python int).
     """
 
@@ -68,6 +70,7 @@ class LossInputs:
     kl: torch.Tensor | None = None
     bow_logits: torch.Tensor | None = None
     targets: torch.Tensor | None = None
+    posterior_probs: torch.Tensor | None = None
     step: int = 0
 
 
@@ -197,9 +200,10 @@ def _kl(inputs: LossInputs, context: TermContext, options: KLOptions) -> torch.T
     # Rows without an active token count for nothing, whatever their KL (no NaN leaks in).
     per_dim = torch.where(has_active.unsqueeze(-1), kl if kl.dim() == 2 else kl.unsqueeze(-1), 0.0)
     count = has_active.sum().clamp_min(1).to(per_dim.dtype)
-    weights = has_active.to(per_dim.dtype) / count  # each example with an active token once
+    once = has_active.to(per_dim.dtype) / count  # each example with an active token once
+    weights = once
     if options.scale == "token":  # each example's KL per active target token (docs: KL units)
-        weights = weights / inputs.mask.sum(dim=-1).clamp_min(1).to(per_dim.dtype)
+        weights = once / inputs.mask.sum(dim=-1).clamp_min(1).to(per_dim.dtype)
     free_bits = options.free_bits
     if options.free_bits_mode == "dimension":
         if kl.dim() != 2:
@@ -216,7 +220,42 @@ def _kl(inputs: LossInputs, context: TermContext, options: KLOptions) -> torch.T
     per_example = per_dim.sum(dim=-1)
     if free_bits:
         per_example = per_example.clamp_min(free_bits)  # nats per example, before any 1/n
-    return (weights * per_example).sum()
+    value = (weights * per_example).sum()
+    if options.mutual_info_credit:
+        # The credit is each example's share KL(q_b || mean q) of I, on the KL's own scale.
+        value = value - options.mutual_info_credit * batch_mutual_information(
+            inputs, once, weights if options.scale == "token" else None)
+    return value
+
+
+def batch_mutual_information(inputs: LossInputs, weights: torch.Tensor,
+                             shares: torch.Tensor | None = None) -> torch.Tensor:
+    """I(x; z) of the batch under q: ``H(sum_b w_b q_b) - sum_b w_b H(q_b)`` (``weights``: each
+    example with an active token once), differentiable; the plug-in estimate of a discrete latent.
+
+    ``shares``: weigh each example's part of it, KL(q_b || sum_c w_c q_c) (whose ``weights``-mean
+    is I), by ``shares`` instead (the per-token KL passes ``weights / n_b``).
+    """
+    probs = inputs.posterior_probs
+    if probs is None:
+        raise ValueError("kl option mutual_info_credit needs LossInputs.posterior_probs, the posterior "
+                         "of a discrete latent (model.family: discrete); set it to 0 otherwise")
+    if probs.dim() != 2 or probs.shape[0] != weights.shape[0]:
+        raise ValueError(f"posterior_probs must have shape [B, C] with B = {weights.shape[0]}, "
+                         f"got {tuple(probs.shape)}")
+    # Rows of weight 0 (no active token) count for nothing, whatever their posterior.
+    probs = torch.where((weights > 0).unsqueeze(-1), probs.to(weights.dtype), 1.0 / probs.shape[-1])
+    aggregate = (weights.unsqueeze(-1) * probs).sum(dim=0)
+    if shares is None:
+        return _entropy(aggregate) - (weights * _entropy(probs)).sum()
+    cross = -(probs * aggregate.clamp_min(torch.finfo(probs.dtype).tiny).log()).sum(dim=-1)
+    return (shares * (cross - _entropy(probs))).sum()
+
+
+def _entropy(probs: torch.Tensor) -> torch.Tensor:
+    """Entropy over the last axis; a probability of exactly 0 adds 0 with a finite gradient
+    (xlogy's gradient there is NaN)."""
+    return -(probs * probs.clamp_min(torch.finfo(probs.dtype).tiny).log()).sum(dim=-1)
 
 
 def _bag_of_words(inputs: LossInputs, context: TermContext, options: BagOfWordsOptions) -> torch.Tensor:

@@ -243,3 +243,39 @@ def test_beta_in_elbo_units_before_c_base_is_known():
     assert before("uniform", length=None) == "unknown (the dataset is not readable)"
     assert before("uniform", scale="token", length=None) == "0.5"
     assert elbo_beta_before_c_base(preset_spec("uniform"), 21.0).describe() == "unknown (the stack has no kl term)"
+
+
+def test_the_mutual_information_credit_follows_the_scale():
+    """Per token, each example's share KL(q_b || mean q) of I is divided by its n_b, as its KL is."""
+    generator = torch.Generator().manual_seed(8)
+    inputs = _adversarial(seed=8, dims=None)
+    probs = torch.softmax(torch.randn(8, 3, generator=generator, dtype=torch.float64), dim=-1)
+    probs[2] = float("nan")  # an empty row's posterior: weight 0, no NaN
+    inputs.posterior_probs = probs.requires_grad_()
+    options = {"scale": "token", "free_bits": 0.2, "mutual_info_credit": 0.6}
+    out = LossStackSpec(terms={"kl": {"options": options}}).build()(inputs)
+    mask, q = inputs.mask.tolist(), probs.detach().tolist()
+    rows = [b for b in range(8) if any(mask[b])]
+    mean_q = [math.fsum(q[b][k] for b in rows) / len(rows) for k in range(3)]
+    shares = [math.fsum(q[b][k] * math.log(q[b][k] / mean_q[k]) for k in range(3)) / sum(mask[b])
+              for b in rows]
+    expected = _reference(inputs, options) - 0.6 * math.fsum(shares) / len(rows)
+    assert float(out.terms["kl"].detach()) == pytest.approx(expected, rel=1e-12)
+    out.total.backward()
+    assert torch.isfinite(probs.grad[[b for b in range(8) if b != 2 and b != 5]]).all()
+
+
+def test_with_the_credit_the_per_token_term_on_equal_lengths_is_the_per_example_term_over_n():
+    generator = torch.Generator().manual_seed(9)
+    mask = torch.zeros(6, 9, dtype=torch.bool)
+    mask[:, :4] = True
+    probs = torch.softmax(torch.randn(6, 4, generator=generator, dtype=torch.float64), dim=-1)
+    inputs = LossInputs(token_nll=torch.ones(6, 9, dtype=torch.float64), base_nll=torch.ones(6, 9, dtype=torch.float64),
+                        mask=mask, kl=torch.rand(6, generator=generator, dtype=torch.float64),
+                        posterior_probs=probs)
+
+    def value(scale):
+        spec = LossStackSpec(terms={"kl": {"options": {"scale": scale, "mutual_info_credit": 1.0}}})
+        return float(spec.build()(inputs).terms["kl"])
+
+    assert value("token") == pytest.approx(value("example") / 4, rel=1e-12)

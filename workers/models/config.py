@@ -58,6 +58,13 @@ class ModelConfig(BaseModel):
         "(epochs x ceil(train rows / batch_size)), rounded to the nearest step (at least 1). "
         "Instead of `gumbel_anneal_steps`.",
     )
+    target_encoder: Literal["forward", "bidirectional"] = Field(
+        "forward",
+        description="How q(z | x, y) reads y: 'forward', a GRU's state at y's last token; "
+        "'bidirectional', that state beside a second GRU's after reading y backwards, so the "
+        "posterior sees y's first tokens as directly as its last (a forward GRU's final state may "
+        "have forgotten them over a long y).",
+    )
     prior: Literal["learned", "standard"] = Field(
         "learned",
         description="'learned': p(z | x) from the context encoder. 'standard': uniform categorical "
