@@ -70,9 +70,10 @@ class Point(NamedTuple):
     elbo: float | None
 
 
-def _index(rows: Sequence[RowResult], split: str) -> tuple[dict, Curves]:
-    """(stack, alpha, model, free_bits, beta, kind, metric) -> seed -> Point, and
-    (stack, alpha, model, free_bits, kind, metric) -> seed -> [(matched beta, value)] curves."""
+def _index(rows: Sequence[RowResult], split: str) -> tuple[dict, Curves, str]:
+    """(stack, alpha, model, free_bits, beta, kind, metric) -> seed -> Point,
+    (stack, alpha, model, free_bits, kind, metric) -> seed -> [(matched beta, value)] curves,
+    and the beta they are matched on, in words."""
     points: dict[tuple, dict[int, Point]] = defaultdict(dict)
     curves: Curves = defaultdict(lambda: defaultdict(list))
     in_elbo_units = all(row.beta_elbo is not None for row in rows if row.beta_effective is not None)
@@ -86,7 +87,7 @@ def _index(rows: Sequence[RowResult], split: str) -> tuple[dict, Curves]:
                 match, value, row.trial_id, row.beta_effective, row.beta_elbo)
             if match is not None and match > 0:
                 curves[(*base, kind, metric)][row.seed].append((match, value))
-    return points, curves
+    return points, curves, "beta in ELBO units" if in_elbo_units else "effective beta"
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -119,7 +120,7 @@ def _entry(key: dict[str, Any], treated: dict, baseline: dict, metric: str) -> d
             "diffs": diff.diffs}
 
 
-def _stack_contrasts(spec, points, curves, split, metrics) -> list[dict[str, Any]]:
+def _stack_contrasts(spec, points, curves, split, metrics, matched_on: str) -> list[dict[str, Any]]:
     out = []
     for stack, baseline in default_pairs(spec):
         for key, base in points.items():
@@ -138,7 +139,7 @@ def _stack_contrasts(spec, points, curves, split, metrics) -> list[dict[str, Any
                 "beta_effective": _mean([p.effective for p in base.values()]),
                 "beta_elbo": _mean([p.elbo for p in base.values()]),
                 "beta_matching": how if treated else "unmatched", "n_unmatched": n_unmatched,
-                "identical_objective": identical,
+                "matched_on": matched_on, "identical_objective": identical,
             }, treated, base_values, metric)
             out.append(entry)
     return out
@@ -201,8 +202,9 @@ def claim_words(entry: dict[str, Any]) -> str:
     if entry.get("identical_objective"):
         return "identical objective (one shared trial): the difference is 0 by construction"
     if entry["n_pairs"] < MIN_PAIRS_FOR_CLAIM:
-        reason = "no matched effective beta" if entry.get("beta_matching") == "unmatched" else (
-            f"{entry['n_pairs']} seed pair(s) < {MIN_PAIRS_FOR_CLAIM}")
+        reason = (f"no matched {entry.get('matched_on', 'effective beta')}"
+                  if entry.get("beta_matching") == "unmatched"
+                  else f"{entry['n_pairs']} seed pair(s) < {MIN_PAIRS_FOR_CLAIM}")
         return f"no claim: {reason}"
     if entry["family"] == "exploratory":
         return "exploratory: not a claim (no multiplicity adjustment)"
@@ -218,9 +220,9 @@ def claim_words(entry: dict[str, Any]) -> str:
 
 def build_contrasts(spec: SweepSpec, rows: Sequence[RowResult], split: str) -> list[dict[str, Any]]:
     """Every stack contrast and caveat contrast on ``split``, with families and Holm applied."""
-    points, curves = _index(rows, split)
+    points, curves, matched_on = _index(rows, split)
     metrics = {spec.analysis.metric, *EXTRA_CONTRAST_METRICS}
-    contrasts = _stack_contrasts(spec, points, curves, split, metrics)
+    contrasts = _stack_contrasts(spec, points, curves, split, metrics, matched_on)
     contrasts += _caveat_contrasts(spec, points, split)
     _assign_families(spec, contrasts)
     return contrasts

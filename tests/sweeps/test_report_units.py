@@ -69,8 +69,9 @@ def test_stacks_of_different_kl_scales_are_matched_in_elbo_units():
         assert entry["beta_matching"] == "exact" and entry["beta_elbo"] == pytest.approx(treated_elbo)
         assert entry["mean_diff"] == pytest.approx(0.0, abs=1e-12) and entry["n_pairs"] == 3
     # uniform at beta 10 is 100 in ELBO units: beyond the per-token stack's 0.1-10, not matched.
-    assert _find(report["contrasts"], contrast="stack", beta=10.0, kind="all",
-                 metric="latent_nmi")["beta_matching"] == "unmatched"
+    beyond = _find(report["contrasts"], contrast="stack", beta=10.0, kind="all", metric="latent_nmi")
+    assert beyond["beta_matching"] == "unmatched" and beyond["matched_on"] == "beta in ELBO units"
+    assert beyond["claim"] == "no claim: no matched beta in ELBO units"
 
 
 def test_without_a_logged_mean_length_contrasts_match_at_effective_beta_as_before():
@@ -78,8 +79,8 @@ def test_without_a_logged_mean_length_contrasts_match_at_effective_beta_as_befor
                                      "seeds": 3, "beta": [0.5, 1.0, 2.0, 4.0]})
     report = build_report(spec, "s", _outcomes(spec, lambda x, s: 0.5 + 0.01 * s, length=None))
     assert all(c["beta_elbo"] is None for c in report["cells"])
-    assert _find(report["contrasts"], contrast="stack", beta=2.0, kind="all",
-                 metric="latent_nmi")["beta_matching"] == "interpolated (log beta)"
+    entry = _find(report["contrasts"], contrast="stack", beta=2.0, kind="all", metric="latent_nmi")
+    assert entry["beta_matching"] == "interpolated (log beta)" and entry["matched_on"] == "effective beta"
 
 
 def test_trials_whose_schedule_did_not_finish_are_listed_under_what_it_cannot_claim():
