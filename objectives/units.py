@@ -34,7 +34,8 @@ __all__ = [
 ]
 
 RECONSTRUCTION_TERMS = frozenset({"uniform", "normalized_uniform", "token_weighted",
-                                  "concentration_corrected", "normalized_concentration_corrected"})
+                                  "concentration_corrected", "train_kappa_corrected",
+                                  "normalized_concentration_corrected"})
 """The terms linear in the token losses l_t (each a per-token weighted mean)."""
 
 

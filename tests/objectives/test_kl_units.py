@@ -232,6 +232,13 @@ def test_beta_in_elbo_units(preset, scale, expected):
     assert effective_beta(stack, C_BASE) * (21.0 if scale == "example" else 1.0) == pytest.approx(expected)
 
 
+def test_every_term_but_the_kl_and_the_auxiliary_one_counts_as_reconstruction():
+    from objectives import TERMS
+    from objectives.units import RECONSTRUCTION_TERMS
+
+    assert RECONSTRUCTION_TERMS == set(TERMS) - {"kl", "bag_of_words"}
+
+
 def test_beta_in_elbo_units_before_c_base_is_known():
     def before(preset, scale="example", length=21.0):
         stack = preset_spec(preset, terms={"kl": {"weight": 0.5, "options": {"scale": scale}}})
