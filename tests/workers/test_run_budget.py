@@ -94,3 +94,16 @@ def test_run_constants_measure_the_train_split(preset, scale, per_length, tmp_pa
     c_base = constants[C_BASE_PARAM]
     expected = 0.5 * (length if per_length else 1.0) * (c_base if preset == "ncc" else 1.0)
     assert constants[ELBO_BETA_PARAM] == pytest.approx(expected, rel=1e-12)
+
+
+def test_gumbel_steps_and_fraction_together_are_refused_naming_both():
+    from pydantic import ValidationError
+
+    from workers.models.config import ModelConfig
+
+    with pytest.raises(ValidationError, match="gumbel_anneal_steps .* or gumbel_anneal_fraction .* not both"):
+        ModelConfig(gumbel_anneal_steps=100, gumbel_anneal_fraction=0.5)
+    assert ModelConfig(gumbel_anneal_fraction=0.5).gumbel_decay_steps(57) == 29
+    assert ModelConfig().gumbel_decay_steps() == 2000
+    with pytest.raises(ValueError, match="gumbel_anneal_fraction is relative to the trial's run"):
+        ModelConfig(gumbel_anneal_fraction=0.5).gumbel_decay_steps()
