@@ -18,8 +18,8 @@ from objectives.spec import (
     preset_spec,
 )
 from objectives.terms import TERMS, LossInputs, TermContext
-from objectives.units import trained_kl_weight
 from objectives.token_weighting import TokenWeightStats
+from objectives.units import trained_kl_weight
 
 __all__ = [
     "TermSpec",

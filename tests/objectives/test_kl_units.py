@@ -294,7 +294,12 @@ def test_with_the_credit_the_per_token_term_on_equal_lengths_is_the_per_example_
     ("uniform", 1.0), ("raw_token_weighted", 1.0), ("ncc", 1 / 5.0), ("normalized_uniform", 1 / 5.0),
     ("raw_plus_ncc", 1 + 1 / 5.0)])
 def test_an_effective_weight_trains_at_beta_times_the_reconstruction_scale(preset, scale):
-    from objectives.units import effective_beta, elbo_beta, elbo_beta_before_c_base, trained_kl_weight
+    from objectives.units import (
+        effective_beta,
+        elbo_beta,
+        elbo_beta_before_c_base,
+        trained_kl_weight,
+    )
 
     kl = {"weight": 0.3, "options": {"weight_units": "effective"}}
     stack = LossStackSpec(preset=preset, alpha=1.0, terms={"kl": kl})
