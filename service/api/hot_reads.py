@@ -39,13 +39,13 @@ from starlette.types import Scope, Send
 
 from service.api.bodies import list_page_body, sweep_body
 from service.api.deps import Services, may_read
-from service.api.schemas import SweepState
+from service.api.schemas import SweepStateValue
 
 log = logging.getLogger("ksweep.service")
 
 SWEEP_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")  # the path pattern of `SweepId`
 _DECIMAL = re.compile(r"[0-9]{1,9}")
-_STATES = frozenset(get_args(SweepState))
+_STATES = frozenset(get_args(SweepStateValue))
 LIST_DEFAULTS: dict[str, Any] = {"state": None, "owner": None, "limit": 50, "offset": 0}
 _HEADERS = b"content-type", b"application/json"
 

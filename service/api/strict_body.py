@@ -25,13 +25,12 @@ from fastapi import HTTPException, Request
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 
-from service.api.schemas import FieldProblem, Problem
+from service.api.schemas import PROBLEM_BASE, FieldProblem, Problem
 
 MAX_DEPTH = 32
 MAX_LIST_ITEMS = 1000
 MAX_STRING_CHARS = 10_000
 MAX_INT_DIGITS = 30
-PROBLEM_BASE = "https://kappa-sweep.dev/problems/"
 BODY = "(body)"
 
 M = TypeVar("M", bound=BaseModel)
@@ -43,6 +42,21 @@ class ProblemHTTPError(HTTPException):
     def __init__(self, problem: Problem) -> None:
         super().__init__(status_code=problem.status, detail=problem.detail)
         self.problem = problem
+
+
+def field_problems(errors: list[dict[str, Any]], drop_prefix: tuple[str, ...] = ("body",)) -> list[FieldProblem]:
+    """Pydantic errors as dotted field paths (``alpha.low``), without the ``body`` prefix.
+
+    Cross-field checks raise pydantic errors with their own ``loc``
+    (:func:`objectives.field_errors.located_errors`), so every path comes from ``loc``.
+    """
+    problems = []
+    for error in errors:
+        loc = [str(part) for part in error.get("loc", ())]
+        if loc and loc[0] in drop_prefix:
+            loc = loc[1:]
+        problems.append(FieldProblem(field=".".join(loc) or BODY, message=str(error.get("msg", ""))))
+    return problems
 
 
 def invalid_body(errors: list[FieldProblem], title: str = "Invalid sweep spec") -> ProblemHTTPError:
@@ -167,8 +181,6 @@ def parse_strict_json(raw: bytes) -> Any:
 
 def strict_model(model: type[M], data: Any) -> M:
     """``data`` (from :func:`parse_strict_json`) validated in strict mode, or a 422 naming fields."""
-    from service.api.errors import field_problems
-
     if not isinstance(data, dict):
         raise invalid_body([FieldProblem(
             field=BODY, message=f"the body must be a JSON object, got {type(data).__name__}")])

@@ -24,10 +24,10 @@ from service.api.schemas import (
     Report,
     Sweep,
     SweepPage,
-    SweepState,
+    SweepStateValue,
     Trial,
     TrialPage,
-    TrialState,
+    TrialStateValue,
 )
 from service.api.strict_body import StrictRoute, strict_body
 from service.lifecycle import ACTIVE_SWEEP_STATES
@@ -36,7 +36,7 @@ from service.store.queries import IdempotencyConflict
 from sweeps.plan.budget import build_plan_within_budget
 from sweeps.plan.build import SweepPlan
 from sweeps.spec import SweepSpec, load_sweep_spec
-from sweeps.tune.status import SweepState as SweepStates
+from sweeps.tune.status import SweepState
 
 # Spec bodies are parsed strictly (service.api.strict_body); `_schema` only documents them.
 router = APIRouter(tags=["sweeps"], route_class=StrictRoute)
@@ -74,7 +74,7 @@ SPEC_EXAMPLES = {
 SpecBody = Annotated[SweepSpec, Body(openapi_examples=SPEC_EXAMPLES)]
 
 
-def sweep_resource(row: SweepRow | Row, services: Services) -> Sweep:
+def _sweep(row: SweepRow | Row, services: Services) -> Sweep:
     return documents.sweep_resource(row, services.settings.mlflow_ui_url)
 
 
@@ -153,7 +153,7 @@ def submit_sweep(
                     f"key {idempotency_key!r} already created sweep {earlier.id} from another "
                     "spec; use a new key for a new sweep", kind="idempotency-conflict",
                     sweep_id=earlier.id)
-            return _json(sweep_resource(earlier, services), 200, {"Idempotent-Replayed": "true"})
+            return _json(_sweep(earlier, services), 200, {"Idempotent-Replayed": "true"})
     cap = services.settings.max_active_sweeps_per_owner
     if store.count_active(owner) >= cap:
         raise ProblemError(
@@ -172,7 +172,7 @@ def submit_sweep(
     headers = {"Location": f"/api/v1/sweeps/{row.id}"}
     if not created:
         headers["Idempotent-Replayed"] = "true"
-    return _json(sweep_resource(row, services), 201 if created else 200, headers)
+    return _json(_sweep(row, services), 201 if created else 200, headers)
 
 
 @router.post("/sweeps:validate", response_model=SweepPlan, summary="Dry run: the trial plan of a spec",
@@ -185,7 +185,7 @@ def validate_sweep(_schema: SpecBody, _reader: str | None = Depends(read_access)
 @router.get("/sweeps", response_model=SweepPage, summary="List sweeps, newest first",
             responses={**UNAUTHORIZED, **INVALID})
 def list_sweeps(
-    state: Annotated[SweepState | None, Query(description="Only sweeps in this state.")] = None,
+    state: Annotated[SweepStateValue | None, Query(description="Only sweeps in this state.")] = None,
     owner: Annotated[str | None, Query(max_length=100, description="Only this owner's.")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
@@ -210,7 +210,7 @@ def get_sweep(sweep_id: SweepId, _reader: str | None = Depends(read_access),
             responses={**UNAUTHORIZED, **NOT_FOUND, **INVALID})
 def list_trials(
     sweep_id: SweepId,
-    state: Annotated[TrialState | None, Query(description="Only trials in this state.")] = None,
+    state: Annotated[TrialStateValue | None, Query(description="Only trials in this state.")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
     _reader: str | None = Depends(read_access), services: Services = Depends(get_services),
@@ -232,7 +232,7 @@ def get_report(sweep_id: SweepId, _reader: str | None = Depends(read_access),
                services: Services = Depends(get_services)) -> dict[str, Any]:
     row = _get_row(services, sweep_id, with_documents=True)
     if row.report is None:
-        why = ("it was cancelled before its report was written" if row.state == SweepStates.CANCELLED
+        why = ("it was cancelled before its report was written" if row.state == SweepState.CANCELLED
                else f"it is {row.state}; the report is written when it ends")
         raise ProblemError(409, "Report not available", f"sweep {sweep_id} has no report: {why}",
                            kind="report-not-ready", sweep_id=sweep_id)
@@ -246,7 +246,7 @@ def _cancel(sweep_id: str, owner: str, services: Services) -> Sweep:
                            "owner or an admin token may cancel it", kind="forbidden")
     if row.state in ACTIVE_SWEEP_STATES:
         services.supervisor.cancel(row)
-    return sweep_resource(_get_row(services, sweep_id), services)
+    return _sweep(_get_row(services, sweep_id), services)
 
 
 CANCEL = {"response_model": Sweep,
