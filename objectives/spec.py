@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from objectives.field_errors import Problem, located_errors
+from objectives.field_errors import LocatedProblem, located_errors
 
 if TYPE_CHECKING:
     from objectives.stack import LossStack
@@ -27,7 +27,7 @@ __all__ = [
     "LossStackSpec",
     "NoOptions",
     "Preset",
-    "TermInfo",
+    "TermDeclaration",
     "TermSpec",
     "WeightingOptions",
     "describe_presets",
@@ -111,7 +111,7 @@ def kl_anneal_factor(options: KLOptions, step: int) -> float:
 
 
 @dataclass(frozen=True)
-class TermInfo:
+class TermDeclaration:
     """What a loss spec may say about a term (the torch function is registered separately).
 
     Attributes:
@@ -142,28 +142,28 @@ class TermInfo:
         }
 
 
-TERM_INFO: dict[str, TermInfo] = {
+TERM_INFO: dict[str, TermDeclaration] = {
     info.name: info
     for info in (
-        TermInfo("uniform", "Uniform token mean of l per example (the ordinary reconstruction NLL).",
-                 NoOptions),
-        TermInfo("normalized_uniform",
-                 "Uniform token mean of l divided by c_base: the alpha = 0 endpoint of the "
-                 "normalized family.", NoOptions, needs_c_base=True),
-        TermInfo("token_weighted",
-                 "R_tok,alpha = sum_t pi_t l_t: raw tempered surprisal-share token weighting.",
-                 WeightingOptions),
-        TermInfo("concentration_corrected",
-                 "R~ = R_tok / kappa_alpha: token weighting with the concentration inflation "
-                 "removed.", WeightingOptions),
-        TermInfo("normalized_concentration_corrected",
-                 "R^ = R~ / c_base: concentration-corrected and in z-free-relative units "
-                 "(baseline mean 1).", WeightingOptions, needs_c_base=True),
-        TermInfo("kl", "KL(q(z|x,y) || p(z|x)) with free bits and an optional annealing schedule "
-                 "on beta.", KLOptions, weight_name="beta", needs=("kl",)),
-        TermInfo("bag_of_words",
-                 "kgCVAE bag-of-words loss: -log p_bow(y_t | z, x) over the active target tokens.",
-                 BagOfWordsOptions, needs=("bow_logits", "targets")),
+        TermDeclaration("uniform", "Uniform token mean of l per example (the ordinary reconstruction NLL).",
+                        NoOptions),
+        TermDeclaration("normalized_uniform",
+                        "Uniform token mean of l divided by c_base: the alpha = 0 endpoint of the "
+                        "normalized family.", NoOptions, needs_c_base=True),
+        TermDeclaration("token_weighted",
+                        "R_tok,alpha = sum_t pi_t l_t: raw tempered surprisal-share token weighting.",
+                        WeightingOptions),
+        TermDeclaration("concentration_corrected",
+                        "R~ = R_tok / kappa_alpha: token weighting with the concentration inflation "
+                        "removed.", WeightingOptions),
+        TermDeclaration("normalized_concentration_corrected",
+                        "R^ = R~ / c_base: concentration-corrected and in z-free-relative units "
+                        "(baseline mean 1).", WeightingOptions, needs_c_base=True),
+        TermDeclaration("kl", "KL(q(z|x,y) || p(z|x)) with free bits and an optional annealing schedule "
+                        "on beta.", KLOptions, weight_name="beta", needs=("kl",)),
+        TermDeclaration("bag_of_words",
+                        "kgCVAE bag-of-words loss: -log p_bow(y_t | z, x) over the active target tokens.",
+                        BagOfWordsOptions, needs=("bow_logits", "targets")),
     )
 }
 
@@ -280,7 +280,7 @@ class LossStackSpec(BaseModel):
     @field_validator("terms")
     @classmethod
     def _known_terms_and_options(cls, terms: dict[str, TermSpec]) -> dict[str, TermSpec]:
-        problems: list[Problem] = []
+        problems: list[LocatedProblem] = []
         for name, term in terms.items():
             if name not in TERM_INFO:
                 problems.append(((name,), str(_unknown("loss term", name, list(TERM_INFO)))))

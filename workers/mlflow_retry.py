@@ -53,12 +53,12 @@ from workers.log_batch_process import LogBatchProcess
 if TYPE_CHECKING:
     from workers.tracking import NewRun
 
-__all__ = ["MetricWriter", "OUTAGE_ENV", "SYNC_WAIT_ENV", "create_run_later", "outage_budget_s",
+__all__ = ["MetricWriter", "MLFLOW_OUTAGE_ENV", "SYNC_WAIT_ENV", "create_run_later", "outage_budget_s",
            "retrying", "transient", "write_in_child_process"]
 
 log = logging.getLogger("ksweep.tracking")
 
-OUTAGE_ENV = "KSWEEP_MLFLOW_OUTAGE_S"
+MLFLOW_OUTAGE_ENV = "KSWEEP_MLFLOW_OUTAGE_S"
 SYNC_WAIT_ENV = "KSWEEP_MLFLOW_SYNC_WAIT_S"
 T = TypeVar("T")
 
@@ -80,7 +80,7 @@ def _env_float(name: str, default: float) -> float:
 
 def outage_budget_s() -> float:
     """How long writes are retried before they fail (``KSWEEP_MLFLOW_OUTAGE_S``, 900 s)."""
-    return _env_float(OUTAGE_ENV, 900.0)
+    return _env_float(MLFLOW_OUTAGE_ENV, 900.0)
 
 
 def transient(error: BaseException) -> bool:

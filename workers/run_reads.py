@@ -40,7 +40,7 @@ class SweepNotInMlflow(LookupError):
 
 
 @dataclass
-class TrialRun:
+class LoggedTrial:
     """One trial's MLflow run: its latest value of every metric and the rows it stands in."""
 
     trial_id: str
@@ -134,7 +134,8 @@ def load_report(tracking_uri: str, parent_run_id: str) -> dict[str, Any] | None:
     return report
 
 
-def trial_runs(tracking_uri: str, sweep_id: str, experiment_id: str | None = None) -> list[TrialRun]:
+def trial_runs(tracking_uri: str, sweep_id: str,
+               experiment_id: str | None = None) -> list[LoggedTrial]:
     """Every trial run of the sweep, one per trial id (the newest when a trial was retried
     into a second run), sorted by trial id; an unknown sweep gives an empty list."""
     client = _client(tracking_uri)
@@ -147,20 +148,20 @@ def trial_runs(tracking_uri: str, sweep_id: str, experiment_id: str | None = Non
         if trial_id and (trial_id not in newest or (run.info.start_time or 0)
                          > (newest[trial_id].info.start_time or 0)):
             newest[trial_id] = run
-    return [TrialRun(trial_id=trial_id, run_id=run.info.run_id,
-                     shared_by=[s for s in run.data.tags.get(SHARED_BY_TAG, "").split(",") if s],
-                     final={k: _finite(v) for k, v in sorted(run.data.metrics.items())})
+    return [LoggedTrial(trial_id=trial_id, run_id=run.info.run_id,
+                        shared_by=[s for s in run.data.tags.get(SHARED_BY_TAG, "").split(",") if s],
+                        final={k: _finite(v) for k, v in sorted(run.data.metrics.items())})
             for trial_id, run in sorted(newest.items())]
 
 
-def unknown_metrics(runs: Iterable[TrialRun], metrics: Sequence[str]) -> list[str]:
+def unknown_metrics(runs: Iterable[LoggedTrial], metrics: Sequence[str]) -> list[str]:
     """The asked-for metrics no run logged (empty when there are no runs yet)."""
     runs = list(runs)
     logged = {name for run in runs for name in run.final}
     return [m for m in metrics if runs and m not in logged]
 
 
-def metric_points(tracking_uri: str, runs: Iterable[TrialRun], metrics: Sequence[str]
+def metric_points(tracking_uri: str, runs: Iterable[LoggedTrial], metrics: Sequence[str]
                   ) -> list[dict[str, Any]]:
     """Long format: one point per trial x metric x step (the epoch), in that order.
 

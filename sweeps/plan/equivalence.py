@@ -34,8 +34,7 @@ from __future__ import annotations
 
 import json
 
-from objectives.spec import TERM_INFO as TERMS
-from objectives.spec import LossStackSpec
+from objectives.spec import TERM_INFO, LossStackSpec
 
 __all__ = [
     "RECONSTRUCTION_TERMS",
@@ -61,7 +60,7 @@ def _canonical_terms(stack: LossStackSpec) -> dict[tuple[str, str], float]:
     for name, term in stack.resolved_terms().items():
         if term.weight == 0:
             continue
-        options = TERMS[name].options_model.model_validate(term.options).model_dump(mode="json")
+        options = TERM_INFO[name].options_model.model_validate(term.options).model_dump(mode="json")
         if name in UNIFORM_TWIN:
             alpha = options.pop("alpha", None)
             alpha = stack.alpha if alpha is None else alpha
@@ -98,7 +97,7 @@ def reconstruction_scale(stack: LossStackSpec, c_base: float) -> float:
     scale = 0.0
     for name, term in stack.resolved_terms().items():
         if name in RECONSTRUCTION_TERMS:
-            scale += term.weight / c_base if TERMS[name].needs_c_base else term.weight
+            scale += term.weight / c_base if TERM_INFO[name].needs_c_base else term.weight
     return scale
 
 

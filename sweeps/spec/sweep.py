@@ -33,7 +33,7 @@ from pydantic import (
 
 from objectives.field_errors import located_errors
 from objectives.spec import LossStackSpec, TermSpec
-from sweeps.spec.checks import NAME_PATTERN, consistency_problems, stack_problems
+from sweeps.spec.checks import SPEC_NAME_PATTERN, consistency_problems, stack_problems
 from sweeps.spec.sections import (
     AlphaRange,
     AnalysisSpec,
@@ -57,7 +57,7 @@ TAG_KEY_PATTERN = r"^[A-Za-z0-9_.-]{1,100}$"
 TAG_VALUE_SCHEMA = {"anyOf": [{"type": "string", "maxLength": 500}, {"type": "number"}]}
 
 ModelFamily = Literal["discrete", "continuous"]
-StackLabel = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
+StackLabel = Annotated[str, StringConstraints(pattern=SPEC_NAME_PATTERN)]
 
 AxisValues = Annotated[
     list[Annotated[float, Field(ge=0, allow_inf_nan=False)]], Field(min_length=1, max_length=64)
@@ -104,7 +104,7 @@ class SweepSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(
-        ..., pattern=NAME_PATTERN, description="Sweep name (letters, digits, '_', '.', '-')."
+        ..., pattern=SPEC_NAME_PATTERN, description="Sweep name (letters, digits, '_', '.', '-')."
     )
     description: str = Field("", max_length=2000, description="Free text shown in reports.")
     tags: dict[

@@ -56,7 +56,7 @@ if TYPE_CHECKING:  # the training stack is imported where a trial runs: the driv
     from sweeps.spec.trials import TrialConfigs
     from workers.cohort.chunked import ChunkedCohort
     from workers.cohort.trainer import Cohort, Member
-    from workers.trial import TrialRun
+    from workers.trial import TrialRunner
 
 MEMBERS_FILE = "members.json"
 ENDED = frozenset(TrainingStatus) - {TrainingStatus.RUNNING}
@@ -85,8 +85,8 @@ def progress_record(record: dict[str, Any]) -> dict[str, Any]:
                         and math.isfinite(final[k])}}
 
 
-def _close(member: Member, run: TrialRun | None) -> None:
-    """End a member's run the way a lone trial's run ends (TrialRun.train); None: a member
+def _close(member: Member, run: TrialRunner | None) -> None:
+    """End a member's run the way a lone trial's run ends (TrialRunner.train); None: a member
     replayed after its run had ended (nothing to write)."""
     if run is None:
         return
@@ -118,7 +118,7 @@ class _CohortTrial:
              "final": {}, "history": {}}
             for k, member in enumerate(self.members)]
         self.running: list[int] = []
-        self.runs: list[TrialRun | None] = []  # None: replayed, its run already ended (or not made yet)
+        self.runs: list[TrialRunner | None] = []  # None: replayed, its run already ended (or not made yet)
         self.making: dict[int, Future[tuple[str, str]]] = {}  # position -> its run being made
         self.unclosed: list[int] = []  # positions that ended but whose runs are not ended yet
 
@@ -171,7 +171,7 @@ class _CohortTrial:
     def _made(self, cohort: Cohort | ChunkedCohort, raising: bool = True) -> None:
         """Wait for the runs :meth:`open` had made; ``raising`` False: a run that could not be
         made stays None (nothing to end), as when the trial fails."""
-        from workers.trial import TrialRun
+        from workers.trial import TrialRunner
 
         while self.making:
             position = next(iter(self.making))
@@ -182,7 +182,7 @@ class _CohortTrial:
                 if raising:
                     raise
                 continue
-            self.runs[position] = TrialRun.created(
+            self.runs[position] = TrialRunner.created(
                 cohort.members[position].trainer, self.context["tracking_uri"], run_id,
                 experiment_id, **trial_run_options(self.context))
             self.records[self.running[position]]["run_id"] = run_id

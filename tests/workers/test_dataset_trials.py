@@ -198,12 +198,12 @@ def test_ksweep_train_on_a_dataset_records_it_as_an_mlflow_input(tmp_path):
 
 
 def test_the_trainer_arrays_are_cached_and_memory_mapped(tmp_path):
-    from workers.data.dataset_cache import cache_key
+    from workers.data.dataset_cache import task_cache_key
 
     data = _resolved(tmp_path, strategy_table(120, base_nll=True))
     built = load_task(data)
     first = load_task(data, tmp_path)
-    entry = tmp_path / "dataset_tensors" / cache_key(data)
+    entry = tmp_path / "dataset_tensors" / task_cache_key(data)
     assert (entry / "meta.json").exists() and (entry / "target.npy").exists()
     again = load_task(data, tmp_path)
     for task in (first, again):
@@ -214,7 +214,7 @@ def test_the_trainer_arrays_are_cached_and_memory_mapped(tmp_path):
             assert torch.equal(task.splits[name].context, split.context)
             assert torch.equal(task.base_nll[name], built.base_nll[name])
     other = data.model_copy(update={"split_seed": 1})
-    assert cache_key(other) != cache_key(data)
+    assert task_cache_key(other) != task_cache_key(data)
     assert load_task(other, tmp_path).split_hash != built.split_hash
 
 

@@ -25,7 +25,7 @@ from workers.lm.registry import (
     ModelStore,
     check_dataset_tokenizer,
 )
-from workers.lm.surprisal import c_base_of, cached_lm_base_nll, token_surprisal
+from workers.lm.surprisal import c_base_of_rows, cached_lm_base_nll, token_surprisal
 
 transformers = offline_transformers()
 torch = pytest.importorskip("torch")
@@ -198,7 +198,7 @@ def test_cache_computes_once_per_dataset_and_model(tiny: Path, tmp_path: Path, m
     again = cached_lm_base_nll(xs, ys, dataset_sha256="a" * 64, store=store, record=record,
                                cache_root=tmp_path / "cache", progress=False)
     assert again.cache_hit and again.cache_path == first.cache_path
-    assert again.c_base == pytest.approx(c_base_of(first.rows), rel=1e-9)
+    assert again.c_base == pytest.approx(c_base_of_rows(first.rows), rel=1e-9)
     for a, b in zip(first.rows, again.rows, strict=True):
         np.testing.assert_array_equal(a, b)
     meta = json.loads((first.cache_path / "meta.json").read_text())

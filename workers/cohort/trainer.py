@@ -23,7 +23,7 @@ import torch
 from torch.func import stack_module_state
 
 from objectives import LossInputs
-from workers.cohort.compiled import CompiledStep
+from workers.cohort.compiled import OUTPUTS, CompiledStep
 from workers.cohort.evaluation import member_gradient_shares, member_outputs
 from workers.cohort.grouping import fingerprint
 from workers.cohort.member import Member, MemberCallback, capture, check_cohort, own_rng, per_member
@@ -35,7 +35,6 @@ from workers.models.functional import cvae_forward
 from workers.train.config import TrialConfig
 from workers.train.loop import Trainer, TrialCheckFailed
 
-OUTPUTS = ("token_nll", "kl", "bow_logits")
 SPLIT_FIELDS = ("context", "target", "mask")
 
 

@@ -23,16 +23,16 @@ from workers.data.config import DatasetDataConfig
 from workers.data.dataset_source import DatasetTask, build_task
 from workers.data.dataset_store import DatasetStore
 
-FORMAT_VERSION = 1
+TASK_CACHE_VERSION = 1
 ARRAYS = ("context", "target", "mask", "label", "group", "original_ids", "base_nll")
 
 
-def cache_key(config: DatasetDataConfig) -> str:
+def task_cache_key(config: DatasetDataConfig) -> str:
     """The entry's name (see the module doc)."""
     payload = json.dumps({
         "sha256": config.sha256, "split_fractions": config.split_fractions.model_dump(),
         "split_seed": config.split_seed, "max_target_length": config.max_target_length,
-        "truncation": config.truncation, "version": FORMAT_VERSION}, sort_keys=True)
+        "truncation": config.truncation, "version": TASK_CACHE_VERSION}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:24]
 
 
@@ -46,7 +46,7 @@ def cached_task(config: DatasetDataConfig, cache_root: Path) -> DatasetTask:
 
     root = cache_root.resolve() / "dataset_tensors"
     root.mkdir(parents=True, exist_ok=True)
-    key = cache_key(config)
+    key = task_cache_key(config)
     target = root / key
     if not (target / "meta.json").exists():
         with FileLock(root / f"{key}.lock"):

@@ -33,8 +33,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-NAME_PATTERN = REGISTERED_NAME_PATTERN
-_NAME_RE = re.compile(NAME_PATTERN)
+_NAME_RE = re.compile(REGISTERED_NAME_PATTERN)
 DATA_FILE = "data.parquet"
 META_FILE = "meta.json"
 ROW_GROUP_ROWS = 65_536
@@ -95,7 +94,7 @@ def check_name(name: str) -> str:
     """
     if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or name in (".", ".."):
         raise DatasetError(f"invalid dataset name {name!r}", file=None, column="name", row=None,
-                           fix=f"use 1-64 characters matching {NAME_PATTERN} (no / or \\)")
+                           fix=f"use 1-64 characters matching {REGISTERED_NAME_PATTERN} (no / or \\)")
     return name
 
 

@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from workers.contract import REGISTERED_NAME_PATTERN, SHA256_HEX_PATTERN
 
-NAME_PATTERN = re.compile(REGISTERED_NAME_PATTERN)
+_NAME_RE = re.compile(REGISTERED_NAME_PATTERN)
 PICKLE_SUFFIXES = frozenset({".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib"})
 # Files of a Hugging Face folder that are copied; anything else (README, .py, images) is not.
 HF_CONFIG_FILES = frozenset({
@@ -95,7 +95,7 @@ class ModelRecord(BaseModel):
 
 def check_name(name: str) -> str:
     """Return ``name`` when it is a valid model name; raise ModelError naming the rule."""
-    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise ModelError(
             f"model name {name!r}: use 1-64 characters of letters, digits, '.', '_' or '-', "
             "starting with a letter or digit (never a path)"
@@ -311,11 +311,6 @@ def _atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     tmp.write_text(text)
     os.replace(tmp, path)
-
-
-def default_model_root(sweep_root: Path | str) -> Path:
-    """``$KSWEEP_SWEEP_ROOT/models``: where models live when KSWEEP_MODEL_ROOT is unset."""
-    return Path(sweep_root) / "models"
 
 
 def record_summary(record: ModelRecord) -> dict[str, object]:

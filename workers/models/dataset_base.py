@@ -23,7 +23,7 @@ import torch
 from workers.data.dataset_source import DatasetTask
 from workers.models.config import BaseModelConfig
 from workers.models.zfree_base import (
-    CACHE_FORMAT_VERSION,
+    BASE_CACHE_VERSION,
     BaseSurprisal,
     c_base_of,
     learned_base,
@@ -31,13 +31,13 @@ from workers.models.zfree_base import (
 )
 
 
-def dataset_cache_key(task: DatasetTask, base: BaseModelConfig) -> str:
+def dataset_base_cache_key(task: DatasetTask, base: BaseModelConfig) -> str:
     """Content address of a dataset's learned base (see the module doc)."""
     config = task.config
     payload = json.dumps({
         "dataset_sha256": config.sha256, "split_hash": task.split_hash,
         "max_target_length": task.max_target_length, "truncation": config.truncation,
-        "base": base.model_dump(mode="json"), "version": CACHE_FORMAT_VERSION,
+        "base": base.model_dump(mode="json"), "version": BASE_CACHE_VERSION,
     }, sort_keys=True)
     return "ds-" + hashlib.sha256(payload.encode()).hexdigest()[:24]
 
@@ -73,6 +73,6 @@ def dataset_base(task: DatasetTask, base: BaseModelConfig, cache_root: Path | st
                          "learned or precomputed")
     describe = {"dataset": name, "dataset_sha256": task.config.sha256,
                 "split_hash": task.split_hash}
-    surprisal = learned_base(dataset_cache_key(task, base), describe, base, task.vocab_size,
+    surprisal = learned_base(dataset_base_cache_key(task, base), describe, base, task.vocab_size,
                              splits["train"], splits["val"], cache_root, device)
     return surprisal, score_split(task, surprisal, splits["test"], device)

@@ -25,9 +25,9 @@ from service.api.deps import Services, get_services, may_act_on, read_access, re
 from service.api.errors import ProblemError
 from service.api.schemas import PROBLEM_MEDIA_TYPE, Problem
 from service.lifecycle import ACTIVE_SWEEP_STATES
+from workers.data.config import DATASET_NAME_PATTERN
 from workers.data.dataset_limits import DatasetError
 from workers.data.dataset_store import (
-    NAME_PATTERN,
     DatasetConflict,
     DatasetNotFound,
     DatasetQuotaExceeded,
@@ -37,7 +37,7 @@ from workers.data.dataset_store import (
 )
 
 router = APIRouter(tags=["datasets"])
-DatasetName = Annotated[str, Path(pattern=f"^{NAME_PATTERN}$", description="The dataset's name.")]
+DatasetName = Annotated[str, Path(pattern=DATASET_NAME_PATTERN, description="The dataset's name.")]
 
 
 def _problem(description: str) -> dict[str, Any]:
@@ -116,7 +116,7 @@ def check_spec_dataset(spec: dict[str, Any], owner: str, services: Services) -> 
 )
 async def add_dataset(
     request: Request,
-    name: Annotated[str, Query(pattern=f"^{NAME_PATTERN}$", description="The dataset's name.")],
+    name: Annotated[str, Query(pattern=DATASET_NAME_PATTERN, description="The dataset's name.")],
     replace: Annotated[bool, Query(description="Point an existing name at new content.")] = False,
     format: Annotated[Literal["parquet", "arrow", "jsonl"] | None, Query(
         description="The file's format, when the Content-Type does not say.")] = None,
