@@ -47,7 +47,7 @@ from service.orchestrator.driver_env import TUNE_ENV
 from sweeps.plan.build import build_plan
 from sweeps.spec import SweepSpec, load_sweep_spec
 from sweeps.tune.runner import run_sweep
-from workers.tracking import ensure_experiment
+from workers.tracking.runs import ensure_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "sweeps" / "examples" / "quickstart.yaml"

@@ -5,7 +5,7 @@ A :class:`TrialRunner` owns the run of one :class:`~workers.train.Trainer`: the 
 run starts, one metric point per epoch (an epoch the run already holds, after a resume, is
 not logged twice, and one the checkpoint holds but the run lacks is logged from the restored
 history; epochs are buffered while the MLflow server is down, and the run ends once
-they are written: :mod:`workers.mlflow_retry`), the PNG artifacts at the end when asked
+they are written: :mod:`workers.tracking.writer`), the PNG artifacts at the end when asked
 (``plots``; a sweep's ``tracking.trial_plots``), and how the run ends: ``FINISHED``;
 ``FINISHED`` with ``ksweep.stopped_early`` when a scheduler stopped it before its budget
 (Tune ends such a trial with ``SystemExit`` inside ``tune.report``); ``FAILED`` with the
@@ -30,7 +30,7 @@ from workers.contract import (
     STOPPED_EARLY_TAG,
     failure_text,
 )
-from workers.tracking import NewRun, RunLogger, flatten_config, provenance_params
+from workers.tracking.runs import NewRun, RunLogger, flatten_config, provenance_params
 from workers.train import Trainer, TrialConfig
 
 if TYPE_CHECKING:
@@ -162,7 +162,7 @@ class TrialRunner:
     def new_run(trainer: Trainer, tracking_uri: str, experiment_name: str, run_name: str,
                 tags: Mapping[str, Any] | None = None, parent_run_id: str | None = None) -> NewRun:
         """What :meth:`start` creates: the run with the trial's params and dataset input (to be
-        created elsewhere, e.g. by :func:`workers.mlflow_retry.create_run_later`)."""
+        created elsewhere, e.g. by :func:`workers.tracking.writer.create_run_later`)."""
         return NewRun(tracking_uri, experiment_name, run_name, dict(tags or {}), parent_run_id,
                       params=trial_params(trainer), inputs=dataset_inputs(trainer))
 

@@ -50,7 +50,7 @@ from workers.contract import (
     TrainingStatus,
     failure_text,
 )
-from workers.mlflow_retry import create_run_later
+from workers.tracking.writer import create_run_later
 
 if TYPE_CHECKING:  # the training stack is imported where a trial runs: the driver never loads torch
     from sweeps.spec.trials import TrialConfigs

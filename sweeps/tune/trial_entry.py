@@ -52,7 +52,7 @@ def train_sweep_trial(params: dict[str, Any], *, configs: TrialConfigs,
         # this process's GIL. Started first, its own imports of MLflow and the store run beside
         # this process's, not beside the first epoch's training.
         with heavy_imports():
-            from workers.mlflow_retry import write_in_child_process
+            from workers.tracking.writer import write_in_child_process
         write_in_child_process(tracking_uri=context["tracking_uri"])
     load_training_stack(context["tracking_uri"])
     from sweeps.tune.cohort_trainable import train_cohort

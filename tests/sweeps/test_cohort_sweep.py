@@ -22,7 +22,7 @@ from sweeps.tune.status import read_status
 from tests.support.tune_state import wait_restorable
 from workers.cohort.memory import HEADROOM, MEMORY_CAP_ENV, member_step_bytes
 from workers.contract import SWEEP_ID_TAG, TRIAL_ID_TAG
-from workers.tracking import CREATE_TOKEN_TAG
+from workers.tracking.runs import CREATE_TOKEN_TAG
 from workers.train.loop import Trainer
 
 pytestmark = pytest.mark.slow

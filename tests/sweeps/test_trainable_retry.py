@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 import sweeps.tune.trainable as trainable
 import workers.trial
 from workers.contract import SWEEP_ID_TAG, TRIAL_ID_TAG
-from workers.tracking import ensure_experiment
+from workers.tracking.runs import ensure_experiment
 
 
 class OutageClient:

@@ -175,7 +175,7 @@ def test_the_sweep_timeline_names_each_process_by_its_program_not_its_arguments(
     assert _name(["/venv/bin/python", "/venv/lib/ray/_private/workers/default_worker.py",
                   "--raylet-name=/tmp/raylet"]) == "Ray worker (the trial actor)"
     assert _name(["ray::ImplicitFunc.train"]) == "Ray worker (the trial actor)"
-    assert _name(["/venv/bin/python3", "-m", "workers.log_batch_process"]) == "the cohort's metric writer"
+    assert _name(["/venv/bin/python3", "-m", "workers.tracking.writer_process"]) == "the cohort's metric writer"
     assert _name(["/venv/bin/python", "-u", "/venv/lib/ray/dashboard/agent.py", "--gcs-address=x"]) \
         == "Ray dashboard agent"
     assert _name(["/bin/sh", "-c", "true"]) is None

@@ -10,7 +10,7 @@ epoch, children carry ``mlflow.parentRunId``, and experiments carry
 ``mlflow.experimentKind = custom_model_development`` so MLflow 3's UI opens them on the
 runs table rather than the GenAI traces overview.
 
-Writes survive an MLflow server that is down for a while (:mod:`workers.mlflow_retry`): every
+Writes survive an MLflow server that is down for a while (:mod:`workers.tracking.writer`): every
 call is retried with backoff, creating a run is idempotent (a token tag finds a run whose
 creation reply was lost), and a trial's metrics may be buffered while the server is away.
 """
@@ -43,8 +43,8 @@ from workers.contract import (
     default_tracking_uri,
     mlflow_ui_url,
 )
-from workers.mlflow_retry import MetricWriter, retrying, step_logged
-from workers.run_params import flatten_config, provenance_params
+from workers.tracking.params import flatten_config, provenance_params
+from workers.tracking.writer import MetricWriter, retrying, step_logged
 
 __all__ = [
     "EXPERIMENT_KIND",
@@ -137,7 +137,7 @@ class RunLogger:
     trial resumed from a Tune checkpoint). Used as a context manager, it finishes the run
     as ``FINISHED``, or ``FAILED`` when the block raises. Every write is retried while the
     server is unreachable (module doc); with ``buffered=True`` metrics go through a
-    :class:`~workers.mlflow_retry.MetricWriter`, so training goes on during an outage.
+    :class:`~workers.tracking.writer.MetricWriter`, so training goes on during an outage.
     """
 
     def __init__(self, client: MlflowClient, run_id: str, experiment_id: str,
@@ -286,7 +286,7 @@ class RunLogger:
         One ``log_batch`` call per 1000 metrics (so one call for any realistic epoch),
         all with the same timestamp. Values go through ``float`` (0-d tensors are fine);
         NaN and infinities are logged as they are, since MLflow stores them. A batch is
-        never written twice (the module doc of :mod:`workers.mlflow_retry`). ``wait=False``
+        never written twice (the module doc of :mod:`workers.tracking.writer`). ``wait=False``
         (buffered loggers only; unbuffered ones always write before returning): return once
         the batch is queued; :meth:`settle` before checkpointing the step.
         """
@@ -307,7 +307,7 @@ class RunLogger:
     def settle(self) -> None:
         """Wait for the queued metrics as ``log_metrics(wait=True)`` would: until written while
         writes succeed, not while the server is failing (:meth:`MetricWriter.settle
-        <workers.mlflow_retry.MetricWriter.settle>`; nothing to do unbuffered)."""
+        <workers.tracking.writer.MetricWriter.settle>`; nothing to do unbuffered)."""
         if self._writer is not None:
             self._writer.settle()
 
@@ -367,7 +367,7 @@ class NewRun:
     """Everything a new run is created with: its tags, params and dataset inputs.
 
     Picklable, so a cohort's writer process can create its members' runs while the first
-    epoch trains (:func:`workers.mlflow_retry.create_run_later`). The token is fixed when the
+    epoch trains (:func:`workers.tracking.writer.create_run_later`). The token is fixed when the
     request is made, so whoever creates the run after a writer process died finds the run
     that process made, if it made one (``create(adopt=True)``).
     """

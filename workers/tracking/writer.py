@@ -3,7 +3,7 @@ writer that buffers a trial's epochs while the server is away.
 
 MLflow's REST client retries a failed request itself (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``,
 7, with ``MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR`` 2: about four minutes) and then raises an
-``MlflowException``. Every write of :class:`workers.tracking.RunLogger` is retried on top of
+``MlflowException``. Every write of :class:`workers.tracking.runs.RunLogger` is retried on top of
 that (:func:`retrying`, tenacity, exponential backoff with jitter, 1 s doubling up to 15 s)
 for up to ``KSWEEP_MLFLOW_OUTAGE_S`` seconds (900), so an outage longer than the client's own
 retries is survived too; errors that no retry can mend (a bad parameter, a missing run) are raised
@@ -23,7 +23,7 @@ Values are plain floats by the time they are queued (no tensor is kept, no host 
 
 A process that writes many runs' batches (a cohort trial: one per member per epoch) calls
 :func:`write_in_child_process`: the thread then hands each batch to a child process
-(:mod:`workers.log_batch_process`) and waits on a pipe, so MLflow's store work (mostly Python,
+(:mod:`workers.tracking.writer_process`) and waits on a pipe, so MLflow's store work (mostly Python,
 about 25 ms per batch on a sqlite store) runs on another core instead of holding the GIL the
 training thread needs. Errors come back as raised, so the retries below are unchanged. Its
 member runs are created there too (:func:`create_run_later`), while its first epoch trains.
@@ -48,10 +48,10 @@ from mlflow.entities import Metric
 from mlflow.exceptions import MlflowException
 
 from workers.backoff import retry_call
-from workers.log_batch_process import LogBatchProcess
+from workers.tracking.writer_process import LogBatchProcess
 
 if TYPE_CHECKING:
-    from workers.tracking import NewRun
+    from workers.tracking.runs import NewRun
 
 __all__ = ["MetricWriter", "MLFLOW_OUTAGE_ENV", "SYNC_WAIT_ENV", "create_run_later", "outage_budget_s",
            "retrying", "transient", "write_in_child_process"]
@@ -246,7 +246,7 @@ os.register_at_fork(after_in_child=_THREAD.reset)
 
 def write_in_child_process(on: bool = True, tracking_uri: str | None = None) -> None:
     """Write this process's metric batches from a child process from now on
-    (:mod:`workers.log_batch_process`: a cohort's many runs then cost its training thread no
+    (:mod:`workers.tracking.writer_process`: a cohort's many runs then cost its training thread no
     GIL); started at once, opening ``tracking_uri``'s store while it waits when given. If the
     child cannot start or dies, writes go on in this process. ``on=False``: back to this
     process (once the queued batches are written)."""
@@ -254,7 +254,7 @@ def write_in_child_process(on: bool = True, tracking_uri: str | None = None) -> 
 
 
 def create_run_later(new_run: NewRun) -> Future[tuple[str, str]]:
-    """Have the writer thread create ``new_run`` (:class:`workers.tracking.NewRun`), in the
+    """Have the writer thread create ``new_run`` (:class:`workers.tracking.runs.NewRun`), in the
     writer process when there is one (:func:`write_in_child_process`), ahead of any queued metric
     batch; the future's result is (run id, experiment id), or what the creation raised. The
     caller goes on meanwhile: a cohort's first epoch trains while its members' runs are made."""

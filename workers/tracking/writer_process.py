@@ -1,16 +1,16 @@
-"""MLflow's ``log_batch`` in a child process, for the metric writer thread (workers/mlflow_retry.py).
+"""MLflow's ``log_batch`` in a child process, for the metric writer thread (workers/tracking/writer.py).
 
 MLflow's SQLAlchemy store spends about 25 ms of Python per batch of ~160 metrics (ORM objects,
 the latest-metrics update). A cohort writes one batch per member per epoch, and on the writer
 thread that work holds the GIL the training thread needs. In a child process it runs on
 another core; the writer thread only waits on a pipe, with the GIL released.
 
-The writer thread starts the child (``python -m workers.log_batch_process``) and sends it
+The writer thread starts the child (``python -m workers.tracking.writer_process``) and sends it
 pickled requests on its stdin: ``("log_batch", (tracking_uri, run_id, metrics))``, or
-``("create_run", new_run)`` (a :class:`workers.tracking.NewRun`: a cohort's member runs are
+``("create_run", new_run)`` (a :class:`workers.tracking.runs.NewRun`: a cohort's member runs are
 made here while its first epoch trains). For each request the child replies on its stdout,
 pickled: ``(None, result)``, or ``(error, None)`` with the exception the call raised. So the
-thread's retries (:func:`workers.mlflow_retry.retrying`) see the same errors as an in-process
+thread's retries (:func:`workers.tracking.writer.retrying`) see the same errors as an in-process
 call.
 What the child prints goes to stderr. The child exits when its stdin closes (the parent ended).
 On Linux it is also killed the moment the thread that started it ends
@@ -30,7 +30,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from workers.tracking import NewRun
+    from workers.tracking.runs import NewRun
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -44,7 +44,7 @@ class LogBatchProcess:
         # The parent's import path: the child imports the same mlflow (and this module).
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "workers.log_batch_process", str(os.getpid()),
+            [sys.executable, "-m", "workers.tracking.writer_process", str(os.getpid()),
              *([tracking_uri] if tracking_uri else [])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         self._lock = threading.Lock()
@@ -128,7 +128,7 @@ def main(parent: int, tracking_uri: str | None = None) -> None:
         # error then goes back to the parent's retries.
         with contextlib.suppress(Exception):
             clients[tracking_uri] = MlflowClient(tracking_uri)
-    import workers.tracking  # noqa: F401 (what a create_run request unpickles; ahead of it)
+    import workers.tracking.runs  # noqa: F401 (what a create_run request unpickles; ahead of it)
 
     while True:
         try:
