@@ -30,7 +30,8 @@ from workers.contract import (
     STOPPED_EARLY_TAG,
     failure_text,
 )
-from workers.tracking.runs import NewRun, RunLogger, flatten_config, provenance_params
+from workers.tracking.params import flatten_config, provenance_params
+from workers.tracking.runs import NewRun, RunLogger
 from workers.train import Trainer, TrialConfig
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ completed trials (their MLflow runs are kept, never duplicated).
 the MLflow parent run, start publishing progress, fit the Tuner (``sweeps/tune/setup.py``,
 progress from ``sweeps/tune/progress_callback.py``), then collect the trials' outcomes, write the
 report and publish the final status. Every MLflow write is retried while the tracking server
-is down (``workers/tracking/writer.py``), so a sweep waits out an outage of up to
+is down (``workers/tracking/retry.py``), so a sweep waits out an outage of up to
 ``KSWEEP_MLFLOW_OUTAGE_S``.
 """
 
@@ -68,8 +68,9 @@ from workers.contract import (
     failure_text,
     runs_with_tag_filter,
 )
-from workers.tracking.runs import RunLogger, ensure_experiment, flatten_config
-from workers.tracking.writer import retrying
+from workers.tracking.params import flatten_config
+from workers.tracking.retry import retrying
+from workers.tracking.runs import RunLogger, ensure_experiment
 
 __all__ = ["STATUS_FILE", "SweepOutcome", "ensure_ray", "param_space", "run_sweep",
            "sweep_dir"]

@@ -17,7 +17,7 @@ from sweeps.tune.status import (
     SweepStatus,
     counter_tag,
 )
-from workers.tracking.writer import retrying
+from workers.tracking.retry import retrying
 
 __all__ = ["MlflowTagSink"]
 
@@ -29,7 +29,7 @@ class MlflowTagSink:
 
     While the tracking server fails, running-state updates back off (doubling up to 60 s, so
     the Tune loop that publishes is not held up by every attempt); the final state is written
-    with retries (``workers/tracking/writer.py``).
+    with retries (``workers/tracking/retry.py``).
     """
 
     def __init__(self, client: Any, run_id: str, interval_s: float = 5.0) -> None:

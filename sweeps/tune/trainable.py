@@ -29,8 +29,8 @@ from workers.contract import (
     TrainingStatus,
     runs_with_tag_filter,
 )
+from workers.tracking.retry import retrying
 from workers.tracking.runs import NewRun, ensure_experiment
-from workers.tracking.writer import retrying
 
 if TYPE_CHECKING:  # the training stack is imported where a trial runs: the driver never loads torch
     from sweeps.spec.trials import TrialConfigs

@@ -4,7 +4,7 @@ driver, a local Ray) and logs to a real ``mlflow server`` (sqlite store, served 
 
 The client's own retries are cut to one quick retry (``MLFLOW_HTTP_REQUEST_MAX_RETRIES=1``),
 so the outage outlasts them many times over and only ksweep's retries and buffering
-(``workers/tracking/writer.py``) can carry the sweep through it."""
+(``workers/tracking/retry.py``) can carry the sweep through it."""
 
 from __future__ import annotations
 

@@ -17,8 +17,9 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from workers.tracking import writer
+from workers.tracking.retry import transient
 from workers.tracking.runs import NewRun, RunLogger, ensure_experiment
-from workers.tracking.writer_process import LogBatchProcess
+from workers.tracking.writer import WriterProcess
 
 
 @pytest.fixture
@@ -64,12 +65,12 @@ def test_deferred_epochs_of_several_runs_are_written_by_the_child_in_order(clien
 
 
 def test_a_refused_write_comes_back_from_the_child_with_its_error_code(client):
-    child = LogBatchProcess()
+    child = WriterProcess()
     try:
         with pytest.raises(MlflowException) as raised:
             child.log_batch(client.tracking_uri, uuid.uuid4().hex, [Metric("val/loss", 1.0, 0, 1)])
         assert raised.value.error_code == "RESOURCE_DOES_NOT_EXIST"
-        assert not writer.transient(raised.value)  # so it fails at once, as in-process
+        assert not transient(raised.value)  # so it fails at once, as in-process
         run_id = _logger(client).run_id  # the child goes on after an error
         child.log_batch(client.tracking_uri, run_id, [Metric("val/loss", 0.5, 0, 1)])
         assert _history(client, run_id, "val/loss") == [(1, 0.5)]
@@ -83,10 +84,10 @@ def test_a_child_opens_its_store_before_the_first_batch_and_one_it_cannot_open_e
     imports; a store it cannot open then fails each write with the store's own error, as an
     unopened one would, and the child stays up for the parent's retries."""
     run_id = _logger(client).run_id
-    child = LogBatchProcess(client.tracking_uri)
+    child = WriterProcess(client.tracking_uri)
     # Fails at once: a database server that is down is retried by MLflow for minutes.
     unopenable = "sqlite:////proc/no-such-folder/mlflow.db"
-    unopened = LogBatchProcess(unopenable)
+    unopened = WriterProcess(unopenable)
     try:
         child.log_batch(client.tracking_uri, run_id, [Metric("val/loss", 0.25, 0, 1)])
         assert _history(client, run_id, "val/loss") == [(1, 0.25)]
@@ -171,7 +172,7 @@ def _made(client: MlflowClient, run_id: str) -> tuple:
 
 
 def test_a_run_made_by_the_child_holds_what_one_made_here_holds(client):
-    child = LogBatchProcess(client.tracking_uri)
+    child = WriterProcess(client.tracking_uri)
     try:
         there, here = _new_run(client, "trial-0"), _new_run(client, "trial-0")
         run_id, experiment_id = child.create_run(there)

@@ -1,4 +1,4 @@
-"""MLflow writes through faults (workers/tracking/writer.py): a real SQLite store behind a client
+"""MLflow writes through faults (workers/tracking/retry.py, writer.py): a real SQLite store behind a client
 whose chosen calls fail the way a server outage makes them fail, before the write (refused)
 or after it (the reply lost). The full outage, a real ``mlflow server`` stopped for 60 s
 under a sweep, is tests/service/test_mlflow_outage.py."""
@@ -14,8 +14,8 @@ from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import INTERNAL_ERROR
 from mlflow.tracking import MlflowClient
 
+from workers.tracking.retry import MLFLOW_OUTAGE_ENV
 from workers.tracking.runs import RunLogger, ensure_experiment
-from workers.tracking.writer import MLFLOW_OUTAGE_ENV
 
 
 class FaultyClient:

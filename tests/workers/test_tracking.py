@@ -17,21 +17,15 @@ import torch
 from mlflow.tracking import MlflowClient
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
 
+from workers.contract import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, default_tracking_uri
 from workers.plots import (
     plot_kappa_histogram,
     plot_metric_against_alpha,
     plot_reconstruction_curves,
 )
-from workers.tracking.runs import (
-    EXPERIMENT_KIND,
-    EXPERIMENT_KIND_TAG,
-    RunLogger,
-    default_tracking_uri,
-    ensure_experiment,
-    find_runs,
-    flatten_config,
-    metric_history,
-)
+from workers.tracking.params import flatten_config
+from workers.tracking.reads import find_runs, metric_history
+from workers.tracking.runs import RunLogger, ensure_experiment
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -285,8 +279,6 @@ class TestRunLogger:
 
 class TestFindRuns:
     def test_returns_every_page_with_filter(self, store, experiment, monkeypatch):
-        import workers.tracking.runs as tracking
-
         loggers = [_start(store, experiment) for _ in range(5)]
         loggers[0].set_tags({"role": "parent"})
 
@@ -297,7 +289,7 @@ class TestFindRuns:
                 self, experiment_ids, filter_string, max_results=2, page_token=page_token
             )
 
-        monkeypatch.setattr(tracking.MlflowClient, "search_runs", small_pages)
+        monkeypatch.setattr(MlflowClient, "search_runs", small_pages)
         runs = find_runs(store["uri"], experiment, "")
         assert sorted(r.info.run_id for r in runs) == sorted(lg.run_id for lg in loggers)
         parents = find_runs(store["uri"], experiment, "tags.role = 'parent'")

@@ -1,5 +1,5 @@
-"""Reading a sweep back from MLflow alone: its parent run, report and trial runs with their
-final metrics and per-epoch histories.
+"""Reading runs back from MLflow: a sweep's parent run, report and trial runs with their final
+metrics and per-epoch histories; an experiment's runs; one metric's history.
 
 The service's ``GET /sweeps/{id}/history`` and :func:`ksweep.frames.from_mlflow` both read
 through here, so a sweep run by the service, by ``ksweep sweep run`` or on another cluster is
@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workers.contract import (
     HISTORY_METRICS,
@@ -28,6 +28,10 @@ from workers.contract import (
     TRIAL_ID_TAG,
     runs_with_tag_filter,
 )
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
+    from mlflow.tracking import MlflowClient
 
 REPORT_ARTIFACT = "report.json"
 DEFAULT_HISTORY_METRICS: tuple[str, ...] = HISTORY_METRICS
@@ -183,3 +187,38 @@ def metric_points(tracking_uri: str, runs: Iterable[LoggedTrial], metrics: Seque
                            "value": _finite(value)}
                           for step, value in sorted(by_step.items()))
     return points
+
+
+def find_runs(tracking_uri: str, experiment_name: str, filter_string: str = "") -> list[Run]:
+    """All active runs of an experiment matching an MLflow search filter, every page.
+
+    Returns:
+        The runs, newest first (MLflow's default order); empty when the experiment does
+        not exist.
+    """
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    experiment = client.get_experiment_by_name(experiment_name)
+    if experiment is None:
+        return []
+    runs: list[Run] = []
+    page_token = None
+    while True:
+        page = client.search_runs(
+            [experiment.experiment_id], filter_string=filter_string, page_token=page_token
+        )
+        runs.extend(page)
+        page_token = page.token
+        if not page_token:
+            return runs
+
+
+def metric_history(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, float]]:
+    """The ``(step, value)`` points of one metric, sorted by step (then by log time).
+
+    Returns:
+        Empty when the metric was never logged. NaN values come back as NaN.
+    """
+    points = sorted(client.get_metric_history(run_id, key), key=lambda m: (m.step, m.timestamp))
+    return [(point.step, point.value) for point in points]
