@@ -1,21 +1,18 @@
-"""The on-disk dataset registry: immutable content-addressed objects plus named records.
+"""The dataset registry: canonical tables as objects of an :class:`~workers.object_store.ObjectStore`.
 
-Layout under ``root``::
+Layout under ``root`` (the object store's, with these files in each object)::
 
     objects/<sha256>/data.parquet   the canonical table (zstd), never rewritten
     objects/<sha256>/meta.json      {"sha256", "rows", "columns", "summary", "bytes", "tokenizer"}
     names/<name>.json               a DatasetRecord (owner, hash, summary, ...)
-    tmp/                            staging; everything lands by rename
+    tmp/staged.<id>/                a validated table waiting for :meth:`DatasetStore.commit`
 
-Writes are atomic (temp then ``os.replace``/rename) and serialised by a file lock, so a crash
-or a refused add leaves the registry as it was. No torch; the service and the workers share it.
-pyarrow is imported only by the methods that read or write tables, so the API process (which
-lists, commits and removes but never reads data) does not load it.
+No torch; the service and the workers share it. pyarrow is imported only by the methods that
+read or write tables, so the API process (which lists, commits and removes) does not load it.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import uuid
@@ -23,17 +20,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from filelock import FileLock
 from pydantic import BaseModel, ConfigDict
 
-from workers.contract import REGISTERED_NAME_PATTERN, SHA256_HEX_PATTERN
+from workers.contract import REGISTERED_NAME_PATTERN
 from workers.data.dataset_limits import DatasetError
+from workers.object_store import ObjectStore
 
 if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-_NAME_RE = re.compile(REGISTERED_NAME_PATTERN)
 DATA_FILE = "data.parquet"
 META_FILE = "meta.json"
 ROW_GROUP_ROWS = 65_536
@@ -86,43 +82,24 @@ class DatasetRecord(BaseModel):
     bytes: int
 
 
-def check_name(name: str) -> str:
-    """Return ``name`` if it is a valid dataset name; refuse path characters and the rest.
-
-    Raises:
-        DatasetError: naming the name and the allowed pattern.
-    """
-    if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or name in (".", ".."):
-        raise DatasetError(f"invalid dataset name {name!r}", file=None, column="name", row=None,
-                           fix=f"use 1-64 characters matching {REGISTERED_NAME_PATTERN} (no / or \\)")
-    return name
-
-
-def _check_sha(sha256: str) -> str:
-    if not re.fullmatch(SHA256_HEX_PATTERN, sha256 or ""):
-        raise DatasetNotFound(f"no dataset object {sha256!r} (not a sha256 hex digest)")
-    return sha256
-
-
-class DatasetStore:
+class DatasetStore(ObjectStore[DatasetRecord]):
     """The registry under ``root`` (created on first write)."""
 
-    def __init__(self, root: Path | str) -> None:
-        self.root = Path(root)
-        self.objects = self.root / "objects"
-        self.names = self.root / "names"
-        self.tmp = self.root / "tmp"
+    kind = "dataset"
+    record_model = DatasetRecord
+    lock_timeout_s = 120  # an API request fails rather than waits on a stuck holder
 
-    def _lock(self) -> FileLock:
-        self.root.mkdir(parents=True, exist_ok=True)
-        return FileLock(str(self.root / ".lock"), timeout=120)
+    @classmethod
+    def invalid_name(cls, name: object) -> DatasetError:
+        return DatasetError(f"invalid dataset name {name!r}", file=None, column="name", row=None,
+                            fix=f"use 1-64 characters matching {REGISTERED_NAME_PATTERN} (no / or \\)")
 
-    def _record_path(self, name: str) -> Path:
-        return self.names / f"{check_name(name)}.json"
+    def not_found(self, message: str) -> DatasetNotFound:
+        return DatasetNotFound(message)
 
     def data_path(self, sha256: str) -> Path:
         """Where the canonical Parquet file of content ``sha256`` lies (may not exist)."""
-        return self.objects / _check_sha(sha256) / DATA_FILE
+        return self.object_dir(sha256) / DATA_FILE
 
     def stage(self, table: pa.Table, *, tokenizer: str | None = None,
               staging_id: str | None = None) -> StagedDataset:
@@ -182,11 +159,11 @@ class DatasetStore:
             DatasetConflict: the name holds other content and ``replace`` is false.
             DatasetQuotaExceeded: ``owner`` would hold over ``quota_bytes`` of objects.
         """
-        check_name(name)
+        self.check_name(name)
         staging = self._staging_dir(staged)
         try:
-            with self._lock():
-                old = self._read_record(name)
+            with self.lock():
+                old = self.read_record(name)
                 if old is not None and old.sha256 == staged.sha256:
                     return old, False
                 if old is not None and not replace:
@@ -201,28 +178,18 @@ class DatasetStore:
                         f"owner {owner!r} holds {sum(held.values())} bytes of datasets; "
                         f"{staged.bytes} more would pass the quota of {quota_bytes} "
                         "(KSWEEP_DATASET_QUOTA_BYTES); remove a dataset first")
-                final = self.objects / staged.sha256
-                if not (final / DATA_FILE).exists():
-                    self.objects.mkdir(parents=True, exist_ok=True)
-                    staging.rename(final)
+                final = self.land(staging, staged.sha256, DATA_FILE)
                 record = DatasetRecord(
                     name=name, owner=owner, sha256=staged.sha256, created_at=datetime.now(UTC),
                     rows=staged.rows, columns=staged.columns, summary=staged.summary,
                     tokenizer=staged.tokenizer, bytes=(final / DATA_FILE).stat().st_size,
                 )
-                self._write_record(record)
+                self.write_record(record)
                 if old is not None:
-                    self._collect(old.sha256)
+                    self.collect(old.sha256)
                 return record, True
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-
-    def _write_record(self, record: DatasetRecord) -> None:
-        self.names.mkdir(parents=True, exist_ok=True)
-        path = self._record_path(record.name)
-        temp = path.with_suffix(f".{uuid.uuid4().hex}.tmp")
-        temp.write_text(record.model_dump_json(indent=1))
-        os.replace(temp, path)
 
     def add(self, table: pa.Table, *, name: str, owner: str, tokenizer: str | None = None,
             replace: bool = False) -> DatasetRecord:
@@ -236,15 +203,9 @@ class DatasetStore:
             DatasetError: an invalid name.
             DatasetConflict: the name holds other content and ``replace`` is false.
         """
-        check_name(name)
+        self.check_name(name)
         return self.commit(self.stage(table, tokenizer=tokenizer), name=name, owner=owner,
                            replace=replace)[0]
-
-    def _read_record(self, name: str) -> DatasetRecord | None:
-        path = self._record_path(name)
-        if not path.exists():
-            return None
-        return DatasetRecord.model_validate_json(path.read_text())
 
     def get(self, name: str) -> DatasetRecord:
         """The record of ``name``.
@@ -253,17 +214,10 @@ class DatasetStore:
             DatasetNotFound: no dataset of that name.
             DatasetError: an invalid name.
         """
-        record = self._read_record(name)
+        record = self.read_record(name)
         if record is None:
             raise DatasetNotFound(f"no dataset named {name!r}; `ksweep data list` shows them")
         return record
-
-    def list(self) -> list[DatasetRecord]:
-        """Every record, by name."""
-        if not self.names.exists():
-            return []
-        return [DatasetRecord.model_validate_json(p.read_text())
-                for p in sorted(self.names.glob("*.json"))]
 
     def owner_bytes(self, owner: str) -> int:
         """Bytes of the distinct objects ``owner``'s names point at (the per-owner quota)."""
@@ -275,21 +229,11 @@ class DatasetStore:
         Raises:
             DatasetNotFound: no dataset of that name.
         """
-        with self._lock():
+        with self.lock():
             record = self.get(name)
-            self._record_path(name).unlink()
-            self._collect(record.sha256)
+            self.record_path(name).unlink()
+            self.collect(record.sha256)
             return record
-
-    def _collect(self, sha256: str) -> None:
-        if any(r.sha256 == sha256 for r in self.list()):
-            return
-        target = self.objects / sha256
-        if target.exists():  # rename first, so a reader never sees half an object
-            grave = self.tmp / f"gone.{sha256}.{uuid.uuid4().hex}"
-            self.tmp.mkdir(parents=True, exist_ok=True)
-            target.rename(grave)
-            shutil.rmtree(grave, ignore_errors=True)
 
     def _existing_object(self, sha256: str) -> Path:
         path = self.data_path(sha256)

@@ -38,8 +38,7 @@ def causal_lm_base(task: DatasetTask, base: BaseModelConfig, cache_root: Path | 
     store = ModelStore(base.model_root)
     record = store.get(str(base.model))
     if record.sha256 != base.model_sha256:  # the name moved: read the pinned object's record
-        record = record.model_validate_json(
-            (store.root / "objects" / base.model_sha256 / "meta.json").read_text())
+        record = store.object_record(base.model_sha256)
     config = task.config
     table = DatasetStore(Path(str(config.root))).open_table(str(config.sha256))
     lm = cached_lm_base_nll(

@@ -33,7 +33,6 @@ from workers.data.dataset_store import (
     DatasetQuotaExceeded,
     DatasetRecord,
     DatasetStore,
-    check_name,
 )
 
 router = APIRouter(tags=["datasets"])
@@ -58,7 +57,7 @@ def _json(body: Any, status_code: int = 200) -> Response:
 
 def _checked_name(name: str) -> str:
     try:
-        return check_name(name)
+        return DatasetStore.check_name(name)
     except DatasetError as err:
         raise dataset_problem(err) from None
 
