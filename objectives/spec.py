@@ -85,6 +85,14 @@ class KLOptions(BaseModel):
     cycle_ratio: float = Field(
         0.5, gt=0, le=1, allow_inf_nan=False, description="Fraction of a cycle spent ramping up."
     )
+    mutual_info_credit: float = Field(
+        0.0, ge=0, le=1, allow_inf_nan=False,
+        description="gamma: the term penalises mean_x KL(q(z|x) || p) - gamma * I(x; z), I estimated "
+        "on the batch as H(mean q) - mean H(q) (discrete latent only). 0: the per-example KL. 1 with "
+        "`model.prior: standard`: the KL of the batch's aggregate posterior from the prior (batch "
+        "prior regularisation, Zhao et al. 2018), which keeps every category in use and leaves the "
+        "information z carries unpenalised; between, information costs (1 - gamma) beta per nat.",
+    )
 
 
 class BagOfWordsOptions(BaseModel):

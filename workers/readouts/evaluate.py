@@ -154,7 +154,9 @@ def _group_readouts(collected: Collected, data: SplitData, rows: torch.Tensor, l
     token_nll, base = collected.token_nll[device_rows], data.base_nll[device_rows]
     out = {"loss": float(stack(LossInputs(
         token_nll, base, mask, kl=collected.kl[device_rows], bow_logits=collected.bow_logits[device_rows],
-        targets=data.split.target[device_rows], step=step)).total)}
+        targets=data.split.target[device_rows], step=step,
+        posterior_probs=None if collected.posterior_probs is None else collected.posterior_probs[device_rows],
+    )).total)}
     terms = diagnostics(LossInputs(token_nll, base, mask)).terms
     out.update({name: float(terms[term]) for name, term in DIAGNOSTIC_TERMS.items()})
     kl = collected.kl_per_example[device_rows].cpu()

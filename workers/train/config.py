@@ -147,6 +147,15 @@ class TrialConfig(BaseModel):
     )
 
     @model_validator(mode="after")
+    def _check_mutual_info_credit(self) -> TrialConfig:
+        kl = self.loss_stack.resolved_terms().get("kl")
+        if kl is not None and kl.options.get("mutual_info_credit") and self.model.family != "discrete":
+            raise ValueError(
+                "loss_stack.terms.kl.options.mutual_info_credit needs a discrete latent (its I(x; z) "
+                "is the plug-in estimate of q's categories); set model.family: discrete or the credit to 0")
+        return self
+
+    @model_validator(mode="after")
     def _check_free_bits(self) -> TrialConfig:
         kl = self.loss_stack.resolved_terms().get("kl")
         if kl is None or self.model.family != "discrete" or self.allow_free_bits_above_log_k:

@@ -160,7 +160,7 @@ class Trainer:
         inputs = LossInputs(
             token_nll=upcast(output.token_nll), base_nll=data.base_nll[indices],
             mask=split.mask[indices], kl=upcast(output.kl), bow_logits=output.bow_logits,
-            targets=split.target[indices], step=self.step,
+            targets=split.target[indices], posterior_probs=output.posterior_probs, step=self.step,
         )
         return output, inputs
 
