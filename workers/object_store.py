@@ -28,7 +28,9 @@ from pydantic import BaseModel
 
 from workers.contract import REGISTERED_NAME_PATTERN, SHA256_HEX_PATTERN
 
-__all__ = ["ObjectStore", "atomic_write", "valid_name"]
+__all__ = ["META_FILE", "ObjectStore", "atomic_write", "valid_name"]
+
+META_FILE = "meta.json"  # each object's description, beside its files
 
 Record = TypeVar("Record", bound=BaseModel)
 _NAME = re.compile(REGISTERED_NAME_PATTERN)

@@ -23,7 +23,7 @@ import torch
 from torch.func import stack_module_state
 
 from objectives import LossInputs
-from workers.cohort.compiled import OUTPUTS, CompiledStep
+from workers.cohort.compiled import CompiledStep
 from workers.cohort.evaluation import member_gradient_shares, member_outputs
 from workers.cohort.grouping import fingerprint
 from workers.cohort.member import (

@@ -24,14 +24,13 @@ from pydantic import BaseModel, ConfigDict
 
 from workers.contract import REGISTERED_NAME_PATTERN
 from workers.data.dataset_limits import DatasetError
-from workers.object_store import ObjectStore
+from workers.object_store import META_FILE, ObjectStore
 
 if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
 DATA_FILE = "data.parquet"
-META_FILE = "meta.json"
 ROW_GROUP_ROWS = 65_536
 STAGING_ID_PATTERN = r"[0-9a-f]{32}"
 STAGING_PATTERN = rf"staged\.{STAGING_ID_PATTERN}"

@@ -29,7 +29,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from workers.contract import SHA256_HEX_PATTERN
-from workers.object_store import ObjectStore, atomic_write
+from workers.object_store import META_FILE, ObjectStore, atomic_write
 
 PICKLE_SUFFIXES = frozenset({".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib"})
 # Files of a Hugging Face folder that are copied; anything else (README, .py, images) is not.
@@ -38,7 +38,6 @@ HF_CONFIG_FILES = frozenset({
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
     "merges.txt", "tokenizer.model", "added_tokens.json", "chat_template.jinja",
 })
-META_FILE = "meta.json"
 _CHUNK = 1 << 20
 _HEX64 = re.compile(SHA256_HEX_PATTERN)
 
