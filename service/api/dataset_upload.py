@@ -3,7 +3,7 @@
 Order of the checks (each refusal leaves the registry unchanged): the format (Content-Type or
 ``format``; multipart and archives refused), ``Content-Length`` against
 ``KSWEEP_MAX_DATASET_BYTES``, the streamed bytes counted and the upload cut at limit + 1, then
-:mod:`workers.data.dataset_check` in a subprocess under ``RLIMIT_AS`` and a timeout. The service
+:mod:`workers.datasets.check` in a subprocess under ``RLIMIT_AS`` and a timeout. The service
 never parses the file itself; the child stages the canonical table, the route commits it.
 """
 
@@ -24,9 +24,9 @@ from starlette.requests import ClientDisconnect, Request
 from service.api.errors import ProblemError
 from service.api.schemas import FieldProblem
 from service.settings import Settings
-from workers.data.dataset_check import CHILD_ENV, EXIT_OUT_OF_MEMORY
-from workers.data.dataset_limits import DatasetError, DatasetLimits
-from workers.data.dataset_store import DatasetStore, StagedDataset
+from workers.datasets.check import CHILD_ENV, EXIT_OUT_OF_MEMORY
+from workers.datasets.limits import DatasetError, DatasetLimits
+from workers.datasets.store import DatasetStore, StagedDataset
 
 MEDIA_FORMATS = {
     "application/vnd.apache.parquet": "parquet", "application/x-parquet": "parquet",
@@ -123,7 +123,7 @@ def limits_of(settings: Settings) -> DatasetLimits:
 
 
 async def validate_in_child(settings: Settings, upload: Path, fmt: str, file: str) -> StagedDataset:
-    """Run :mod:`workers.data.dataset_check` on ``upload``; the staged table, or a problem.
+    """Run :mod:`workers.datasets.check` on ``upload``; the staged table, or a problem.
 
     Raises:
         ProblemError: 422 for a refused dataset (naming file, column, row, fix), for a child
@@ -131,7 +131,7 @@ async def validate_in_child(settings: Settings, upload: Path, fmt: str, file: st
     """
     memory = settings.dataset_validate_memory_bytes
     staging_id = uuid.uuid4().hex
-    args = [sys.executable, "-m", "workers.data.dataset_check", "--input", str(upload),
+    args = [sys.executable, "-m", "workers.datasets.check", "--input", str(upload),
             "--format", fmt, "--source-name", file, "--root", str(settings.dataset_root),
             "--limits", limits_of(settings).model_dump_json(), "--memory-bytes", str(memory),
             "--staging-id", staging_id]

@@ -2,7 +2,7 @@
 
 ``add`` streams ONE Parquet, Arrow or JSONL file as the raw request body. A Hugging Face
 ``save_to_disk`` folder is first converted to Parquet here, on the client, from its Arrow files
-(:mod:`workers.data.dataset_hf`; pyarrow is imported only then).
+(:mod:`workers.datasets.hf`; pyarrow is imported only then).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import typer
 from rich.table import Table
 
 from service.cli.client import console, request_or_exit
-from workers.data.dataset_limits import SUFFIX_FORMATS
+from workers.datasets.limits import SUFFIX_FORMATS
 
 data_app = typer.Typer(help="Register, list, show and remove datasets (docs/guide/datasets.md).",
                        no_args_is_help=True)
@@ -78,8 +78,8 @@ def add_command(
 ) -> None:
     """Validate and register a dataset (the service checks it; nothing is stored if refused)."""
     if source.is_dir():
-        from workers.data.dataset_hf import convert_saved_folder, is_saved_folder
-        from workers.data.dataset_limits import DatasetError
+        from workers.datasets.hf import convert_saved_folder, is_saved_folder
+        from workers.datasets.limits import DatasetError
 
         if not is_saved_folder(source):
             console.print(f"[red]{source.name}: a folder, but not a save_to_disk folder[/red] "

@@ -132,8 +132,8 @@ def train_command(
 def _resolve_trial_data(config: Any) -> Any:
     """A trial config naming a dataset, resolved against KSWEEP_DATA_ROOT (exit 2 if it cannot be)."""
     from workers.data.config import DatasetDataConfig
-    from workers.data.dataset_resolve import DatasetResolutionError, resolve_dataset
-    from workers.data.dataset_store import DatasetStore
+    from workers.datasets.resolve import DatasetResolutionError, resolve_dataset
+    from workers.datasets.store import DatasetStore
     from workers.lm.resolve import resolve_model
 
     if not isinstance(config.data, DatasetDataConfig):
@@ -202,7 +202,7 @@ def run_command(
                   f"MLflow {tracking_uri}")
     view = LiveView(plan.trial_count, spec.name)
     started = time.perf_counter()
-    from workers.data.dataset_resolve import DatasetResolutionError
+    from workers.datasets.resolve import DatasetResolutionError
 
     try:
         with view.live:

@@ -29,9 +29,9 @@ from workers.contract import (
     VAL_LATENT_NMI,
 )
 from workers.data.config import DatasetDataConfig
-from workers.data.dataset_resolve import DatasetResolutionError, dataset_columns, resolve_dataset
-from workers.data.dataset_store import DatasetStore
-from workers.data.dataset_table import BASE_NLL, LABEL
+from workers.datasets.resolve import DatasetResolutionError, dataset_columns, resolve_dataset
+from workers.datasets.store import DatasetStore
+from workers.datasets.table import BASE_NLL, LABEL
 from workers.lm.resolve import resolve_model
 
 NO_LABEL = "has no label column, so there is no latent to recover"

@@ -7,13 +7,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from workers.data.dataset_store import (
+from workers.datasets.store import (
     DatasetConflict,
     DatasetNotFound,
     DatasetQuotaExceeded,
     DatasetStore,
 )
-from workers.data.dataset_table import DatasetError, canonicalize, content_hash
+from workers.datasets.table import DatasetError, canonicalize, content_hash
 
 
 def _table(last: int = 7) -> pa.Table:

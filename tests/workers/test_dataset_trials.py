@@ -18,9 +18,9 @@ from pydantic import ValidationError
 
 from tests.support.datasets import register, strategy_table
 from workers.data.config import BOS_ID, CONTENT_START, PAD_ID, DatasetDataConfig
-from workers.data.dataset_resolve import DatasetResolutionError, resolve_dataset
-from workers.data.dataset_source import build_task, load_task
-from workers.data.dataset_table import DatasetError
+from workers.datasets.resolve import DatasetResolutionError, resolve_dataset
+from workers.datasets.source import build_task, load_task
+from workers.datasets.table import DatasetError
 from workers.models.config import BaseModelConfig
 from workers.models.dataset_base import dataset_base
 from workers.readouts.evaluate import collect
@@ -198,7 +198,7 @@ def test_ksweep_train_on_a_dataset_records_it_as_an_mlflow_input(tmp_path):
 
 
 def test_the_trainer_arrays_are_cached_and_memory_mapped(tmp_path):
-    from workers.data.dataset_cache import task_cache_key
+    from workers.datasets.cache import task_cache_key
 
     data = _resolved(tmp_path, strategy_table(120, base_nll=True))
     built = load_task(data)

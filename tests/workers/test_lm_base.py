@@ -232,8 +232,8 @@ def test_dataset_registered_with_the_model_tokenizer_passes_and_bytes_is_refused
         tiny: Path, tmp_path: Path) -> None:
     import pyarrow as pa
 
-    from workers.data.dataset_store import DatasetStore
-    from workers.data.dataset_table import canonicalize, tokenizer_of
+    from workers.datasets.store import DatasetStore
+    from workers.datasets.table import canonicalize, tokenizer_of
     from workers.lm.tokenizer import ModelTextTokenizer
 
     models = ModelStore(tmp_path / "models")

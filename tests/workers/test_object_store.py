@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from workers.data.dataset_limits import DatasetError
-from workers.data.dataset_store import DatasetNotFound, DatasetStore
-from workers.data.dataset_table import canonicalize, content_hash, summarize
+from workers.datasets.limits import DatasetError
+from workers.datasets.store import DatasetNotFound, DatasetStore
+from workers.datasets.table import canonicalize, content_hash, summarize
 from workers.lm.registry import ModelError, ModelNotFound, ModelStore, content_sha256
 
 

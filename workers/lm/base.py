@@ -15,9 +15,9 @@ import numpy as np
 import torch
 
 from workers.contract import SPLITS
-from workers.data.dataset_source import DatasetTask, split_assignment
-from workers.data.dataset_store import DatasetStore
-from workers.data.dataset_table import X, Y
+from workers.datasets.source import DatasetTask, split_assignment
+from workers.datasets.store import DatasetStore
+from workers.datasets.table import X, Y
 from workers.lm.registry import ModelError, ModelStore
 from workers.lm.surprisal import cached_lm_base_nll
 from workers.models.config import BaseModelConfig

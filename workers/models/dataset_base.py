@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from workers.data.dataset_source import DatasetTask
+from workers.datasets.source import DatasetTask
 from workers.models.config import BaseModelConfig
 from workers.models.zfree_base import (
     BASE_CACHE_VERSION,

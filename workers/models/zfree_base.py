@@ -28,7 +28,7 @@ from workers.models.config import BaseModelConfig
 from workers.train.adamw import AdamW
 
 if TYPE_CHECKING:
-    from workers.data.dataset_source import DatasetTask
+    from workers.datasets.source import DatasetTask
 
 BASE_CACHE_VERSION = 1
 

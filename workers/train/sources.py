@@ -80,7 +80,7 @@ def _check_free_bits(config: TrialConfig, k: int) -> None:
 
 def _dataset_sources(config: TrialConfig, data_config: DatasetDataConfig, cache_root: Path | str,
                      device: torch.device) -> tuple[TaskView, dict[str, SplitData], BaseSurprisal]:
-    from workers.data.dataset_source import load_task
+    from workers.datasets.source import load_task
     from workers.models.dataset_base import dataset_base
 
     task = load_task(data_config, cache_root)

@@ -1,6 +1,6 @@
 """``/api/v1/datasets``: register (streamed raw upload), list, show and remove datasets.
 
-The registry is :class:`workers.data.dataset_store.DatasetStore` under ``KSWEEP_DATA_ROOT``.
+The registry is :class:`workers.datasets.store.DatasetStore` under ``KSWEEP_DATA_ROOT``.
 Uploads go through :mod:`service.api.dataset_upload` (size caps, a validation subprocess under a
 memory limit); this module maps the store's answers to HTTP and checks who may do what.
 """
@@ -26,8 +26,8 @@ from service.api.errors import ProblemError
 from service.api.schemas import PROBLEM_MEDIA_TYPE, Problem
 from service.lifecycle import ACTIVE_SWEEP_STATES
 from workers.data.config import DATASET_NAME_PATTERN
-from workers.data.dataset_limits import DatasetError
-from workers.data.dataset_store import (
+from workers.datasets.limits import DatasetError
+from workers.datasets.store import (
     DatasetConflict,
     DatasetNotFound,
     DatasetQuotaExceeded,

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 
 from workers.contract import REGISTERED_NAME_PATTERN
-from workers.data.dataset_limits import DatasetError
+from workers.datasets.limits import DatasetError
 from workers.object_store import META_FILE, ObjectStore
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ class DatasetStore(ObjectStore[DatasetRecord]):
             raise ValueError(f"staging_id {staging_id!r} is not 32 hex digits")
         import pyarrow.parquet as pq
 
-        from workers.data.dataset_table import content_hash, summarize
+        from workers.datasets.table import content_hash, summarize
 
         sha = content_hash(table)
         self.tmp.mkdir(parents=True, exist_ok=True)
@@ -192,7 +192,7 @@ class DatasetStore(ObjectStore[DatasetRecord]):
 
     def add(self, table: pa.Table, *, name: str, owner: str, tokenizer: str | None = None,
             replace: bool = False) -> DatasetRecord:
-        """Register a canonical table (see ``dataset_table.canonicalize``) under ``name``.
+        """Register a canonical table (see :func:`workers.datasets.table.canonicalize`) under ``name``.
 
         Same name and same content: a no-op returning the existing record. Same name, other
         content: :class:`DatasetConflict` unless ``replace`` (then the name moves to the new
@@ -263,6 +263,6 @@ class DatasetStore(ObjectStore[DatasetRecord]):
 
     def verify(self, sha256: str) -> bool:
         """True when the stored object's content still hashes to ``sha256``."""
-        from workers.data.dataset_table import content_hash
+        from workers.datasets.table import content_hash
 
         return content_hash(self.open_table(sha256)) == sha256

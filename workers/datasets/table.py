@@ -27,8 +27,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from workers.contract import SPLITS
-from workers.data.dataset_limits import DatasetError, DatasetLimits
-from workers.data.dataset_read import first_true, read_table
+from workers.datasets.limits import DatasetError, DatasetLimits
+from workers.datasets.read import first_true, read_table
 
 __all__ = [
     "BASE_NLL", "GROUP", "LABEL", "SPLIT", "X", "X_TEXT", "Y", "Y_TEXT", "BytesTokenizer",

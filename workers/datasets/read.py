@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from workers.data.dataset_limits import SUFFIX_FORMATS, DatasetError, DatasetLimits, Format
+from workers.datasets.limits import SUFFIX_FORMATS, DatasetError, DatasetLimits, Format
 
 PARQUET_MAGIC = b"PAR1"
 ARROW_FILE_MAGIC = b"ARROW1"

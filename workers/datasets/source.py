@@ -1,6 +1,6 @@
 """A registered dataset as the trainer's data: the same split tensors the synthetic task gives.
 
-From the store's canonical table (``workers.data.dataset_table``'s columns), for one
+From the store's canonical table (``workers.datasets.table``'s columns), for one
 resolved :class:`~workers.data.config.DatasetDataConfig`:
 
 - **Splits**: the ``split`` column when present, else a seeded split by
@@ -34,9 +34,9 @@ import torch
 
 from workers.contract import SPLITS
 from workers.data.config import BOS_ID, CONTENT_START, PAD_ID, DatasetDataConfig
-from workers.data.dataset_store import DatasetStore
-from workers.data.dataset_table import BASE_NLL, GROUP, LABEL, SPLIT, DatasetError, X, Y
 from workers.data.synthetic import SyntheticSplit
+from workers.datasets.store import DatasetStore
+from workers.datasets.table import BASE_NLL, GROUP, LABEL, SPLIT, DatasetError, X, Y
 
 
 @dataclass
@@ -266,23 +266,23 @@ def load_task(config: DatasetDataConfig, cache_root: Path | str | None = None) -
     """:func:`build_task` on the stored table of a resolved config (memory-mapped Parquet).
 
     With ``cache_root`` the built arrays are kept under ``cache_root/dataset_tensors``
-    (:mod:`workers.data.dataset_cache`): the first trial of a (dataset, split, length) builds
+    (:mod:`workers.datasets.cache`): the first trial of a (dataset, split, length) builds
     them, every later one memory-maps them. Before either, the stored table's hash is checked
-    once per process (:func:`workers.data.dataset_verify.verify_once`).
+    once per process (:func:`workers.datasets.verify.verify_once`).
 
     Raises:
         DatasetError: the stored table no longer hashes to ``config.sha256``.
         ValueError: the config was not resolved (no sha256 or root): the caller must run
-            :func:`workers.data.dataset_resolve.resolve_dataset` first.
+            :func:`workers.datasets.resolve.resolve_dataset` first.
     """
     if not config.resolved:
         raise ValueError(f"data.dataset {config.dataset!r} was not resolved to a hash and a store "
                          "root; run it through `ksweep train`/`ksweep sweep run` (which resolve it)")
-    from workers.data.dataset_verify import verify_once
+    from workers.datasets.verify import verify_once
 
     verify_once(config)  # once per process: a changed stored copy stops the trial here
     if cache_root is not None:
-        from workers.data.dataset_cache import cached_task
+        from workers.datasets.cache import cached_task
 
         return cached_task(config, Path(cache_root))
     table = DatasetStore(Path(str(config.root))).open_table(str(config.sha256))

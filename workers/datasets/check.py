@@ -1,6 +1,6 @@
 """Validate one uploaded file in a child process under a memory limit, and stage it.
 
-``python -m workers.data.dataset_check --input F --format parquet --source-name NAME --root R``
+``python -m workers.datasets.check --input F --format parquet --source-name NAME --root R``
 caps its own address space (``RLIMIT_AS``) before pyarrow is imported, reads and canonicalizes
 the file, stages the canonical table in the store's ``tmp/`` and prints one JSON line:
 ``{"ok": true, "staged": {...}}`` or ``{"ok": false, "error": {file, column, row, message, fix}}``.
@@ -48,9 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import pyarrow as pa
 
-        from workers.data.dataset_limits import DatasetError, DatasetLimits
-        from workers.data.dataset_store import DatasetStore
-        from workers.data.dataset_table import canonicalize, read_table, tokenizer_of
+        from workers.datasets.limits import DatasetError, DatasetLimits
+        from workers.datasets.store import DatasetStore
+        from workers.datasets.table import canonicalize, read_table, tokenizer_of
 
         limits = DatasetLimits.model_validate_json(args.limits)
         try:

@@ -20,8 +20,8 @@ import numpy as np
 from filelock import FileLock
 
 from workers.data.config import DatasetDataConfig
-from workers.data.dataset_source import DatasetTask, build_task
-from workers.data.dataset_store import DatasetStore
+from workers.datasets.source import DatasetTask, build_task
+from workers.datasets.store import DatasetStore
 
 TASK_CACHE_VERSION = 1
 ARRAYS = ("context", "target", "mask", "label", "group", "original_ids", "base_nll")
@@ -40,9 +40,9 @@ def cached_task(config: DatasetDataConfig, cache_root: Path) -> DatasetTask:
     """The task of a resolved config, built and cached on first use (module doc).
 
     Raises:
-        DatasetError: as :func:`~workers.data.dataset_source.build_task` (nothing is cached).
+        DatasetError: as :func:`~workers.datasets.source.build_task` (nothing is cached).
     """
-    from workers.data.dataset_source import task_from_arrays
+    from workers.datasets.source import task_from_arrays
 
     root = cache_root.resolve() / "dataset_tensors"
     root.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """The error every dataset refusal raises, and the caps a registered dataset must fit.
 
-The lowest layer of the dataset modules (``dataset_read``, ``dataset_table``,
-``dataset_store`` import it); pydantic only, so the API process can refuse without pyarrow.
+The lowest layer of the dataset modules (``read``, ``table``,
+``store`` import it); pydantic only, so the API process can refuse without pyarrow.
 """
 
 from __future__ import annotations

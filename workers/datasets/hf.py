@@ -16,8 +16,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from workers.data.dataset_limits import DatasetError, DatasetLimits
-from workers.data.dataset_read import ARROW_STREAM_MAGIC
+from workers.datasets.limits import DatasetError, DatasetLimits
+from workers.datasets.read import ARROW_STREAM_MAGIC
 
 HF_STATE_FILE = "state.json"
 HF_DICT_FILE = "dataset_dict.json"
