@@ -25,19 +25,11 @@ from service.api.errors import ProblemError
 from service.api.schemas import FieldProblem
 from service.settings import Settings
 from workers.datasets.check import CHILD_ENV, EXIT_OUT_OF_MEMORY
+from workers.datasets.formats import BY_NAME, MEDIA_FORMATS
 from workers.datasets.limits import DatasetError, DatasetLimits
 from workers.datasets.store import DatasetStore, StagedDataset
 
-MEDIA_FORMATS = {
-    "application/vnd.apache.parquet": "parquet", "application/x-parquet": "parquet",
-    "application/parquet": "parquet",
-    "application/vnd.apache.arrow.file": "arrow", "application/vnd.apache.arrow.stream": "arrow",
-    "application/x-arrow": "arrow",
-    "application/x-ndjson": "jsonl", "application/jsonl": "jsonl", "application/jsonlines": "jsonl",
-    "application/x-jsonlines": "jsonl",
-}
 log = logging.getLogger("ksweep.service")
-FORMAT_SUFFIX = {"parquet": ".parquet", "arrow": ".arrow", "jsonl": ".jsonl"}
 WRITE_CHUNK = 1 << 20
 # One validation at a time per API process: each child may use its whole memory limit.
 _validations = asyncio.Semaphore(1)
@@ -175,4 +167,4 @@ async def validate_in_child(settings: Settings, upload: Path, fmt: str, file: st
 def temp_upload_path(settings: Settings, fmt: str) -> Path:
     folder = settings.dataset_root / "tmp" / "uploads"
     folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"{uuid.uuid4().hex}{FORMAT_SUFFIX[fmt]}"
+    return folder / f"{uuid.uuid4().hex}{BY_NAME[fmt].suffixes[0]}"

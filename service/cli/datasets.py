@@ -16,12 +16,10 @@ import typer
 from rich.table import Table
 
 from service.cli.client import console, request_or_exit
-from workers.datasets.limits import SUFFIX_FORMATS
+from workers.datasets.formats import BY_NAME, SUFFIX_FORMATS
 
 data_app = typer.Typer(help="Register, list, show and remove datasets (docs/guide/datasets.md).",
                        no_args_is_help=True)
-MEDIA_TYPES = {"parquet": "application/vnd.apache.parquet",
-               "arrow": "application/vnd.apache.arrow.file", "jsonl": "application/x-ndjson"}
 CHUNK = 1 << 20
 
 
@@ -37,7 +35,7 @@ def _upload(path: Path, name: str, replace: bool, filename: str) -> dict:
         console.print(f"[red]{path.name}: unknown file type {path.suffix!r}[/red]; give a "
                       ".parquet, .arrow/.feather or .jsonl file, or a save_to_disk folder")
         raise typer.Exit(2)
-    headers = {"Content-Type": MEDIA_TYPES[fmt], "Content-Length": str(path.stat().st_size)}
+    headers = {"Content-Type": BY_NAME[fmt].media_types[0], "Content-Length": str(path.stat().st_size)}
     params = {"name": name, "filename": filename, **({"replace": "true"} if replace else {})}
     response = request_or_exit("POST", "/datasets", params=params, content=_chunks(path),
                                headers=headers, timeout=None)

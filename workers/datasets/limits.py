@@ -6,16 +6,7 @@ The lowest layer of the dataset modules (``read``, ``table``,
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field
-
-Format = Literal["parquet", "arrow", "jsonl"]
-# File suffixes and the format each names (archives and compressed files are not formats).
-SUFFIX_FORMATS: dict[str, Format] = {
-    ".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".feather": "arrow",
-    ".ipc": "arrow", ".jsonl": "jsonl", ".ndjson": "jsonl",
-}
 
 
 class DatasetError(ValueError):

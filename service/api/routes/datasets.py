@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import PurePath
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
@@ -26,6 +26,7 @@ from service.api.errors import ProblemError
 from service.api.schemas import PROBLEM_MEDIA_TYPE, Problem
 from service.lifecycle import ACTIVE_SWEEP_STATES
 from workers.data.config import DATASET_NAME_PATTERN
+from workers.datasets.formats import FORMATS, Format
 from workers.datasets.limits import DatasetError
 from workers.datasets.store import (
     DatasetConflict,
@@ -110,14 +111,13 @@ def check_spec_dataset(spec: dict[str, Any], owner: str, services: Services) -> 
                422: _problem("An invalid dataset: the file, column, first offending row and fix.")},
     openapi_extra={"requestBody": {"required": True, "content": {
         media: {"schema": {"type": "string", "format": "binary"}} for media in (
-            "application/vnd.apache.parquet", "application/vnd.apache.arrow.file",
-            "application/x-ndjson", "application/octet-stream")}}},
+            *(fmt.media_types[0] for fmt in FORMATS), "application/octet-stream")}}},
 )
 async def add_dataset(
     request: Request,
     name: Annotated[str, Query(pattern=DATASET_NAME_PATTERN, description="The dataset's name.")],
     replace: Annotated[bool, Query(description="Point an existing name at new content.")] = False,
-    format: Annotated[Literal["parquet", "arrow", "jsonl"] | None, Query(
+    format: Annotated[Format | None, Query(
         description="The file's format, when the Content-Type does not say.")] = None,
     filename: Annotated[str | None, Query(max_length=200, description="The file's name, for "
                                           "error messages (default NAME.FORMAT).")] = None,
