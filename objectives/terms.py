@@ -7,7 +7,7 @@ user's spec is ever resolved as an import path.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +83,7 @@ class TermContext:
 
     alpha: float
     c_base: float | None
+    train_kappa: Mapping[float, float] = field(default_factory=dict)  # alpha -> train mean kappa
     _stats: dict[float, TokenWeightStats] = field(default_factory=dict)
     _r_tok: dict[float, torch.Tensor] = field(default_factory=dict)
 
@@ -179,6 +180,11 @@ def _concentration_corrected(
     return _batch_mean(_divide_by_kappa(context.r_tok(inputs, options.alpha), stats), inputs)
 
 
+def _train_kappa_corrected(inputs: LossInputs, context: TermContext, options: WeightingOptions) -> torch.Tensor:
+    alpha = context.alpha if options.alpha is None else options.alpha
+    return _batch_mean(context.r_tok(inputs, options.alpha), inputs) / context.train_kappa[float(alpha)]
+
+
 def _normalized_concentration_corrected(
     inputs: LossInputs, context: TermContext, options: WeightingOptions
 ) -> torch.Tensor:
@@ -262,6 +268,7 @@ _COMPUTE: dict[str, tuple[TermFunction, Callable[[Any, int], float] | None]] = {
     "normalized_uniform": (_normalized_uniform, None),
     "token_weighted": (_token_weighted, None),
     "concentration_corrected": (_concentration_corrected, None),
+    "train_kappa_corrected": (_train_kappa_corrected, None),
     "normalized_concentration_corrected": (_normalized_concentration_corrected, None),
     "kl": (_kl, kl_anneal_factor),
     "bag_of_words": (_bag_of_words, None),

@@ -10,7 +10,17 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from sweeps.report.text import ALL, alpha_rows, beta_text, headline, interval_text
+from sweeps.report.text import (
+    ALL,
+    LATENT_COLUMNS,
+    alpha_rows,
+    beta_text,
+    headline,
+    interval_text,
+    latent_note,
+    latent_rows,
+    latent_title,
+)
 
 
 def _alpha_table(report: Mapping[str, Any], metric: str) -> Table:
@@ -26,6 +36,16 @@ def _alpha_table(report: Mapping[str, Any], metric: str) -> Table:
                       cell["loss_stack"] + (" (shared)" if cell["shared_with"] else ""),
                       f"{cell['alpha']:g}", *(interval_text(entry[k]) if k in entry else "-"
                                                for k in kinds), values)
+    return table
+
+
+def _latent_table(report: Mapping[str, Any]) -> Table:
+    table = Table(title=latent_title(report), title_justify="left", caption=latent_note(report),
+                  caption_justify="left")
+    for column in LATENT_COLUMNS:
+        table.add_column(column, overflow="fold")
+    for row in latent_rows(report):
+        table.add_row(*row)
     return table
 
 
@@ -57,8 +77,8 @@ def _best_table(best: Sequence[Mapping[str, Any]]) -> Table:
 
 
 def render_report(report: Mapping[str, Any], console: Console) -> None:
-    """Print the headline, the per-alpha table of the analysis metric, the primary contrasts,
-    the best configurations and what the report cannot claim."""
+    """Print the headline, the per-alpha table of the analysis metric, the latent-use table, the
+    primary contrasts, the best configurations and what the report cannot claim."""
     metric = report["analysis"]["metric"]
     dedup = report["dedup"]
     console.print(f"[bold]Sweep {report['name']} ({report['sweep_id']})[/bold]")
@@ -68,6 +88,8 @@ def render_report(report: Mapping[str, Any], console: Console) -> None:
                   f"({dedup['trials_saved_by_dedup']} saved by dedup); {report['split']} split, "
                   f"read at {report['readout_source']}.")
     console.print(_alpha_table(report, metric))
+    if latent_rows(report):
+        console.print(_latent_table(report))
     primary = [c for c in report["contrasts"] if c["family"] == "primary"]
     if primary:
         console.print(_contrast_table(primary, "Primary contrasts (Holm within the family)"))

@@ -45,6 +45,7 @@ def test_batch_prior_regularisation_and_a_bidirectional_posterior_find_the_label
                    target_encoder="bidirectional")
     assert 0.5 < final["selected/test/mutual_info"] <= math.log(CLASSES) + 1e-6  # of log 4 nats
     assert final["selected/test/latent_ami"] > 0.95
+    assert final["selected/test/active_units"] >= 2  # categories whose probability follows the label
 
 
 @pytest.mark.slow
@@ -55,6 +56,7 @@ def test_a_learned_prior_without_context_lets_every_example_land_in_one_category
     assert final["selected/test/mutual_info"] < 0.05
     assert final["selected/test/kl"] < 0.05
     assert abs(final["selected/test/latent_ami"]) < 0.05
+    assert final["selected/test/active_units"] == 0 and final["selected/test/used_categories"] <= 2
 
 
 @pytest.mark.slow

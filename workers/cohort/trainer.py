@@ -207,7 +207,8 @@ class Cohort:
         """Members with one loss stack (and c_base) share one vmapped loss: ``(index, positions, fn)``."""
         groups: dict[tuple, list[int]] = {}
         for k, member in enumerate(active):
-            key = (member.config.loss_stack.model_dump_json(), member.trainer.c_base)
+            spec = member.config.loss_stack
+            key = (spec.model_dump_json(), member.trainer.c_base, tuple(member.trainer.train_kappa(spec).items()))
             groups.setdefault(key, []).append(k)
         result = []
         for indices in groups.values():
