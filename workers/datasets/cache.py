@@ -14,14 +14,13 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 from filelock import FileLock
 
 from workers.data.config import DatasetDataConfig
-from workers.datasets.source import DatasetTask, build_task
-from workers.datasets.store import DatasetStore
 
 TASK_CACHE_VERSION = 1
 ARRAYS = ("context", "target", "mask", "label", "group", "original_ids", "base_nll")
@@ -36,14 +35,13 @@ def task_cache_key(config: DatasetDataConfig) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:24]
 
 
-def cached_task(config: DatasetDataConfig, cache_root: Path) -> DatasetTask:
-    """The task of a resolved config, built and cached on first use (module doc).
+Arrays = dict[str, np.ndarray]
 
-    Raises:
-        DatasetError: as :func:`~workers.datasets.source.build_task` (nothing is cached).
-    """
-    from workers.datasets.source import task_from_arrays
 
+def cached_arrays(config: DatasetDataConfig, cache_root: Path,
+                  build: Callable[[], tuple[Arrays, dict]]) -> tuple[Arrays, dict]:
+    """The arrays and meta of a resolved config's entry; ``build()`` makes them on first use
+    (module doc). An error ``build`` raises caches nothing."""
     root = cache_root.resolve() / "dataset_tensors"
     root.mkdir(parents=True, exist_ok=True)
     key = task_cache_key(config)
@@ -51,30 +49,17 @@ def cached_task(config: DatasetDataConfig, cache_root: Path) -> DatasetTask:
     if not (target / "meta.json").exists():
         with FileLock(root / f"{key}.lock"):
             if not (target / "meta.json").exists():
-                table = DatasetStore(Path(str(config.root))).open_table(str(config.sha256))
-                task = build_task(table, config)
-                _write(task, root, target)
+                _write(*build(), root, target)
     meta = json.loads((target / "meta.json").read_text())
     arrays = {name: np.load(target / f"{name}.npy", mmap_mode="c")
               for name in ARRAYS if (target / f"{name}.npy").exists()}
-    return task_from_arrays(config, arrays, meta)
+    return arrays, meta
 
 
-def _write(task: DatasetTask, root: Path, target: Path) -> None:
+def _write(arrays: Arrays, meta: dict, root: Path, target: Path) -> None:
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=root))
-    splits = [task.splits[name] for name in ("train", "val", "test")]
-    columns = {"context": [s.context for s in splits], "target": [s.target for s in splits],
-               "mask": [s.mask for s in splits], "label": [s.strategy for s in splits],
-               "group": [s.kind for s in splits]}
-    if task.base_nll is not None:
-        columns["base_nll"] = [task.base_nll[name] for name in ("train", "val", "test")]
-    for name, parts in columns.items():
-        np.save(staging / f"{name}.npy", np.concatenate([p.numpy() for p in parts]))
-    np.save(staging / "original_ids.npy", task.original_ids)
-    meta = {"counts": [task.rows[name] for name in ("train", "val", "test")],
-            "label_classes": task.label_classes, "groups": list(task.groups),
-            "split_hash": task.split_hash, "truncated_rows": task.truncated_rows,
-            "columns": task.columns, "dataset": task.config.dataset, "sha256": task.config.sha256}
+    for name, array in arrays.items():
+        np.save(staging / f"{name}.npy", array)
     (staging / "meta.json").write_text(json.dumps(meta))
     if target.exists():  # a stale folder without meta.json (a crash before the rename)
         shutil.rmtree(target)

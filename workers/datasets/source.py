@@ -35,6 +35,7 @@ import torch
 from workers.contract import SPLITS
 from workers.data.config import BOS_ID, CONTENT_START, PAD_ID, DatasetDataConfig
 from workers.data.synthetic import SyntheticSplit
+from workers.datasets.cache import cached_arrays
 from workers.datasets.store import DatasetStore
 from workers.datasets.table import BASE_NLL, GROUP, LABEL, SPLIT, DatasetError, X, Y
 
@@ -239,6 +240,24 @@ def build_task(table: pa.Table, config: DatasetDataConfig) -> DatasetTask:
     return task_from_arrays(config, arrays, meta)
 
 
+def task_arrays(task: DatasetTask) -> tuple[dict[str, np.ndarray], dict]:
+    """The task as arrays whose rows are ordered train, val, test, and its meta: what
+    :func:`task_from_arrays` reads back (the cache's entry)."""
+    splits = [task.splits[name] for name in SPLITS]
+    columns = {"context": [s.context for s in splits], "target": [s.target for s in splits],
+               "mask": [s.mask for s in splits], "label": [s.strategy for s in splits],
+               "group": [s.kind for s in splits]}
+    if task.base_nll is not None:
+        columns["base_nll"] = [task.base_nll[name] for name in SPLITS]
+    arrays = {name: np.concatenate([p.numpy() for p in parts]) for name, parts in columns.items()}
+    arrays["original_ids"] = task.original_ids
+    meta = {"counts": [task.rows[name] for name in SPLITS],
+            "label_classes": task.label_classes, "groups": list(task.groups),
+            "split_hash": task.split_hash, "truncated_rows": task.truncated_rows,
+            "columns": task.columns, "dataset": task.config.dataset, "sha256": task.config.sha256}
+    return arrays, meta
+
+
 def task_from_arrays(config: DatasetDataConfig, arrays: dict[str, np.ndarray],
                      meta: dict) -> DatasetTask:
     """A task over padded arrays whose rows are ordered train, val, test (each split a view)."""
@@ -281,9 +300,10 @@ def load_task(config: DatasetDataConfig, cache_root: Path | str | None = None) -
     from workers.datasets.verify import verify_once
 
     verify_once(config)  # once per process: a changed stored copy stops the trial here
-    if cache_root is not None:
-        from workers.datasets.cache import cached_task
+    def built() -> DatasetTask:
+        return build_task(DatasetStore(Path(str(config.root))).open_table(str(config.sha256)), config)
 
-        return cached_task(config, Path(cache_root))
-    table = DatasetStore(Path(str(config.root))).open_table(str(config.sha256))
-    return build_task(table, config)
+    if cache_root is None:
+        return built()
+    return task_from_arrays(config, *cached_arrays(config, Path(cache_root),
+                                                   lambda: task_arrays(built())))
