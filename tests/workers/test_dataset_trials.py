@@ -22,9 +22,9 @@ from workers.datasets.resolve import DatasetResolutionError, resolve_dataset
 from workers.datasets.source import build_task, load_task
 from workers.datasets.table import DatasetError
 from workers.models.config import BaseModelConfig
-from workers.models.dataset_base import dataset_base
 from workers.readouts.evaluate import collect
 from workers.train import Trainer, TrialConfig
+from workers.zfree.dataset import dataset_base
 
 ROOT = Path(__file__).resolve().parents[2]
 LEARNED = BaseModelConfig(kind="learned", epochs=2, hidden_dim=16, embedding_dim=8)

@@ -20,8 +20,8 @@ from workers.lm.resolve import resolve_model
 from workers.lm.surprisal import token_surprisal
 from workers.lm.tokenizer import ModelTextTokenizer
 from workers.models.config import BaseModelConfig
-from workers.models.dataset_base import dataset_base
 from workers.train import Trainer, TrialConfig
+from workers.zfree.dataset import dataset_base
 
 
 @pytest.fixture

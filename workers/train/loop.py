@@ -28,7 +28,6 @@ from workers.contract import (
 )
 from workers.models import CVAE, CVAEOutput
 from workers.models.backbone import upcast
-from workers.models.zfree_base import BaseSurprisal
 from workers.readouts.evaluate import (
     DIAGNOSTIC_TERMS,
     Collected,
@@ -49,6 +48,7 @@ from workers.train.adamw import AdamW
 from workers.train.config import TrialConfig
 from workers.train.selection import Selection, selected_metrics, speed_metrics
 from workers.train.sources import TaskView, load_sources
+from workers.zfree.base import BaseSurprisal
 
 RECON_TERMS = DIAGNOSTIC_TERMS
 KAPPA_METRICS = ("kappa_mean", "kappa_p50", "kappa_p90", "kappa_max", "cv2_mean")

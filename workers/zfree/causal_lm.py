@@ -21,7 +21,7 @@ from workers.datasets.table import X, Y
 from workers.lm.registry import ModelError, ModelStore
 from workers.lm.surprisal import cached_lm_base_nll
 from workers.models.config import BaseModelConfig
-from workers.models.zfree_base import BaseSurprisal, c_base_of
+from workers.zfree.base import BaseSurprisal, c_base_of
 
 
 def causal_lm_base(task: DatasetTask, base: BaseModelConfig, cache_root: Path | str,

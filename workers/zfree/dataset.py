@@ -1,12 +1,12 @@
 """The z-free base model of a registered dataset: learned on its train split, or precomputed.
 
-- ``learned``: today's z-free GRU decoder (:func:`workers.models.zfree_base.learned_base`), trained on
+- ``learned``: today's z-free GRU decoder (:func:`workers.zfree.base.learned_base`), trained on
   the train split only, over the compacted vocabulary, and cached by (dataset hash,
   split-assignment hash, target length and truncation, base config): a trial never scores
   as val or test a row its base saw.
 - ``precomputed``: the dataset's ``base_nll`` column (b_t in nats of the original ids,
   aligned with ``y``, cut like ``y`` under ``truncation: head``).
-- ``causal_lm``: a registered language model's b_t (:mod:`workers.lm.base`).
+- ``causal_lm``: a registered language model's b_t (:mod:`workers.zfree.causal_lm`).
 - ``oracle`` exists only for the synthetic task and is refused by name.
 
 c_base is the mean over train examples of b_u, computed once per (dataset, split, base).
@@ -22,7 +22,7 @@ import torch
 
 from workers.datasets.source import DatasetTask
 from workers.models.config import BaseModelConfig
-from workers.models.zfree_base import (
+from workers.zfree.base import (
     BASE_CACHE_VERSION,
     BaseSurprisal,
     c_base_of,
@@ -65,7 +65,7 @@ def dataset_base(task: DatasetTask, base: BaseModelConfig, cache_root: Path | st
         train, val, test = (task.base_nll[s] * splits[s].mask for s in ("train", "val", "test"))
         return BaseSurprisal(train, val, c_base_of(splits["train"], train), "precomputed"), test
     if base.kind == "causal_lm":
-        from workers.lm.base import causal_lm_base
+        from workers.zfree.causal_lm import causal_lm_base
 
         return causal_lm_base(task, base, cache_root, device)
     if base.kind != "learned":
