@@ -79,7 +79,7 @@ METRIC_NAMES: tuple[str, ...] = (
     TEST_ELBO,
 )
 # Latent recovery beside its chance level (labelled data, overall only, every epoch): AMI and
-# the NMI against shuffled labels (workers.metrics.chance_readouts).
+# the NMI against shuffled labels (workers.readouts.recovery.chance_readouts).
 # The latent's assignment against the quartiles of target length and of kappa (workers.readouts.
 # confounds): what its clusters share with nuisance variables, beside the NMI against the label.
 LATENT_NMI_LENGTH, LATENT_NMI_KAPPA = "latent_nmi_length", "latent_nmi_kappa"

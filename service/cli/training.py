@@ -85,7 +85,7 @@ def train_command(
     except ValueError as error:
         console.print(f"[red]{error}[/red]")
         raise typer.Exit(2) from None
-    from workers.heap import heavy_imports
+    from workers.imports import heavy_imports
 
     with heavy_imports():
         from workers.train import TrialCheckFailed, TrialDiverged
@@ -186,7 +186,7 @@ def run_command(
     # before Ray is imported).
     for name, value in (TUNE_ENV | ({} if os.environ.get("RAY_ADDRESS") else LOCAL_RAY_ENV)).items():
         os.environ.setdefault(name, value)
-    from workers.heap import heavy_imports
+    from workers.imports import heavy_imports
 
     with heavy_imports():
         from service.settings import get_settings

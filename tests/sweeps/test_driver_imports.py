@@ -1,6 +1,6 @@
 """The sweep's driver waits on Tune and writes the report: it never loads the training stack.
 Nor does unpickling the function Tune ships to a trial worker (the worker imports the stack
-inside the trial, with the collector off: ``workers.heap``)."""
+inside the trial, with the collector off: ``workers.imports``)."""
 
 import subprocess
 import sys

@@ -155,8 +155,8 @@ def test_the_readouts_benchmark_checks_both_paths_agree_and_restores_the_library
     """``bench_readouts`` raises unless today's read-outs equal the library calls' (abs 1e-9) in
     both families, prints both medians, and leaves the read-out functions as it found them."""
     from benchmarks import bench_readouts
-    from workers import metrics
     from workers.readouts import latent
+    from workers.readouts import recovery as metrics
 
     before = (metrics.chance_readouts, latent._rank_correlation, metrics.gaussian_mutual_information)
     bench_readouts.main(["--members", "2", "--repeats", "1"])

@@ -63,8 +63,12 @@ def test_mixture_log_density_and_shared_samples() -> None:
     log densities (tiny and huge variances, far-off means, blocks of 3 rows), and both
     Gaussian MI read-outs give the same value whether they draw the samples or are handed
     ``posterior_samples`` (what ``model_readouts`` does for the whole split)."""
-    from workers import metrics
-    from workers.metrics import gaussian_mutual_information, log_mixture, posterior_samples
+    from workers.readouts import recovery as metrics
+    from workers.readouts.recovery import (
+        gaussian_mutual_information,
+        log_mixture,
+        posterior_samples,
+    )
 
     generator = torch.Generator().manual_seed(4)
     mean = torch.randn(9, 3, generator=generator, dtype=torch.float64) * torch.tensor([1.0, 50.0, 1e-3],

@@ -4,7 +4,7 @@ A latent that "recovers" a label on real text may only have found the text's len
 vocabulary. Beside every NMI the study reports:
 
 - AMI and the NMI against shuffled labels: logged by every trial beside its NMI
-  (``latent_ami``, ``latent_nmi_shuffled``: :func:`workers.metrics.chance_readouts`);
+  (``latent_ami``, ``latent_nmi_shuffled``: :func:`workers.readouts.recovery.chance_readouts`);
 - ``length_only_accuracy`` / ``bag_of_tokens_accuracy``: test accuracy of a logistic
   regression trained on the train split from the length alone, or from token counts alone;
   ``majority_accuracy`` is the floor both are read against;

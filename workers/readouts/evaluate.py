@@ -9,11 +9,11 @@ number of strategies fitted on the whole split, against s), ``mi_zs`` (I(z; s), 
 (dimensions whose posterior mean varies over the group's examples by more than 0.01, the
 diagonal of Cov_x(E_q[z|x]); Burda et al. 2016). Overall only: ``mutual_info`` (I(x; z) in
 nats: exact for the discrete family, a paired mixture estimate for the continuous one:
-``workers.metrics``), for the discrete family ``active_units`` (Burda's definition on the
+``workers.readouts.recovery``), for the discrete family ``active_units`` (Burda's definition on the
 one-hot coordinates: categories whose probability varies over x by more than 0.01) and
 ``used_categories`` (categories with aggregate mass >= 0.01, which a collapsed posterior
 fills); ``latent_ami`` and ``latent_nmi_shuffled`` (recovery beside its chance level:
-``workers.metrics.chance_readouts``). ``elbo``: the mean over examples of ``sum_t l_t + KL``
+``workers.readouts.recovery.chance_readouts``). ``elbo``: the mean over examples of ``sum_t l_t + KL``
 (the negative ELBO in nats, lower is better), the same for every stack, so stacks on
 different loss scales stay comparable.
 
@@ -34,7 +34,6 @@ from dataclasses import dataclass
 import torch
 
 from objectives import LossInputs, LossStackSpec, token_weight_stats
-from workers import metrics as latent_metrics
 from workers.contract import ACTIVE_UNITS, KL, MUTUAL_INFO, TRAIN, USED_CATEGORIES
 from workers.data import (
     KINDS,
@@ -43,6 +42,7 @@ from workers.data import (
     kind_layout,
     oracle_conditional_nll,
 )
+from workers.readouts import recovery as latent_metrics
 from workers.readouts.confounds import confound_readouts
 from workers.readouts.latent import discrete_mi_zs, gaussian_mixture_mi_zs, kl_kappa_spearman
 from workers.readouts.surprisal import by_kind, surprisal_readouts

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from workers.metrics import log_mixture, posterior_samples
+from workers.readouts.recovery import log_mixture, posterior_samples
 
 
 def _entropy(p: torch.Tensor) -> torch.Tensor:
