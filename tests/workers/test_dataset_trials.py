@@ -232,7 +232,8 @@ def test_a_label_sorted_tables_train_readout_sees_every_class(tmp_path):
     shuffled-label NMI 0 there (its first rows, one class, would read 1.0 and 1.0)."""
     from workers.cohort.evaluation import member_outputs
     from workers.cohort.trainer import Cohort
-    from workers.readouts.evaluate import Collected, readout_split
+    from workers.readouts.evaluate import Collected
+    from workers.readouts.split_data import readout_split
 
     table = strategy_table(240, base_nll=True)
     data = _resolved(tmp_path, table.sort_by("label"))

@@ -22,8 +22,9 @@ import torch
 from objectives import LossInputs
 from workers.contract import GRAD_NORM_NAME, grad_share_name
 from workers.models.functional import cvae_forward
-from workers.readouts.evaluate import Collected, SplitData, readout_split
+from workers.readouts.evaluate import Collected
 from workers.readouts.gradients import POSTERIOR_PARAMS, settled_share
+from workers.readouts.split_data import SplitData, readout_split
 
 MAX_MEMBER_ROWS = 1 << 20  # rows of all members in one eval batch (bounds a K = 1,024 cohort's memory)
 

@@ -31,12 +31,10 @@ from workers.models.backbone import upcast
 from workers.readouts.evaluate import (
     DIAGNOSTIC_TERMS,
     Collected,
-    SplitData,
     collect,
     diagnostic_stack,
     model_readouts,
     position_profiles,
-    readout_split,
 )
 from workers.readouts.gradients import (
     gradient_shares,
@@ -44,6 +42,7 @@ from workers.readouts.gradients import (
     reconstruction_spec,
     token_groups,
 )
+from workers.readouts.split_data import SplitData, readout_split
 from workers.train.adamw import AdamW
 from workers.train.config import TrialConfig
 from workers.train.selection import Selection, selected_metrics, speed_metrics

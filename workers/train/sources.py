@@ -17,7 +17,7 @@ import torch
 from workers.contract import COMPACT_B_U
 from workers.data import KINDS, generate_splits
 from workers.data.config import DatasetDataConfig, SyntheticTaskConfig
-from workers.readouts.evaluate import SplitData
+from workers.readouts.split_data import SplitData
 from workers.train.config import TrialConfig
 from workers.zfree.base import BaseSurprisal, load_or_train_base, score_split
 
