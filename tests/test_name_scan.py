@@ -16,7 +16,7 @@ import ast
 import inspect
 from pathlib import Path
 
-from sweeps.tune.status import SweepState, TrialState
+from sweeps.status import SweepState, TrialState
 from workers import contract
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,12 +134,12 @@ def test_no_module_spells_a_contract_name_outside_its_home() -> None:
 
 def test_each_value_has_its_home() -> None:
     values = contract_values()
-    assert values["ksweep.state"] == ("STATE_TAG", {"sweeps/tune/status.py"})
+    assert values["ksweep.state"] == ("STATE_TAG", {"sweeps/status.py"})
     assert values["ksweep.cohort"] == ("COHORT_TAG", {"sweeps/tune/cohort_trainable.py"})
     assert values["val/loss"][1] == {CONTRACT}
     assert values["finished"] == ("TrainingStatus", {CONTRACT})
-    assert values["running"][1] == {CONTRACT, "sweeps/tune/status.py"}
-    assert values["queued"] == ("SweepState", {"sweeps/tune/status.py"})
+    assert values["running"][1] == {CONTRACT, "sweeps/status.py"}
+    assert values["queued"] == ("SweepState", {"sweeps/status.py"})
 
 
 def test_the_scan_sees_a_spelled_name(tmp_path: Path) -> None:

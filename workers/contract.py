@@ -3,7 +3,7 @@
 Nothing else in the project spells these strings; the trainer, the tracking code, the
 Tune driver, the report, the service and the CLI all import them from here. A name only the
 layers above use lives there instead (the progress record and its states in
-:mod:`sweeps.tune.status`, the driver's environment in :mod:`service.orchestrator.driver_env`).
+:mod:`sweeps.status`, the driver's environment in :mod:`service.orchestrator.driver_env`).
 The module is pure Python (no torch, Ray or MLflow), so the light service modules may import it.
 
 Layout (add new names to the group they belong to):
@@ -157,7 +157,7 @@ class TrainingStatus(StrEnum):
     """How a trial's training stands in its worker: a cohort member's ``status`` and ``state``
     in the cohort's checkpoint (``members.json``), and how a resumed lone trial's run ended.
 
-    Not the progress record's trial state (:class:`sweeps.tune.status.TrialState`), which the
+    Not the progress record's trial state (:class:`sweeps.status.TrialState`), which the
     driver derives from it and the epochs reached: a member that stopped early at its last
     epoch is a ``done`` trial. The values are stored in checkpoints: never rename one.
     """

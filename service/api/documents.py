@@ -28,7 +28,7 @@ from service.api.schemas import Sweep, utc_time
 from service.lifecycle import ACTIVE_SWEEP_STATES
 from service.store.db import SweepRow
 from service.store.queries import DOCUMENT_COLUMNS
-from sweeps.tune.status import COUNTERS
+from sweeps.status import COUNTERS
 from workers.contract import mlflow_ui_url
 
 _DATETIME = TypeAdapter(datetime)

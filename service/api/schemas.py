@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from sweeps.tune import status as progress
+from sweeps import status as progress
 from workers import contract
 
 # Literals of the progress record's enums' values: the OpenAPI document keeps its inline string enums.

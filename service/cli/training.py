@@ -38,7 +38,7 @@ from service.cli.common import (
     plan_or_exit,
 )
 from service.orchestrator.driver_env import LOCAL_RAY_ENV, TUNE_ENV
-from sweeps.tune.status import SweepState, SweepStatus, TrialState
+from sweeps.status import SweepState, SweepStatus, TrialState
 from workers.contract import (
     LOCAL_MLFLOW_UI,
     PERF_TOKENS_PER_SECOND,

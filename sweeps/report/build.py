@@ -35,7 +35,7 @@ from sweeps.report.readout_table import (
 from sweeps.report.statistics import MIN_PAIRS_FOR_CLAIM, mean_interval, metric_range
 from sweeps.report.text import report_markdown
 from sweeps.spec import SweepSpec
-from sweeps.tune.status import TrialState
+from sweeps.status import TrialState
 from workers.contract import LATENT_METRICS, NMI_AUC, TEST_ELBO
 
 __all__ = ["TrialOutcome", "build_report", "metric_mode", "report_markdown", "summary_metrics",

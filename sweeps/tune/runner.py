@@ -40,13 +40,7 @@ from sweeps.report.plots import prepare_plotting
 from sweeps.report.summary_runs import publish_summary
 from sweeps.spec import SweepSpec
 from sweeps.spec.datasets import resolve_spec_data
-from sweeps.tune.cohort_results import member_state, saved_members
-from sweeps.tune.cohort_trainable import member_trial_id
-from sweeps.tune.progress_callback import LIVE, ProgressCallback, trial_record
-from sweeps.tune.search_space import MEMBERS, is_cohort
-from sweeps.tune.setup import TUNE_FOLDER, ensure_ray, make_tuner, param_space
-from sweeps.tune.state_backup import ExperimentStateBackup
-from sweeps.tune.status import (
+from sweeps.status import (
     ProgressSink,
     StatusFileSink,
     SweepState,
@@ -55,6 +49,12 @@ from sweeps.tune.status import (
     finished_state,
     publish,
 )
+from sweeps.tune.cohort_results import member_state, saved_members
+from sweeps.tune.cohort_trainable import member_trial_id
+from sweeps.tune.progress_callback import LIVE, ProgressCallback, trial_record
+from sweeps.tune.search_space import MEMBERS, is_cohort
+from sweeps.tune.setup import TUNE_FOLDER, ensure_ray, make_tuner, param_space
+from sweeps.tune.state_backup import ExperimentStateBackup
 from sweeps.tune.tag_sink import MlflowTagSink
 from sweeps.tune.trial_entry import train_sweep_trial
 from workers.contract import (

@@ -9,7 +9,7 @@ from typing import Any
 
 from mlflow.entities import RunTag
 
-from sweeps.tune.status import (
+from sweeps.status import (
     BEST_VALUE_TAG,
     COUNTERS,
     STATE_TAG,

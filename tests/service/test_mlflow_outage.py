@@ -15,7 +15,7 @@ from conftest import auth, tiny_spec
 from mlflow.tracking import MlflowClient
 from sweep_checks import check_consistent, poll, trials_of
 
-from sweeps.tune.status import STATE_TAG, counter_tag
+from sweeps.status import STATE_TAG, counter_tag
 from tests.support.groups import exclusive
 from tests.support.outage_servers import MlflowServer
 

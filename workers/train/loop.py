@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from objectives import KappaSummaryAccumulator, LossInputs, LossStackSpec, baseline_self_check
+from workers.adamw import AdamW
 from workers.contract import (
     PERF_EPOCH_SECONDS,
     PERF_TOKENS_PER_SECOND,
@@ -43,7 +44,6 @@ from workers.readouts.gradients import (
     token_groups,
 )
 from workers.readouts.split_data import SplitData, readout_split
-from workers.train.adamw import AdamW
 from workers.train.config import TrialConfig
 from workers.train.selection import Selection, selected_metrics, speed_metrics
 from workers.train.sources import TaskView, load_sources

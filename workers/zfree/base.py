@@ -22,10 +22,10 @@ import torch
 from filelock import FileLock
 
 from objectives import ReferenceScale
+from workers.adamw import AdamW
 from workers.data import SyntheticSplit, SyntheticTaskConfig, generate_task, oracle_base_nll
 from workers.models import BaseDecoder, ModelConfig
 from workers.models.config import BaseModelConfig
-from workers.train.adamw import AdamW
 
 if TYPE_CHECKING:
     from workers.datasets.source import DatasetTask

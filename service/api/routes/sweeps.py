@@ -36,7 +36,7 @@ from service.store.queries import IdempotencyConflict
 from sweeps.plan.budget import build_plan_within_budget
 from sweeps.plan.build import SweepPlan
 from sweeps.spec import SweepSpec, load_sweep_spec
-from sweeps.tune.status import SweepState
+from sweeps.status import SweepState
 
 # Spec bodies are parsed strictly (service.api.strict_body); `_schema` only documents them.
 router = APIRouter(tags=["sweeps"], route_class=StrictRoute)
