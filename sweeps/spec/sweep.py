@@ -329,12 +329,6 @@ class SweepSpec(BaseModel):
         """The trial seeds: ``0..n-1`` for a count, else the list as given."""
         return list(range(self.seeds)) if isinstance(self.seeds, int) else list(self.seeds)
 
-    def trial_count(self) -> int:
-        """Trials the sweep runs, after objective-equivalent rows are merged (the plan's count)."""
-        from sweeps.plan.build import build_plan
-
-        return build_plan(self).trial_count
-
     def epochs_per_trial(self) -> int:
         """The most epochs one trial runs (ASHA's max_t, else the template's epochs)."""
         if self.scheduler.kind == "asha" and self.scheduler.max_t is not None:
