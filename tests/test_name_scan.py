@@ -7,13 +7,15 @@ metric name of :mod:`workers.contract`, a tag (a module-level ``*_TAG`` constant
 package module) or a state of the state enums fails the test outside the value's home (the
 module that defines it) unless ``tests/name_scan_allowlist.txt`` lists that value for that
 file, with the reason. The module-level classes, type aliases and constants of those packages
-and ``ksweep/`` are read the same way: a name two modules define fails (import it from its home).
+and ``ksweep/`` are read the same way: a name two modules define fails (import it from its home),
+and so does a private name (``_name``) one package imports from another.
 """
 
 from __future__ import annotations
 
 import ast
 import inspect
+import sys
 from pathlib import Path
 
 from sweeps.status import SweepState, TrialState
@@ -195,3 +197,35 @@ def test_the_definition_scan_sees_classes_aliases_and_constants(tmp_path: Path) 
                       'Rows = list[int]\nCells: TypeAlias = dict[str, int]\nWIDTH: int = 4\nlog = None\n'
                       'class Shape:\n    SIDES = 4\ndef helper():\n    INNER = 1\n')
     assert defined_names(module) == {"LIMIT", "Rows", "Cells", "WIDTH", "Shape"}
+
+
+def private_imports(path: Path) -> set[str]:
+    """``module.name`` for each private name (``_name``) ``path`` imports from another package
+    of the project (a package is a folder: a module's own folder may share its private names)."""
+    own = ".".join(Path(_relative(path)).parent.parts)
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.split(".")[0] in DEFINING_PACKAGES:
+            package = node.module if (ROOT / node.module.replace(".", "/")).is_dir() \
+                else node.module.rpartition(".")[0]
+            found.update(f"{node.module}.{alias.name}" for alias in node.names
+                         if alias.name.startswith("_") and not alias.name.startswith("__")
+                         and package != own)
+    return found
+
+
+def test_no_private_name_is_imported_across_packages() -> None:
+    crossing = {_relative(path): sorted(names) for package in DEFINING_PACKAGES
+                for path in sorted((ROOT / package).rglob("*.py")) if (names := private_imports(path))}
+    assert not crossing, f"make these public, or move the user beside them: {crossing}"
+
+
+def test_the_private_import_scan_sees_a_crossing(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    for folder in ("workers/tracking", "service/cli"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "service/cli/a.py").write_text("from workers.tracking.writer import _THREAD, log\n")
+    (tmp_path / "workers/tracking/b.py").write_text("from workers.tracking.writer import _THREAD\n")
+    assert private_imports(tmp_path / "service/cli/a.py") == {"workers.tracking.writer._THREAD"}
+    assert private_imports(tmp_path / "workers/tracking/b.py") == set()

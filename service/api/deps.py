@@ -16,6 +16,8 @@ from service.orchestrator.launchers import Launcher
 from service.orchestrator.supervisor import Supervisor
 from service.settings import ADMIN_OWNER, Settings, hash_token
 from service.store.queries import Store
+from workers.datasets.store import DatasetStore
+from workers.lm.registry import ModelStore
 
 bearer = HTTPBearer(auto_error=False, description="An API token: KSWEEP_API_TOKENS owner:token.")
 
@@ -62,6 +64,16 @@ class Services:
     supervisor: Supervisor
     tokens: dict[str, str]  # sha256(token) -> owner
     pages: PageCache
+
+    @property
+    def datasets(self) -> DatasetStore:
+        """The dataset registry (``KSWEEP_DATA_ROOT``)."""
+        return DatasetStore(self.settings.dataset_root)
+
+    @property
+    def models(self) -> ModelStore:
+        """The model registry (``KSWEEP_MODEL_ROOT``)."""
+        return ModelStore(self.settings.resolved_model_root)
 
 
 # Dependencies are `async def` so FastAPI runs them on the event loop instead of handing each

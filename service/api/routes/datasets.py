@@ -24,6 +24,7 @@ from service.api.dataset_upload import (
 from service.api.deps import Services, get_services, may_act_on, read_access, require_owner
 from service.api.errors import ProblemError
 from service.api.schemas import PROBLEM_MEDIA_TYPE, Problem
+from service.api.spec_checks import spec_dataset
 from service.lifecycle import ACTIVE_SWEEP_STATES
 from workers.data.config import DATASET_NAME_PATTERN
 from workers.datasets.formats import FORMATS, Format
@@ -48,10 +49,6 @@ def _problem(description: str) -> dict[str, Any]:
 INVALID_NAME = {422: _problem("Not a dataset name (invalid-dataset), or invalid parameters.")}
 
 
-def store_of(services: Services) -> DatasetStore:
-    return DatasetStore(services.settings.dataset_root)
-
-
 def _json(body: Any, status_code: int = 200) -> Response:
     return Response(json.dumps(body), status_code=status_code, media_type="application/json")
 
@@ -66,37 +63,6 @@ def _checked_name(name: str) -> str:
 def _not_found(name: str) -> ProblemError:
     return ProblemError(404, "Dataset not found", f"no dataset named {name!r}; GET "
                         "/api/v1/datasets lists them", kind="dataset-not-found")
-
-
-def spec_dataset(spec: dict[str, Any]) -> str | None:
-    """The dataset a stored spec names (``template.data.dataset``), or None (synthetic task)."""
-    data = (spec.get("template") or {}).get("data") or {}
-    name = data.get("dataset") if isinstance(data, dict) else None
-    return name if isinstance(name, str) else None
-
-
-def check_spec_dataset(spec: dict[str, Any], owner: str, services: Services) -> None:
-    """Refuse a sweep spec naming a dataset that is not registered (422) or not the owner's (403).
-
-    A pinned ``sha256`` must match the registered content (422). Called by POST /sweeps.
-    """
-    name = spec_dataset(spec)
-    if name is None:
-        return
-    try:
-        record = store_of(services).get(name)
-    except (DatasetNotFound, DatasetError):
-        raise ProblemError(422, "Invalid sweep spec", f"template.data.dataset: no dataset named "
-                           f"{name!r}; register it with `ksweep data add FILE --name {name}`",
-                           kind="invalid-spec") from None
-    if not may_act_on(owner, record.owner):
-        raise ProblemError(403, "Forbidden", f"dataset {name!r} belongs to {record.owner!r}; "
-                           "register your own copy", kind="dataset-forbidden")
-    pin = (spec.get("template") or {}).get("data", {}).get("sha256")
-    if pin and pin != record.sha256:
-        raise ProblemError(422, "Invalid sweep spec", f"template.data.sha256: dataset {name!r} "
-                           f"holds {record.sha256}, not {pin}; pin the current hash or drop the pin",
-                           kind="invalid-spec")
 
 
 @router.post(
@@ -129,7 +95,7 @@ async def add_dataset(
     cited = "".join(c for c in PurePath(filename).name if c.isprintable()) if filename else ""
     fmt = upload_format(request.headers.get("content-type"), format, cited or name)
     file = cited or f"{name}.{fmt}"
-    store = store_of(services)
+    store = services.datasets
     held = await run_in_threadpool(store.owner_bytes, owner)
     if held >= settings.dataset_quota_bytes:
         raise ProblemError(413, "Dataset quota exceeded", f"owner {owner!r} holds {held} bytes of "
@@ -159,7 +125,7 @@ async def add_dataset(
 def list_datasets(owner: Annotated[str | None, Query(description="Only this owner's.")] = None,
                   _reader: str | None = Depends(read_access),
                   services: Services = Depends(get_services)) -> Response:
-    records = [r for r in store_of(services).list() if owner is None or r.owner == owner]
+    records = [r for r in services.datasets.list() if owner is None or r.owner == owner]
     return _json([r.model_dump(mode="json") for r in records])
 
 
@@ -170,7 +136,7 @@ def get_dataset(name: DatasetName, _reader: str | None = Depends(read_access),
                 services: Services = Depends(get_services)) -> Response:
     _checked_name(name)
     try:
-        return _json(store_of(services).get(name).model_dump(mode="json"))
+        return _json(services.datasets.get(name).model_dump(mode="json"))
     except DatasetNotFound:
         raise _not_found(name) from None
 
@@ -186,7 +152,7 @@ def get_dataset(name: DatasetName, _reader: str | None = Depends(read_access),
 def remove_dataset(name: DatasetName, owner: str = Depends(require_owner),
                    services: Services = Depends(get_services)) -> Response:
     _checked_name(name)
-    store = store_of(services)
+    store = services.datasets
     try:
         record = store.get(name)
     except DatasetNotFound:

@@ -15,8 +15,6 @@ from service.api import documents
 from service.api.bodies import list_page_body, sweep_body
 from service.api.deps import Services, get_services, may_act_on, read_access, require_owner
 from service.api.errors import ProblemError, invalid_spec
-from service.api.spec_checks import check_spec_model
-from service.api.routes.datasets import check_spec_dataset
 from service.api.schemas import (
     PROBLEM_MEDIA_TYPE,
     FieldProblem,
@@ -29,6 +27,7 @@ from service.api.schemas import (
     TrialPage,
     TrialStateValue,
 )
+from service.api.spec_checks import check_spec_dataset, check_spec_model
 from service.api.strict_body import StrictRoute, strict_body
 from service.lifecycle import ACTIVE_SWEEP_STATES
 from service.store.db import SweepRow
