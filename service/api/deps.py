@@ -1,11 +1,16 @@
-"""FastAPI dependencies: the process's services, and who the caller is."""
+"""FastAPI dependencies: the process's services, and who the caller is.
+
+Routes take them as the annotated types named here once: ``services: ServicesDep``,
+``owner: OwnerDep`` (a valid bearer token, else 401), ``_reader: ReaderDep`` (reads are open
+unless ``KSWEEP_READ_AUTH``).
+"""
 
 from __future__ import annotations
 
 import hmac
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from cachetools import TTLCache
 from fastapi import Depends, Request
@@ -146,3 +151,8 @@ def may_read(authorization: str, services: Services) -> bool:
 
 def may_act_on(owner: str, sweep_owner: str) -> bool:
     return owner in (sweep_owner, ADMIN_OWNER)
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
+OwnerDep = Annotated[str, Depends(require_owner)]
+ReaderDep = Annotated[str | None, Depends(read_access)]

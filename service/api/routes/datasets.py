@@ -11,7 +11,7 @@ import json
 from pathlib import PurePath
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from service.api.dataset_upload import (
@@ -21,7 +21,7 @@ from service.api.dataset_upload import (
     upload_format,
     validate_in_child,
 )
-from service.api.deps import Services, get_services, may_act_on, read_access, require_owner
+from service.api.deps import OwnerDep, ReaderDep, ServicesDep, may_act_on
 from service.api.errors import ProblemError
 from service.api.schemas import PROBLEM_MEDIA_TYPE, Problem
 from service.api.spec_checks import spec_dataset
@@ -80,14 +80,13 @@ def _not_found(name: str) -> ProblemError:
             *(fmt.media_types[0] for fmt in FORMATS), "application/octet-stream")}}},
 )
 async def add_dataset(
-    request: Request,
+    request: Request, owner: OwnerDep, services: ServicesDep,
     name: Annotated[str, Query(pattern=DATASET_NAME_PATTERN, description="The dataset's name.")],
     replace: Annotated[bool, Query(description="Point an existing name at new content.")] = False,
     format: Annotated[Format | None, Query(
         description="The file's format, when the Content-Type does not say.")] = None,
     filename: Annotated[str | None, Query(max_length=200, description="The file's name, for "
                                           "error messages (default NAME.FORMAT).")] = None,
-    owner: str = Depends(require_owner), services: Services = Depends(get_services),
 ) -> Response:
     settings = services.settings
     _checked_name(name)
@@ -122,9 +121,9 @@ async def add_dataset(
 
 @router.get("/datasets", response_model=list[DatasetRecord], summary="Registered datasets, by name",
             responses={422: _problem("Invalid parameters.")})
-def list_datasets(owner: Annotated[str | None, Query(description="Only this owner's.")] = None,
-                  _reader: str | None = Depends(read_access),
-                  services: Services = Depends(get_services)) -> Response:
+def list_datasets(_reader: ReaderDep, services: ServicesDep,
+                  owner: Annotated[str | None, Query(description="Only this owner's.")] = None,
+                  ) -> Response:
     records = [r for r in services.datasets.list() if owner is None or r.owner == owner]
     return _json([r.model_dump(mode="json") for r in records])
 
@@ -132,8 +131,8 @@ def list_datasets(owner: Annotated[str | None, Query(description="Only this owne
 @router.get("/datasets/{name}", response_model=DatasetRecord,
             summary="A dataset: owner, content hash, rows, summary",
             responses={404: _problem("No dataset of that name."), **INVALID_NAME})
-def get_dataset(name: DatasetName, _reader: str | None = Depends(read_access),
-                services: Services = Depends(get_services)) -> Response:
+def get_dataset(name: DatasetName, _reader: ReaderDep,
+                services: ServicesDep) -> Response:
     _checked_name(name)
     try:
         return _json(services.datasets.get(name).model_dump(mode="json"))
@@ -149,8 +148,8 @@ def get_dataset(name: DatasetName, _reader: str | None = Depends(read_access),
                404: _problem("No dataset of that name."),
                409: _problem("A queued or running sweep names the dataset."), **INVALID_NAME},
 )
-def remove_dataset(name: DatasetName, owner: str = Depends(require_owner),
-                   services: Services = Depends(get_services)) -> Response:
+def remove_dataset(name: DatasetName, owner: OwnerDep,
+                   services: ServicesDep) -> Response:
     _checked_name(name)
     store = services.datasets
     try:

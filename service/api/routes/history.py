@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 
-from service.api.deps import Services, get_services, read_access
+from service.api.deps import ReaderDep, ServicesDep
 from service.api.errors import ProblemError
 from service.api.routes.sweeps import INVALID, NOT_FOUND, UNAUTHORIZED, SweepId, _problem
 from service.api.schemas import FieldProblem, History, HistoryPoint, TrialRun
@@ -50,13 +50,12 @@ def _invalid(message: str) -> ProblemError:
                503: _problem("The MLflow tracking store could not be read.")},
 )
 def get_history(
-    sweep_id: SweepId,
+    sweep_id: SweepId, _reader: ReaderDep, services: ServicesDep,
     metrics: Annotated[list[str] | None, Query(
         description="Metric names, comma-separated or repeated (default the report's curves: "
                     f"{', '.join(reads.DEFAULT_HISTORY_METRICS)}); each must be logged by "
                     "the sweep's trials.",
         examples=["val/latent_nmi,val/loss"])] = None,
-    _reader: str | None = Depends(read_access), services: Services = Depends(get_services),
 ) -> History:
     """Points are ordered by trial, metric and epoch. A sweep whose trials have not logged yet
     has no runs and no points; a metric no trial logged is refused (422) with the names to use."""

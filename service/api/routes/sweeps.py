@@ -13,7 +13,7 @@ from sqlalchemy import Row
 
 from service.api import documents
 from service.api.bodies import list_page_body, sweep_body
-from service.api.deps import Services, get_services, may_act_on, read_access, require_owner
+from service.api.deps import OwnerDep, ReaderDep, Services, ServicesDep, may_act_on
 from service.api.errors import ProblemError, invalid_spec
 from service.api.schemas import (
     PROBLEM_MEDIA_TYPE,
@@ -39,7 +39,7 @@ from sweeps.status import SweepState
 
 # Spec bodies are parsed strictly (service.api.strict_body); `_schema` only documents them.
 router = APIRouter(tags=["sweeps"], route_class=StrictRoute)
-STRICT_SPEC = Depends(strict_body(SweepSpec))
+StrictSpec = Annotated[SweepSpec, Depends(strict_body(SweepSpec))]
 
 SweepId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,32}$", description="The sweep's id.")]
 
@@ -130,8 +130,8 @@ def _checked_plan(spec: SweepSpec, services: Services) -> SweepPlan:
                              "running; retry after Retry-After seconds.")},
 )
 def submit_sweep(
-    _schema: SpecBody, owner: str = Depends(require_owner), spec: SweepSpec = STRICT_SPEC,
-    services: Services = Depends(get_services),
+    _schema: SpecBody, owner: OwnerDep, spec: StrictSpec,
+    services: ServicesDep,
     idempotency_key: Annotated[str | None, Header(
         alias="Idempotency-Key", max_length=200, pattern=r"^[\x21-\x7e]{1,200}$",
         description="Same key and body: the same sweep again; same key, other body: 409.")] = None,
@@ -176,19 +176,19 @@ def submit_sweep(
 
 @router.post("/sweeps:validate", response_model=SweepPlan, summary="Dry run: the trial plan of a spec",
              responses={**UNAUTHORIZED, **INVALID, **TOO_LARGE})
-def validate_sweep(_schema: SpecBody, _reader: str | None = Depends(read_access),
-                   spec: SweepSpec = STRICT_SPEC, services: Services = Depends(get_services)) -> SweepPlan:
+def validate_sweep(_schema: SpecBody, _reader: ReaderDep,
+                   spec: StrictSpec, services: ServicesDep) -> SweepPlan:
     return _checked_plan(spec, services)
 
 
 @router.get("/sweeps", response_model=SweepPage, summary="List sweeps, newest first",
             responses={**UNAUTHORIZED, **INVALID})
 def list_sweeps(
+    _reader: ReaderDep, services: ServicesDep,
     state: Annotated[SweepStateValue | None, Query(description="Only sweeps in this state.")] = None,
     owner: Annotated[str | None, Query(max_length=100, description="Only this owner's.")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
-    _reader: str | None = Depends(read_access), services: Services = Depends(get_services),
 ) -> Response:
     return Response(list_page_body(services, state, owner, limit, offset),
                     media_type="application/json")
@@ -196,8 +196,8 @@ def list_sweeps(
 
 @router.get("/sweeps/{sweep_id}", response_model=Sweep, summary="A sweep: state, counters, ETA",
             responses={**UNAUTHORIZED, **NOT_FOUND, **INVALID})
-def get_sweep(sweep_id: SweepId, _reader: str | None = Depends(read_access),
-              services: Services = Depends(get_services)) -> Response:
+def get_sweep(sweep_id: SweepId, _reader: ReaderDep,
+              services: ServicesDep) -> Response:
     body = sweep_body(services, sweep_id)
     if body is None:
         raise _not_found(sweep_id)
@@ -208,11 +208,10 @@ def get_sweep(sweep_id: SweepId, _reader: str | None = Depends(read_access),
             summary="The sweep's trials: config, state, latest metrics",
             responses={**UNAUTHORIZED, **NOT_FOUND, **INVALID})
 def list_trials(
-    sweep_id: SweepId,
+    sweep_id: SweepId, _reader: ReaderDep, services: ServicesDep,
     state: Annotated[TrialStateValue | None, Query(description="Only trials in this state.")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
-    _reader: str | None = Depends(read_access), services: Services = Depends(get_services),
 ) -> TrialPage:
     _get_row(services, sweep_id)
     page = services.store.list_trials(sweep_id, state=state, limit=limit, offset=offset)
@@ -227,8 +226,8 @@ def list_trials(
             responses={**UNAUTHORIZED, **NOT_FOUND, **INVALID,
                        409: _problem("The sweep has no report (yet): it is still queued or "
                                      "running, or was cancelled before its end.")})
-def get_report(sweep_id: SweepId, _reader: str | None = Depends(read_access),
-               services: Services = Depends(get_services)) -> dict[str, Any]:
+def get_report(sweep_id: SweepId, _reader: ReaderDep,
+               services: ServicesDep) -> dict[str, Any]:
     row = _get_row(services, sweep_id, with_documents=True)
     if row.report is None:
         why = ("it was cancelled before its report was written" if row.state == SweepState.CANCELLED
@@ -254,8 +253,8 @@ CANCEL = {"response_model": Sweep,
 
 
 @router.post("/sweeps/{sweep_id}/cancel", summary="Cancel a sweep (idempotent)", **CANCEL)
-def cancel_sweep(sweep_id: SweepId, owner: str = Depends(require_owner),
-                 services: Services = Depends(get_services)) -> Sweep:
+def cancel_sweep(sweep_id: SweepId, owner: OwnerDep,
+                 services: ServicesDep) -> Sweep:
     """Stops the driver and its trials; finished trials keep their MLflow runs. Cancelling an
     ended sweep changes nothing and returns it as it is."""
     return _cancel(sweep_id, owner, services)
