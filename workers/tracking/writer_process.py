@@ -1,13 +1,11 @@
 """The writer process: ``python -m workers.tracking.writer_process PARENT_PID [TRACKING_URI]``.
 
-MLflow's SQLAlchemy store spends about 25 ms of Python per batch of ~160 metrics; in this child
-it runs on another core while the parent's writer thread (:class:`workers.tracking.writer.
-WriterProcess`) waits on a pipe with the GIL released. Requests come pickled on stdin:
-``("log_batch", (tracking_uri, run_id, metrics))`` or ``("create_run", new_run)`` (a
-:class:`workers.tracking.runs.NewRun`). Each gets one pickled reply on stdout, ``(None,
-result)`` or ``(error, None)`` with what the call raised, so the parent's retries see what an
-in-process call would. What the child prints goes to stderr. It exits when stdin closes, and on
-Linux when the thread that started it ends (``PR_SET_PDEATHSIG``).
+MLflow's SQLAlchemy store does its work in Python; in this child it runs on another core while
+the parent's writer thread (:class:`workers.tracking.writer.WriterProcess`) waits on a pipe with
+the GIL released. Requests come pickled on stdin, ``("log_batch", (uri, run_id, metrics))`` or
+``("create_run", new_run)``; each gets one pickled reply, ``(None, result)`` or ``(error,
+None)``, so the parent's retries see what an in-process call would. What the child prints goes
+to stderr. It exits when stdin closes, and on Linux when its parent thread ends.
 """
 
 from __future__ import annotations
