@@ -87,6 +87,9 @@ async def get_services(request: Request) -> Services:
     return request.app.state.services
 
 
+ServicesDep = Annotated[Services, Depends(get_services)]
+
+
 def bearer_credentials(authorization: str) -> HTTPAuthorizationCredentials | None:
     """An ``Authorization`` header's scheme and token; None when either is missing."""
     scheme, _, token = authorization.partition(" ")
@@ -123,13 +126,14 @@ def _require_owner(credentials: HTTPAuthorizationCredentials | None, services: S
     return owner
 
 
-async def require_owner(credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
-                        services: Services = Depends(get_services)) -> str:
+async def require_owner(
+        services: ServicesDep,
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> str:
     """The caller's owner name; 401 without a valid bearer token."""
     return _require_owner(credentials, services)
 
 
-async def read_access(request: Request, services: Services = Depends(get_services)) -> str | None:
+async def read_access(request: Request, services: ServicesDep) -> str | None:
     """Reads are open unless KSWEEP_READ_AUTH is set; then they need a valid token too.
 
     The header is read by hand rather than through ``bearer`` so that the OpenAPI document
@@ -153,6 +157,5 @@ def may_act_on(owner: str, sweep_owner: str) -> bool:
     return owner in (sweep_owner, ADMIN_OWNER)
 
 
-ServicesDep = Annotated[Services, Depends(get_services)]
 OwnerDep = Annotated[str, Depends(require_owner)]
 ReaderDep = Annotated[str | None, Depends(read_access)]

@@ -218,9 +218,8 @@ def data_section(spec: SweepSpec) -> dict[str, Any]:
 def context_free_prior(spec: SweepSpec) -> list[str]:
     """Words when a learned prior meets a dataset without context (x empty on every row, by its
     store record's token counts); nothing when the record cannot be read or holds other content."""
-    from workers.data.dataset_store import DatasetNotFound, DatasetStore
-
     from workers.data.config import DatasetDataConfig
+    from workers.datasets.store import DatasetNotFound, DatasetStore
 
     data = spec.template.data
     if spec.template.model.prior != "learned" or not isinstance(data, DatasetDataConfig) or not data.root:
