@@ -100,7 +100,7 @@ def compiled_check(cohort) -> dict[str, float | bool]:
     dtype = torch.float32
     alive = tuple(m.status == "running" for m in step.rows)
     args = (cohort.params, batch["context"], batch["decoder_input"], batch["target"], batch["mask"],
-            batch["base_nll"], step._noise(alive, len(rows), len(rows)), torch.tensor(1.0, device=cohort.device),
+            batch["base_nll"], step._draws(alive, len(rows), len(rows)), torch.tensor(1.0, device=cohort.device),
             step._step_weights(cohort.step, dtype), torch.ones(len(step.rows), device=cohort.device),
             torch.tensor(alive, device=cohort.device))
     autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if cohort.device.type == "cuda"

@@ -22,7 +22,9 @@ class ClientSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="KSWEEP_", extra="ignore")
 
-    url: str = Field("http://127.0.0.1:8000", description="Service URL for the CLI client.")
+    url: str = Field("http://127.0.0.1:8000", description="Service URL for the CLI client "
+                     "(`ksweep data` asks a service only when KSWEEP_URL is set: the local store "
+                     "otherwise).")
     token: str | None = Field(None, repr=False, description="Bearer token for the CLI client.")
     sweep_root: Path = Field(Path(".ksweep"), description="Where a local `ksweep serve` keeps "
                              "the token it generated (api-token).")

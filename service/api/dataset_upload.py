@@ -24,9 +24,8 @@ from starlette.requests import ClientDisconnect, Request
 from service.api.errors import ProblemError
 from service.api.schemas import FieldProblem
 from service.settings import Settings
-from workers.datasets.check import CHILD_ENV, EXIT_OUT_OF_MEMORY
 from workers.datasets.formats import BY_NAME, MEDIA_FORMATS
-from workers.datasets.limits import DatasetError, DatasetLimits
+from workers.datasets.limits import CHILD_ENV, EXIT_OUT_OF_MEMORY, DatasetError, DatasetLimits
 from workers.datasets.store import DatasetStore, StagedDataset
 
 log = logging.getLogger("ksweep.service")
@@ -114,8 +113,12 @@ def limits_of(settings: Settings) -> DatasetLimits:
                          max_line_bytes=settings.max_dataset_line_bytes)
 
 
-async def validate_in_child(settings: Settings, upload: Path, fmt: str, file: str) -> StagedDataset:
+async def validate_in_child(settings: Settings, upload: Path, fmt: str, file: str,
+                            tokenizer_model: str | None = None) -> StagedDataset:
     """Run :mod:`workers.datasets.check` on ``upload``; the staged table, or a problem.
+
+    ``tokenizer_model``: the text is tokenized by this model of ``KSWEEP_MODEL_ROOT`` (checked
+    to be registered before the upload is read: :func:`check_tokenizer_model`).
 
     Raises:
         ProblemError: 422 for a refused dataset (naming file, column, row, fix), for a child
@@ -127,6 +130,9 @@ async def validate_in_child(settings: Settings, upload: Path, fmt: str, file: st
             "--format", fmt, "--source-name", file, "--root", str(settings.dataset_root),
             "--limits", limits_of(settings).model_dump_json(), "--memory-bytes", str(memory),
             "--staging-id", staging_id]
+    if tokenizer_model is not None:
+        args += ["--tokenizer-model", tokenizer_model,
+                 "--model-root", str(settings.resolved_model_root)]
     async with _validations:
         proc = await asyncio.create_subprocess_exec(
             *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
@@ -162,6 +168,18 @@ async def validate_in_child(settings: Settings, upload: Path, fmt: str, file: st
     raise dataset_problem(DatasetError(
         f"validation {why} of {memory} bytes", file=file, column=None, row=None,
         fix="register a smaller file, or raise KSWEEP_DATASET_VALIDATE_MEMORY_BYTES"))
+
+
+def check_tokenizer_model(settings: Settings, name: str) -> None:
+    """Refuse (422, field ``tokenizer``) a model that is not registered in the service's store."""
+    from workers.lm.registry import ModelError, ModelStore
+
+    try:
+        ModelStore(settings.resolved_model_root).get(name)
+    except ModelError as error:
+        raise dataset_problem(DatasetError(
+            str(error), file=None, column="tokenizer", row=None,
+            fix="name a model registered on the service (its KSWEEP_MODEL_ROOT)")) from None
 
 
 def temp_upload_path(settings: Settings, fmt: str) -> Path:

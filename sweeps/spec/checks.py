@@ -151,6 +151,16 @@ def _search_problems(spec: SweepSpec) -> list[LocatedProblem]:
         problems.append((("scheduler", "grace_period"),
             f"scheduler.grace_period ({spec.scheduler.grace_period}) must be <= "
             f"scheduler.max_t ({max_t or epochs}, default template.training.epochs)"))
+    pretraining = spec.template.training.autoencoder_epochs
+    if spec.scheduler.kind == "asha" and pretraining and spec.scheduler.grace_period <= pretraining:
+        problems.append((("scheduler", "grace_period"),
+            f"scheduler.grace_period ({spec.scheduler.grace_period}) must be above "
+            f"template.training.autoencoder_epochs ({pretraining}): ASHA would stop trials on "
+            f"epochs trained without the KL; raise it to at least {pretraining + 1}"))
+    if max_t is not None and pretraining and max_t <= pretraining:
+        problems.append((("scheduler", "max_t"),
+            f"scheduler.max_t ({max_t}) must be above template.training.autoencoder_epochs "
+            f"({pretraining}), or no trial trains with the KL"))
     return problems
 
 

@@ -87,6 +87,13 @@ class StackedAdamW:
                 "exp_avg": state["exp_avg"][member].clone(),
                 "exp_avg_sq": state["exp_avg_sq"][member].clone()}
 
+    def reset_member(self, name: str, member: int) -> None:
+        """Clear member's state of one parameter, as a lone AdamW drops a parameter's state."""
+        state = self.state.get(name)
+        if state is not None:
+            for value in state.values():
+                value[member] = 0
+
     def load_member_state(self, name: str, member: int, state: Tensors) -> None:
         """Set member's state of one parameter from a ``torch.optim.AdamW`` state entry."""
         own = self._state(name, self.params[name])

@@ -2,7 +2,8 @@
 
 ``python -m workers.datasets.check --input F --format parquet --source-name NAME --root R``
 caps its own address space (``RLIMIT_AS``) before pyarrow is imported, reads and canonicalizes
-the file, stages the canonical table in the store's ``tmp/`` and prints one JSON line:
+the file (text with the registered model ``--tokenizer-model`` of ``--model-root`` when given,
+else byte-level), stages the canonical table in the store's ``tmp/`` and prints one JSON line:
 ``{"ok": true, "staged": {...}}`` or ``{"ok": false, "error": {file, column, row, message, fix}}``.
 A child that dies (out of memory, killed at the timeout) prints nothing: the caller says so.
 The service (:mod:`service.api.routes.datasets`) runs it; nothing of the file runs in the service.
@@ -15,13 +16,14 @@ import json
 import os
 import resource
 import sys
+from typing import TYPE_CHECKING
 
-# One thread per pool and the system allocator: the address-space cap then measures the data,
-# not thread stacks and allocator arenas reserved up front.
-CHILD_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "OMP_NUM_THREADS": "1",
-             "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2"}
-EXIT_REFUSED = 2
-EXIT_OUT_OF_MEMORY = 3
+from workers.datasets.limits import CHILD_ENV, EXIT_OUT_OF_MEMORY, EXIT_REFUSED
+
+if TYPE_CHECKING:  # transformers loads only when a tokenizer is asked for
+    from workers.lm.tokenizer import ModelTextTokenizer
+
+__all__ = ["CHILD_ENV", "EXIT_OUT_OF_MEMORY", "EXIT_REFUSED", "main"]
 
 
 def _emit(payload: dict[str, object]) -> None:
@@ -29,6 +31,19 @@ def _emit(payload: dict[str, object]) -> None:
     payload["max_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     sys.stdout.write(json.dumps(payload) + "\n")
     sys.stdout.flush()
+
+
+def _model_tokenizer(model_root: str | None, name: str) -> ModelTextTokenizer:
+    """The registered model's tokenizer; a missing or changed model is a DatasetError."""
+    from workers.datasets.limits import DatasetError
+    from workers.lm.registry import ModelError
+    from workers.lm.tokenizer import ModelTextTokenizer
+
+    try:
+        return ModelTextTokenizer.registered(model_root or ".", name)
+    except ModelError as error:
+        raise DatasetError(str(error), file=None, column="tokenizer", row=None,
+                           fix="name a model `ksweep model list` shows") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limits", default="{}", help="DatasetLimits as JSON")
     parser.add_argument("--memory-bytes", type=int, default=0, help="RLIMIT_AS; 0: none")
     parser.add_argument("--staging-id", default=None, help="tmp/staged.<id> (32 hex digits)")
+    parser.add_argument("--tokenizer-model", default=None, help="a registered model's name")
+    parser.add_argument("--model-root", default=None, help="the model store (with the above)")
     args = parser.parse_args(argv)
     if args.memory_bytes > 0:
         resource.setrlimit(resource.RLIMIT_AS, (args.memory_bytes, args.memory_bytes))
@@ -55,7 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         limits = DatasetLimits.model_validate_json(args.limits)
         try:
             table = read_table(args.input, limits, fmt=args.format, source_name=args.source_name)
-            canonical = canonicalize(table, args.source_name, limits)
+            tokenizer = (None if args.tokenizer_model is None
+                         else _model_tokenizer(args.model_root, args.tokenizer_model))
+            canonical = canonicalize(table, args.source_name, limits, tokenizer=tokenizer)
             del table
             staged = DatasetStore(args.root).stage(canonical, tokenizer=tokenizer_of(canonical),
                                                    staging_id=args.staging_id)

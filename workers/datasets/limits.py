@@ -8,6 +8,15 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# The validation child (workers.datasets.check): one thread per pool and the system
+# allocator, so its address-space cap measures the data, not thread stacks and allocator arenas
+# reserved up front; and its exit codes. Here, so the API can start it without importing it.
+CHILD_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "OMP_NUM_THREADS": "1",
+             "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2",
+             "RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+EXIT_REFUSED = 2
+EXIT_OUT_OF_MEMORY = 3
+
 
 class DatasetError(ValueError):
     """A dataset refused: names the file, the column, the first offending row and the fix.

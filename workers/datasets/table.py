@@ -221,7 +221,8 @@ def canonicalize(table: pa.Table, source_name: str, limits: DatasetLimits | None
         table: as read by :func:`read_table` (or built in memory).
         source_name: the file name errors cite.
         limits: the caps (rows, tokens, list lengths, groups); default :class:`DatasetLimits`.
-        tokenizer: for ``x_text`` / ``y_text``; default :class:`BytesTokenizer`.
+        tokenizer: for ``x_text`` / ``y_text``; default :class:`BytesTokenizer`. Given for a
+            table without text columns, it is refused (the ids would not be its).
 
     Returns:
         Columns in the order ``y, x[, label][, group][, base_nll][, split]`` with the types the
@@ -244,6 +245,12 @@ def canonicalize(table: pa.Table, source_name: str, limits: DatasetLimits | None
         raise DatasetError("a column name appears twice", file=file, column=sorted(dupes)[0],
                            row=None, fix="give each column one name")
     tok_name = None
+    if tokenizer is not None and X_TEXT not in table.column_names \
+            and Y_TEXT not in table.column_names:
+        raise DatasetError(f"a tokenizer ({tokenizer.name.partition('@')[0]}) was given, but the "
+                           "table has no text to tokenize", file=file, column=Y_TEXT, row=None,
+                           fix="give the text as `y_text` (and `x_text`), or register the ids "
+                           "without a tokenizer")
     if X_TEXT in table.column_names or Y_TEXT in table.column_names:
         tokenizer = tokenizer or BytesTokenizer()
         tok_name = tokenizer.name

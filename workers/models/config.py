@@ -25,6 +25,14 @@ class ModelConfig(BaseModel):
     dropout: float = Field(
         0.0, ge=0, lt=1, description="Dropout on embeddings and between GRU layers."
     )
+    word_dropout: float = Field(
+        0.0, ge=0, le=1, allow_inf_nan=False,
+        description="Word dropout (Bowman et al. 2016): in training only, each decoder input "
+        "after BOS is replaced by UNK with this probability, so the decoder must lean on z "
+        "rather than on the words before. UNK is an input-only embedding row of the decoder, "
+        "learned from zeros; no vocabulary id changes, and 0 (off) builds no such row. Never "
+        "applied at evaluation. A remedy for posterior collapse (docs/concepts/trials.md).",
+    )
     num_categories: int | None = Field(
         None,
         ge=2,

@@ -40,11 +40,12 @@ import torch
 
 from objectives import LossInputs, LossStackSpec
 from workers.data import KINDS
+from workers.models.cvae import INFERENCE_PARAMS
 
 # q(z | x, y)'s own parameters, by name in the model: the target encoder's and the posterior
 # head's. The token embedding the encoders share with the decoder is the model's
 # ``embedding.*`` (named once, where first registered), so it is left out.
-POSTERIOR_PARAMS = ("target_encoder.", "posterior_head.")
+POSTERIOR_PARAMS = INFERENCE_PARAMS
 
 LINEAR_TERMS = ("uniform", "normalized_uniform", "token_weighted", "concentration_corrected",
                 "train_kappa_corrected", "normalized_concentration_corrected")

@@ -44,6 +44,7 @@ from workers.readouts.gradients import (
     token_groups,
 )
 from workers.readouts.split_data import SplitData, readout_split
+from workers.train import phases
 from workers.train.config import TrialConfig
 from workers.train.selection import Selection, selected_metrics, speed_metrics
 from workers.train.sources import TaskView, load_sources
@@ -121,7 +122,8 @@ class Trainer:
                           weight_decay=config.training.weight_decay)
         training = config.training
         trainer = cls(config, device, base, model, optimizer, data["train"], data["val"],
-                      data["test"], Selection(training.patience, training.min_epochs, training.min_delta),
+                      data["test"], Selection(training.patience, training.min_epochs, training.min_delta,
+                                              first_epoch=training.autoencoder_epochs + 1),
                       view, view.data_hashes)
         trainer._generator = torch.Generator().manual_seed(config.seed)
         trainer._summarise_kappa()
@@ -205,8 +207,10 @@ class Trainer:
         """One pass over the train split; returns the epoch's train metrics (a logging point)."""
         self.model.train()
         stack, diagnostics = self._stacks()
-        data, clip = self.train_data, self.config.training.grad_clip
-        inject = self.config.training.inject_nan_at_step
+        data, clip, training = self.train_data, self.config.training.grad_clip, self.config.training
+        stack = phases.training_stack(stack, training, len(data.split))  # KL off in pre-training
+        inject = training.inject_nan_at_step
+        parts = phases.start_epoch(self, self.epoch)  # the parameters of each part; resets the decoder
         sums: dict[str, torch.Tensor] = {}
         total_count = torch.zeros((), dtype=torch.long, device=self.device)
         step_losses: list[torch.Tensor] = []
@@ -214,20 +218,22 @@ class Trainer:
         first_step = self.step
         tokens = 0
         started = time.perf_counter()
-        permutation = torch.randperm(len(data.split), generator=self._generator)
-        for indices in permutation.split(self.config.training.batch_size):
-            indices = indices.to(self.device)
+        batches = torch.randperm(len(data.split), generator=self._generator).split(training.batch_size)
+        for index, part in phases.update_plan(len(batches), training, self.epoch):
+            indices = batches[index].to(self.device)
             self.model.step = self.step
             output, inputs = self._forward(data, indices)
             stack_out = stack(inputs)
             loss = stack_out.total
-            if inject is not None and self.step == inject:
+            if inject is not None and self.step == inject and phases.counted(part):
                 loss = loss * float("nan")
             self.optimizer.zero_grad()
-            loss.backward()
+            loss.backward(inputs=parts.get(part))  # None: every parameter
             if clip is not None:
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
             self.optimizer.step()
+            if not phases.counted(part):
+                continue
             with torch.no_grad():
                 diag_out = diagnostics(LossInputs(inputs.token_nll.detach(), inputs.base_nll, inputs.mask))
                 values, count = self._batch_values(stack_out, diag_out, output, inputs.mask)

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from service.api.dataset_upload import (
+    check_tokenizer_model,
     dataset_problem,
     receive_upload,
     temp_upload_path,
@@ -26,6 +27,7 @@ from service.api.errors import ProblemError
 from service.api.schemas import PROBLEM_MEDIA_TYPE, Problem
 from service.api.spec_checks import spec_dataset
 from service.lifecycle import ACTIVE_SWEEP_STATES
+from workers.contract import REGISTERED_NAME_PATTERN
 from workers.data.config import DATASET_NAME_PATTERN
 from workers.datasets.formats import FORMATS, Format
 from workers.datasets.limits import DatasetError
@@ -74,7 +76,8 @@ def _not_found(name: str) -> ProblemError:
                409: _problem("The name holds other content (add replace=true)."),
                413: _problem("Over KSWEEP_MAX_DATASET_BYTES, or the owner's dataset quota."),
                415: _problem("Multipart, an archive, or a format the Content-Type does not name."),
-               422: _problem("An invalid dataset: the file, column, first offending row and fix.")},
+               422: _problem("An invalid dataset: the file, column, first offending row and fix "
+                             "(column `tokenizer`: an unknown model, or no text to tokenize).")},
     openapi_extra={"requestBody": {"required": True, "content": {
         media: {"schema": {"type": "string", "format": "binary"}} for media in (
             *(fmt.media_types[0] for fmt in FORMATS), "application/octet-stream")}}},
@@ -87,6 +90,10 @@ async def add_dataset(
         description="The file's format, when the Content-Type does not say.")] = None,
     filename: Annotated[str | None, Query(max_length=200, description="The file's name, for "
                                           "error messages (default NAME.FORMAT).")] = None,
+    tokenizer: Annotated[str | None, Query(
+        pattern=f"^{REGISTERED_NAME_PATTERN}$", description="Tokenize the text (x_text / y_text) "
+        "with this registered model's tokenizer (`ksweep model add`, on the service's "
+        "KSWEEP_MODEL_ROOT) instead of bytes; refused for a file without text.")] = None,
 ) -> Response:
     settings = services.settings
     _checked_name(name)
@@ -94,6 +101,8 @@ async def add_dataset(
     cited = "".join(c for c in PurePath(filename).name if c.isprintable()) if filename else ""
     fmt = upload_format(request.headers.get("content-type"), format, cited or name)
     file = cited or f"{name}.{fmt}"
+    if tokenizer is not None:
+        check_tokenizer_model(settings, tokenizer)
     store = services.datasets
     held = await run_in_threadpool(store.owner_bytes, owner)
     if held >= settings.dataset_quota_bytes:
@@ -104,7 +113,7 @@ async def add_dataset(
     upload = temp_upload_path(settings, fmt)
     try:
         await receive_upload(request, upload, settings.max_dataset_bytes, file)
-        staged = await validate_in_child(settings, upload, fmt, file)
+        staged = await validate_in_child(settings, upload, fmt, file, tokenizer)
     finally:
         upload.unlink(missing_ok=True)
     try:
