@@ -134,7 +134,7 @@ def _resolve_trial_data(config: Any) -> Any:
     from workers.data.config import DatasetDataConfig
     from workers.datasets.resolve import DatasetResolutionError, resolve_dataset
     from workers.datasets.store import DatasetStore
-    from workers.lm.resolve import resolve_model
+    from workers.zfree.resolve import resolve_model
 
     if not isinstance(config.data, DatasetDataConfig):
         return config

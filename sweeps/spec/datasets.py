@@ -36,7 +36,7 @@ from workers.data.config import DatasetDataConfig
 from workers.datasets.resolve import DatasetResolutionError, dataset_columns, resolve_dataset
 from workers.datasets.store import DatasetStore
 from workers.datasets.table import BASE_NLL, LABEL
-from workers.lm.resolve import resolve_model
+from workers.zfree.resolve import resolve_model
 
 NO_LABEL = "has no label column, so there is no latent to recover"
 

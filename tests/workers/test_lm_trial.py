@@ -16,12 +16,12 @@ from workers.datasets.store import DatasetStore
 from workers.datasets.table import canonicalize, tokenizer_of
 from workers.lm.loading import fingerprint_files, load_model
 from workers.lm.registry import ModelError, ModelStore
-from workers.lm.resolve import resolve_model
 from workers.lm.surprisal import token_surprisal
 from workers.lm.tokenizer import ModelTextTokenizer
 from workers.models.config import BaseModelConfig
 from workers.train import Trainer, TrialConfig
 from workers.zfree.dataset import dataset_base
+from workers.zfree.resolve import resolve_model
 
 
 @pytest.fixture
