@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from workers.contract import LOCAL_MLFLOW_UI, default_tracking_uri
 
 ADMIN_OWNER = "admin"
+LOCAL_OWNER = "local"  # the owner of a service without KSWEEP_API_TOKENS, and of the local stores
 LOCAL_TOKEN_FILE = "api-token"
 
 

@@ -17,8 +17,8 @@ from typing import Any
 import typer
 
 from service.cli.common import console, default_data_root, default_model_root
+from service.settings import LOCAL_OWNER
 
-LOCAL_OWNER = "local"
 URL_ENV = "KSWEEP_URL"
 
 

@@ -2,5 +2,5 @@
 
 :mod:`.base` holds the synthetic task's exact oracle and the learned z-free decoder, cached
 on disk; :mod:`.dataset` picks a registered dataset's base (learned, precomputed or
-:mod:`.causal_lm`, a registered language model).
+:mod:`.causal_lm`, a registered language model, whose name :mod:`.resolve` pins per sweep).
 """
