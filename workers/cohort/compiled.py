@@ -36,6 +36,7 @@ import torch
 
 from objectives import LossInputs
 from workers.cohort import phases
+from workers.cohort.losses import loss_groups
 from workers.cohort.member import POSTERIOR_PROBS, per_member
 from workers.cohort.optim import clip_per_member
 from workers.cohort.phases import Draws
@@ -166,7 +167,8 @@ class CompiledStep:
     def _build_groups(self) -> list[dict]:
         """Members with one loss stack share a vmapped loss; which outputs each term reaches."""
         groups = []
-        for index, positions, _ in self.cohort._loss_groups(self.rows):
+        for index, positions, _ in loss_groups(self.rows, self.cohort._data["target"].shape[1],
+                                               self.cohort.device):
             stack, diagnostics = self.rows[positions[0]].trainer._stacks()
             stack = train_phases.training_stack(stack, self.rows[0].config.training, self.cohort._data["target"].shape[1])
 
