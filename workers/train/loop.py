@@ -1,4 +1,4 @@
-"""The training recipe: one trial's loop, evaluation, divergence handling and checkpoints.
+"""The training recipe: one trial's loop, evaluation and divergence handling (its checkpoint: state.py).
 
 Components (data, base model, CVAE, loss stack) are built from the TrialConfig; the
 loop only composes them. The hot path has no host sync: per-step losses stay on
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,9 +47,9 @@ from workers.train import phases
 from workers.train.config import TrialConfig
 from workers.train.selection import Selection, selected_metrics, speed_metrics
 from workers.train.sources import TaskView, load_sources
+from workers.train.state import load_trainer_state, save_state, seed_everything, trainer_state
 from workers.zfree.base import BaseSurprisal
 
-RECON_TERMS = DIAGNOSTIC_TERMS
 KAPPA_METRICS = ("kappa_mean", "kappa_p50", "kappa_p90", "kappa_max", "cv2_mean")
 # Overall train names kept from the running means of the epoch's steps (not the eval pass).
 RUNNING_TRAIN_METRICS = ("loss", "kl", *DIAGNOSTIC_TERMS)
@@ -71,13 +70,6 @@ def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise ValueError("training.device is 'cuda' but CUDA is not available; use 'auto' or 'cpu'")
     return torch.device(name)
-
-
-def seed_everything(seed: int) -> None:
-    """Seed python, numpy and torch (all devices)."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 EpochCallback = Callable[["Trainer", int, dict[str, float]], None]
@@ -197,7 +189,7 @@ class Trainer:
             "loss": stack_out.total.detach(),
             "kl": torch.where(active, kl_per_example.detach(), 0.0).sum() / count.clamp_min(1),
         }
-        for metric, term in RECON_TERMS.items():
+        for metric, term in DIAGNOSTIC_TERMS.items():
             values[metric] = diag_out.terms[term].detach()
         return values, count
 
@@ -389,49 +381,15 @@ class Trainer:
 
     def state_dict(self) -> dict[str, Any]:
         """Model, optimiser, counters, history and every RNG state (to resume mid-trial)."""
-        return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "epoch": self.epoch,
-            "step": self.step,
-            "history": self.history,
-            "selection": self.selection.state_dict(),
-            "config": self.config.model_dump(mode="json"),
-            "rng": {
-                "python": random.getstate(),
-                "numpy": np.random.get_state(),
-                "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-                "batching": self._generator.get_state() if self._generator else None,
-            },
-        }
+        return trainer_state(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state written by :meth:`state_dict` (the config must match)."""
-        if state["config"] != self.config.model_dump(mode="json"):
-            raise ValueError("checkpoint was written by a different trial config; refusing to resume")
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.epoch, self.step, self.history = state["epoch"], state["step"], state["history"]
-        if "selection" in state:
-            self.selection.load_state_dict(state["selection"])
-        rng = state["rng"]
-        random.setstate(rng["python"])
-        np.random.set_state(rng["numpy"])
-        torch.set_rng_state(rng["torch"])
-        if rng["cuda"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
-        if rng["batching"] is not None and self._generator is not None:
-            self._generator.set_state(rng["batching"])
+        load_trainer_state(self, state)
 
     def save_checkpoint(self, path: Path | str) -> Path:
         """Write the state atomically to ``path`` (a file)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        staging = path.with_name(path.name + ".tmp")
-        torch.save(self.state_dict(), staging)
-        staging.replace(path)
-        return path
+        return save_state(self.state_dict(), path)
 
     def load_checkpoint(self, path: Path | str) -> None:
         """Resume from a file written by :meth:`save_checkpoint`."""
