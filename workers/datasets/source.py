@@ -1,23 +1,9 @@
 """A registered dataset as the trainer's data: the same split tensors the synthetic task gives.
 
-From the store's canonical table (``workers.datasets.table``'s columns), for one
-resolved :class:`~workers.data.config.DatasetDataConfig`:
-
-- **Splits**: the ``split`` column when present, else a seeded split by
-  ``split_fractions`` (``split_seed``; train gets ``round(f_train n)`` rows, val
-  ``round(f_val n)``, test the rest). A split left empty is an error naming it.
-- **Ids**: the vocabulary is compacted to the ids used in ``x`` or ``y`` across all three
-  splits, and shifted above the reserved ids: original id ``v`` becomes
-  ``CONTENT_START + rank(v)`` (PAD 0, BOS 1 stay reserved), so the softmax has as many
-  classes as the dataset uses, not its largest id. ``original_ids`` maps back.
-- **Lengths**: ``y`` is right-padded with PAD to ``max_target_length`` (unset: the longest
-  y); a longer y is refused (``truncation: refuse``, naming the first such row) or cut to
-  its head (``truncation: head``; ``base_nll`` cut alike, the count kept in
-  ``truncated_rows``). ``x`` is left-padded with PAD and ends with one BOS column, so the
-  context encoder's last state always follows a real token (an empty x is just BOS).
-- **Labels and groups**: factorized (sorted distinct values) into ``strategy`` (the label
-  code, for NMI/ARI/I(z;s); 0 when there is no label) and ``kind`` (the group code, the
-  per-group read-outs' key; 0 when there are no groups).
+From the store's canonical table (:mod:`workers.datasets.table`'s columns), for one resolved
+:class:`~workers.data.config.DatasetDataConfig`: the splits, the compacted vocabulary, padded
+lengths, and the label and group codes (:func:`build_task` says how); kept as arrays on disk
+(:mod:`workers.datasets.cache`) so a trial after the first starts at once.
 """
 
 from __future__ import annotations
@@ -187,7 +173,22 @@ def metric_safe(names: list[str]) -> list[str]:
 
 
 def build_task(table: pa.Table, config: DatasetDataConfig) -> DatasetTask:
-    """The trainer tensors of a canonical table (module doc); no I/O.
+    """The trainer tensors of a canonical table; no I/O.
+
+    - Splits: the ``split`` column when present, else a seeded split by ``split_fractions``
+      (``split_seed``; train gets ``round(f_train n)`` rows, val ``round(f_val n)``, test the
+      rest). A split left empty is an error naming it.
+    - Ids: the vocabulary is compacted to the ids used in ``x`` or ``y`` across all three
+      splits, shifted above the reserved ids: original id ``v`` becomes
+      ``CONTENT_START + rank(v)`` (PAD 0, BOS 1 stay reserved), so the softmax has as many
+      classes as the dataset uses, not its largest id. ``original_ids`` maps back.
+    - Lengths: ``y`` is right-padded with PAD to ``max_target_length`` (unset: the longest y); a
+      longer y is refused (``truncation: refuse``, naming the first such row) or cut to its head
+      (``truncation: head``; ``base_nll`` cut alike, the count kept in ``truncated_rows``).
+      ``x`` is left-padded with PAD and ends with one BOS column, so the context encoder's last
+      state always follows a real token (an empty x is just BOS).
+    - Labels and groups: factorized (sorted distinct values) into ``strategy`` (the label code,
+      for NMI/ARI/I(z;s); 0 without a label) and ``kind`` (the group code; 0 without groups).
 
     Rows are ordered train, val, test (each in table order), so each split is a view of
     one padded array: every column is gathered once.

@@ -1,19 +1,12 @@
 """A researcher's dataset as a table: validation, canonical form, content hash, summary.
 
-pyarrow only (no torch): the service validates uploads with it. One row per example:
-
-- ``y``: target token ids (list of int, at least one), the positions S(x, y) of the objective.
-- ``x``: context token ids (list of int, may be empty; a missing column means empty contexts).
-- ``label`` (optional): the ground-truth latent class, int64 or string (one type).
-- ``group`` (optional): an example group, string, at most ``limits.max_groups`` distinct.
-- ``base_nll`` (optional): precomputed b_t in nats, list of float aligned with ``y``,
-  finite and >= 0.
-- ``split`` (optional): ``train`` / ``val`` / ``test``, each present at least once.
-- Or text: ``x_text`` / ``y_text``, tokenized here (byte-level by default: ids = UTF-8 bytes).
-
-Every refusal is a :class:`DatasetError` naming the file, the column, the first offending row
-(0-based) and the fix. Nothing in a dataset is executed or unpickled: the readers are pyarrow's
-Parquet / Arrow IPC / JSON parsers (pandas metadata and pickled extension types are never used).
+One row per example: ``y`` (target ids, at least one: the positions S(x, y)), ``x`` (context
+ids, may be empty or absent), and optionally ``label`` (the latent class, int64 or string),
+``group`` (string, at most ``limits.max_groups`` values), ``base_nll`` (b_t in nats aligned
+with ``y``, finite, >= 0) and ``split`` (train / val / test, each present); or text,
+``x_text`` / ``y_text``, tokenized here (bytes by default). Every refusal is a
+:class:`DatasetError` naming the file, column, first offending row (0-based) and fix. pyarrow
+only, no torch; nothing in a dataset is executed or unpickled (pyarrow's own parsers only).
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """The model store: registered causal language models, content-addressed, torch-free.
 
-A model is a Hugging Face folder (``config.json`` + ``*.safetensors`` + tokenizer files) or
-one ``.gguf`` file. Registration copies the files under the store's root and hashes them; a
-spec then names the model (``base: {kind: causal_lm, model: NAME}``), never a path.
-
-On disk (an :class:`~workers.object_store.ObjectStore`)::
-
-    root/objects/<sha256>/files/...   the copied model files (read-only afterwards)
-    root/objects/<sha256>/meta.json   the ModelRecord at registration
-    root/names/<name>.json            the ModelRecord a name points to
-
-Pickle-based weights (``.bin``, ``.pt``, ``.pth``, ``.pkl``, ...) are refused, naming the
-file: loading them can run arbitrary code. Python files are never copied, and every load
-passes ``trust_remote_code=False``.
+A model is a Hugging Face folder (``config.json`` + ``*.safetensors`` + tokenizer files) or one
+``.gguf`` file; registration copies and hashes its files into an
+:class:`~workers.object_store.ObjectStore` (``objects/<sha256>/files/``, the record in
+``meta.json`` and ``names/<name>.json``), and a spec names the model, never a path. Pickle-based
+weights (``.bin``, ``.pt``, ``.pkl``, ...) are refused: loading them can run code. Python files
+are never copied, and every load passes ``trust_remote_code=False``.
 """
 
 from __future__ import annotations
@@ -147,7 +140,9 @@ def collect_files(path: Path) -> tuple[Literal["hf", "gguf"], list[Path]]:
 
 
 class ModelStore(ObjectStore[ModelRecord]):
-    """Registered models under ``root`` (see the module docstring for the layout)."""
+    """Registered models under ``root``: ``objects/<sha256>/files/...`` (the copied files,
+    read-only afterwards), ``objects/<sha256>/meta.json`` (the ModelRecord at registration),
+    ``names/<name>.json`` (the ModelRecord a name points to)."""
 
     kind = "model"
     record_model = ModelRecord

@@ -1,19 +1,12 @@
-"""A trial's metric writer: one thread per process writes every run's batches, through a
-writer process when the process writes many runs.
+"""A trial's metric writer: one thread per process writes every run's batches in order, through
+a writer process when the process writes many runs.
 
 While writes succeed, :meth:`MetricWriter.submit` waits for its batch (at most
-``KSWEEP_MLFLOW_SYNC_WAIT_S``, 10 s), so MLflow holds every epoch before the trial reports and
-checkpoints it; once a write fails, epochs are queued and training goes on, and the run ends
-only after the queue is written. ``submit(wait=False)`` returns at once and the caller calls
-:meth:`MetricWriter.settle`, the same wait, before the epoch's checkpoint. Values are plain
-floats by the time they are queued (no tensor kept, no host sync added).
-
-A cohort trial writes one batch per member per epoch: :func:`write_in_child_process` has the
-thread hand each batch to a child (:class:`WriterProcess`, running
-:mod:`workers.tracking.writer_process`), so MLflow's store work (mostly Python) runs on another
-core instead of holding the GIL the training thread needs; its member runs are made there too
-(:func:`create_run_later`), while its first epoch trains. Errors come back as raised, so the
-retries (:mod:`workers.tracking.retry`) see what an in-process call would.
+``KSWEEP_MLFLOW_SYNC_WAIT_S``), so MLflow holds every epoch the trial checkpoints; once a write
+fails, epochs are queued and training goes on, and the run ends only after the queue is
+written. A cohort (one batch per member per epoch) writes through a child
+(:func:`write_in_child_process`, :class:`WriterProcess`) so MLflow's store work holds no GIL the
+training thread needs; its member runs are made there too (:func:`create_run_later`).
 """
 
 from __future__ import annotations

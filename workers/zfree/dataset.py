@@ -1,15 +1,8 @@
-"""The z-free base model of a registered dataset: learned on its train split, or precomputed.
+"""The z-free base of a registered dataset: learned on its train split, precomputed, or a
+registered language model's (:func:`dataset_base` says which does what).
 
-- ``learned``: today's z-free GRU decoder (:func:`workers.zfree.base.learned_base`), trained on
-  the train split only, over the compacted vocabulary, and cached by (dataset hash,
-  split-assignment hash, target length and truncation, base config): a trial never scores
-  as val or test a row its base saw.
-- ``precomputed``: the dataset's ``base_nll`` column (b_t in nats of the original ids,
-  aligned with ``y``, cut like ``y`` under ``truncation: head``).
-- ``causal_lm``: a registered language model's b_t (:mod:`workers.zfree.causal_lm`).
-- ``oracle`` exists only for the synthetic task and is refused by name.
-
-c_base is the mean over train examples of b_u, computed once per (dataset, split, base).
+The synthetic task's ``oracle`` does not exist for a dataset and is refused by name. c_base is
+the mean over train examples of b_u, computed once per (dataset, split, base).
 """
 
 from __future__ import annotations
@@ -32,7 +25,8 @@ from workers.zfree.base import (
 
 
 def dataset_base_cache_key(task: DatasetTask, base: BaseModelConfig) -> str:
-    """Content address of a dataset's learned base (see the module doc)."""
+    """Content address of a dataset's learned base: (dataset hash, split-assignment hash, target
+    length and truncation, base config)."""
     config = task.config
     payload = json.dumps({
         "dataset_sha256": config.sha256, "split_hash": task.split_hash,
@@ -45,6 +39,13 @@ def dataset_base_cache_key(task: DatasetTask, base: BaseModelConfig) -> str:
 def dataset_base(task: DatasetTask, base: BaseModelConfig, cache_root: Path | str,
                  device: torch.device | str = "cpu") -> tuple[BaseSurprisal, torch.Tensor]:
     """b_t on train and val with c_base, and b_t on test, for a dataset trial.
+
+    - ``learned``: the z-free GRU decoder (:func:`workers.zfree.base.learned_base`), trained on
+      the train split only, over the compacted vocabulary, cached by
+      :func:`dataset_base_cache_key`: a trial never scores as val or test a row its base saw;
+    - ``precomputed``: the dataset's ``base_nll`` column (b_t in nats of the original ids,
+      aligned with ``y``, cut like ``y`` under ``truncation: head``);
+    - ``causal_lm``: a registered language model's b_t (:mod:`workers.zfree.causal_lm`).
 
     Raises:
         ValueError: ``base.kind: oracle`` (synthetic only), or ``precomputed`` on a dataset
