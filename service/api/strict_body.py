@@ -2,16 +2,8 @@
 
 FastAPI's own ``json.loads`` keeps the last of two duplicated keys, reads ``NaN`` and
 ``Infinity``, and lets pydantic coerce ``"6"`` to 6 and ``true`` to 1. Every route of
-:data:`StrictRoute` reads its JSON body here instead:
-
-* duplicated keys, ``NaN``/``Infinity`` (and numbers that overflow to them), integers with
-  more than :data:`MAX_INT_DIGITS` digits, strings that are not valid Unicode (lone
-  surrogates) or hold NUL, nesting deeper than :data:`MAX_DEPTH`, lists longer than
-  :data:`MAX_LIST_ITEMS` and strings longer than :data:`MAX_STRING_CHARS` are refused;
-* :func:`strict_model` then validates with ``strict=True``: integers refuse floats, strings
-  are never read as numbers or booleans, booleans are not integers.
-
-Every refusal is a 422 problem document whose ``errors`` name the field (a dotted path).
+:data:`StrictRoute` reads its JSON body here instead (:func:`parse_strict_json`, then
+:func:`strict_model`); every refusal is a 422 problem document whose ``errors`` name the field.
 """
 
 from __future__ import annotations
@@ -156,7 +148,11 @@ def _walk(node: Any, path: list[str], problems: list[FieldProblem]) -> None:
 
 
 def parse_strict_json(raw: bytes) -> Any:
-    """The JSON value of ``raw``; :class:`ProblemHTTPError` (422) for anything refused above."""
+    """The JSON value of ``raw``; :class:`ProblemHTTPError` (422) for duplicated keys,
+    ``NaN``/``Infinity`` (and numbers that overflow to them), integers with more than
+    :data:`MAX_INT_DIGITS` digits, strings that are not valid Unicode (lone surrogates) or hold
+    NUL, nesting deeper than :data:`MAX_DEPTH`, lists longer than :data:`MAX_LIST_ITEMS` and
+    strings longer than :data:`MAX_STRING_CHARS`."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -180,7 +176,9 @@ def parse_strict_json(raw: bytes) -> Any:
 
 
 def strict_model(model: type[M], data: Any) -> M:
-    """``data`` (from :func:`parse_strict_json`) validated in strict mode, or a 422 naming fields."""
+    """``data`` (from :func:`parse_strict_json`) validated in strict mode, or a 422 naming fields:
+    integers refuse floats, strings are never read as numbers or booleans, booleans are not
+    integers."""
     if not isinstance(data, dict):
         raise invalid_body([FieldProblem(
             field=BODY, message=f"the body must be a JSON object, got {type(data).__name__}")])

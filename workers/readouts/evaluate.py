@@ -1,25 +1,9 @@
 """One evaluation pass of a model over a split, and the model-dependent read-outs.
 
-Names (``{name}`` overall, ``{kind}/{name}`` per kind; the caller prefixes the split):
-``loss`` (the trial's stack), ``recon_uniform`` (mean l), ``recon_token_weighted`` (R_tok),
-``recon_cc`` (R~), ``recon_ncc`` (R^), ``kl`` (the rate E[KL], summed over dimensions),
-``latent_nmi`` / ``latent_ari`` (argmax q, or k-means on the posterior means with K = the
-number of strategies fitted on the whole split, against s), ``mi_zs`` (I(z; s), see
-``latent.py``), ``kl_kappa_spearman``, and for the continuous family ``active_units``
-(dimensions whose posterior mean varies over the group's examples by more than 0.01, the
-diagonal of Cov_x(E_q[z|x]); Burda et al. 2016). Overall only: ``mutual_info`` (I(x; z) in
-nats: exact for the discrete family, a paired mixture estimate for the continuous one:
-``workers.readouts.recovery``), for the discrete family ``active_units`` (Burda's definition on the
-one-hot coordinates: categories whose probability varies over x by more than 0.01) and
-``used_categories`` (categories with aggregate mass >= 0.01, which a collapsed posterior
-fills); ``latent_ami`` and ``latent_nmi_shuffled`` (recovery beside its chance level:
-``workers.readouts.recovery.chance_readouts``). ``elbo``: the mean over examples of ``sum_t l_t + KL``
-(the negative ELBO in nats, lower is better), the same for every stack, so stacks on
-different loss scales stay comparable.
-
-On a registered dataset the kinds are its groups (``SplitData.kinds``), and without a
-label column (``SplitData.has_label`` False) the latent-recovery read-outs (NMI, ARI,
-I(z; s)) are absent: there is no s to recover.
+:func:`collect` runs the model over a split in batches; :func:`model_readouts` turns its
+outputs into the read-outs, overall and per kind (the names: its docstring). On a registered
+dataset the kinds are its groups, and without a label column the latent-recovery read-outs
+(NMI, ARI, I(z; s)) are absent: there is no s to recover.
 """
 
 from __future__ import annotations
@@ -126,7 +110,25 @@ def _group_readouts(collected: Collected, data: SplitData, rows: torch.Tensor, l
 
 def model_readouts(collected: Collected, data: SplitData, stack, diagnostics, *, step: int,
                    num_strategies: int, seed: int, alpha: float) -> dict[str, float]:
-    """Overall and per-kind model read-outs of one split (names in the module docstring)."""
+    """Overall and per-kind model read-outs of one split.
+
+    Names (``{name}`` overall, ``{kind}/{name}`` per kind; the caller prefixes the split):
+    ``loss`` (the trial's stack), ``recon_uniform`` (mean l), ``recon_token_weighted`` (R_tok),
+    ``recon_cc`` (R~), ``recon_ncc`` (R^), ``kl`` (the rate E[KL], summed over dimensions),
+    ``latent_nmi`` / ``latent_ari`` (argmax q, or k-means on the posterior means with K = the
+    number of strategies fitted on the whole split, against s), ``mi_zs`` (I(z; s), see
+    ``latent.py``), ``kl_kappa_spearman``, and for the continuous family ``active_units``
+    (dimensions whose posterior mean varies over the group's examples by more than 0.01, the
+    diagonal of Cov_x(E_q[z|x]); Burda et al. 2016). Overall only: ``mutual_info`` (I(x; z) in
+    nats: exact for the discrete family, a paired mixture estimate for the continuous one:
+    ``workers.readouts.recovery``), for the discrete family ``active_units`` (Burda's definition on the
+    one-hot coordinates: categories whose probability varies over x by more than 0.01) and
+    ``used_categories`` (categories with aggregate mass >= 0.01, which a collapsed posterior
+    fills); ``latent_ami`` and ``latent_nmi_shuffled`` (recovery beside its chance level:
+    ``workers.readouts.recovery.chance_readouts``). ``elbo``: the mean over examples of ``sum_t l_t + KL``
+    (the negative ELBO in nats, lower is better), the same for every stack, so stacks on
+    different loss scales stay comparable.
+    """
     labels = _latent_labels(collected, num_strategies, seed) if data.has_label else torch.zeros(0)
     everything = torch.arange(len(data.split))
     args = (stack, diagnostics, step, num_strategies, seed)
