@@ -183,7 +183,7 @@ class SyntheticTaskConfig(BaseModel):
 
     @property
     def mixed(self) -> bool:
-        """True for the mixed task, False for the legacy single-kind (prefix only) task."""
+        """True for the mixed task, False for the single-kind (prefix only) task."""
         return self.kind_proportions.probabilities() != (1.0, 0.0, 0.0)
 
     @property

@@ -112,7 +112,7 @@ class SyntheticSplit:
             leading contiguous run).
         strategy: ``[N]`` int64 true strategy, for evaluation only; models must
             not read it.
-        kind: ``[N]`` int64 example kind, an index into ``KINDS`` (all 0 in the legacy task).
+        kind: ``[N]`` int64 example kind, an index into ``KINDS`` (all 0 in the single-kind task).
     """
 
     context: torch.Tensor
@@ -195,7 +195,7 @@ def _generate(config: SyntheticTaskConfig, n: int, rng: np.random.Generator) -> 
 
     # Draws are made for every padded body slot and then masked, which keeps
     # the random stream (and thus the data) a fixed function of the config. The mixed
-    # task's extra draws come after the legacy ones, so the legacy task is unchanged.
+    # task's extra draws come after the single-kind task's, which therefore does not depend on them.
     strategy = rng.integers(0, k, size=n, dtype=np.int64)
     context = rng.integers(CONTENT_START, CONTENT_START + v, size=(n, config.context_length))
     body_len = rng.integers(config.body_length_min, lmax + 1, size=n, dtype=np.int64)
