@@ -1,15 +1,11 @@
 """The content-addressed object store under the dataset and the model registries.
 
-Layout under ``root``::
-
-    objects/<sha256>/   one immutable object (its files and meta.json), never rewritten
-    names/<name>.json   a record: the name, its owner and the sha256 of the object it points at
-    tmp/                staging; an object lands by rename, a record by os.replace
-    .lock               serialises landing, naming and removal
-
-A crash or a refused write leaves the store as it was. A name is 1-64 characters of
-:data:`workers.contract.REGISTERED_NAME_PATTERN`, never a path. Plain Python and pydantic: the
-API process lists, commits and removes through it without pyarrow or torch.
+Under ``root``: ``objects/<sha256>/`` (one immutable object: its files and ``meta.json``),
+``names/<name>.json`` (a record: the name, its owner, its object's sha256), ``tmp/`` (staging:
+an object lands by rename, a record by ``os.replace``) and ``.lock``. A crash or a refused write
+leaves the store as it was. A name is 1-64 characters of
+:data:`workers.contract.REGISTERED_NAME_PATTERN`, never a path. No pyarrow, no torch: the API
+process lists, commits and removes through it.
 """
 
 from __future__ import annotations
