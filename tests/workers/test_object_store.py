@@ -116,3 +116,12 @@ def test_a_bad_name_is_refused_by_each_store_with_its_error(tmp_path: Path, name
     with pytest.raises(ModelNotFound):
         ModelStore(tmp_path).object_record("not-a-hash")
     assert not (tmp_path / "names").exists()
+
+
+def test_the_paths_the_docs_taught_still_import() -> None:
+    from workers.data import dataset_store, dataset_table
+    from workers.datasets import read, store, table
+
+    assert dataset_store.DatasetStore is store.DatasetStore
+    assert (dataset_table.canonicalize, dataset_table.tokenizer_of, dataset_table.read_table) == (
+        table.canonicalize, table.tokenizer_of, read.read_table)
