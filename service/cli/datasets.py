@@ -126,9 +126,9 @@ def add_command(
 def _where(service: bool) -> str:
     if not service:
         return dataset_local.where(False)
-    from service.settings import Settings
+    from ksweep.settings import ClientSettings
 
-    return dataset_local.where(True, Settings().url)
+    return dataset_local.where(True, ClientSettings().url)
 
 
 def _short_tokenizer(tokenizer: str | None) -> str:
