@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from objectives.field_errors import LocatedProblem, located_errors
+from objectives.schedules import DEFAULT_CYCLE_STEPS, DEFAULT_WARMUP_STEPS, kl_anneal_factor
 
 if TYPE_CHECKING:
     from objectives.stack import LossStack
@@ -61,6 +62,16 @@ class KLOptions(BaseModel):
     """Options of the KL term. Its weight is beta."""
 
     model_config = ConfigDict(extra="forbid")
+    scale: Literal["example", "token"] = Field(
+        "example",
+        description="The unit of the KL beside a per-token-mean reconstruction. 'example': each "
+        "example's KL in nats, as it is, so beta weighs it like beta x (the example's target "
+        "length) in ELBO units. 'token': each example's KL divided by its own number n of "
+        "active target tokens, so with `uniform` the loss is the mean over examples of "
+        "(sum_t l_t + beta KL) / n and beta is the ELBO's own weight, the same on 10- and "
+        "40-token data. Free bits stay in nats of KL per example under both "
+        "(docs/concepts/objectives.md, KL units).",
+    )
     free_bits: float = Field(
         0.0,
         ge=0,
@@ -75,14 +86,35 @@ class KLOptions(BaseModel):
     anneal: Literal["none", "linear", "cyclical"] = Field(
         "none",
         description="Schedule of the factor multiplying beta: 'linear' ramps from `anneal_start` to 1 "
-        "over `warmup_steps`; 'cyclical' (Fu et al. 2019) repeats, every `cycle_steps`, a ramp over "
+        "over `warmup_steps` (or `warmup_fraction` of the run); 'cyclical' (Fu et al. 2019) "
+        "repeats, every `cycle_steps` (or over `cycles` equal cycles of the run), a ramp over "
         "the first `cycle_ratio` of the cycle and then holds 1.",
     )
     anneal_start: float = Field(
         0.0, ge=0, le=1, allow_inf_nan=False, description="The factor at step 0 of a ramp."
     )
-    warmup_steps: int = Field(1000, ge=1, description="Length of the linear ramp, in steps.")
-    cycle_steps: int = Field(1000, ge=1, description="Length of one cyclical period, in steps.")
+    warmup_steps: int | None = Field(
+        None, ge=1,
+        description=f"Length of the linear ramp in optimizer steps. Unset: {DEFAULT_WARMUP_STEPS}, "
+        "or `warmup_fraction` of the run when that is set (not both).",
+    )
+    warmup_fraction: float | None = Field(
+        None, gt=0, le=1, allow_inf_nan=False,
+        description="Length of the linear ramp as a fraction of the trial's total optimizer "
+        "steps (epochs x ceil(train rows / batch_size)), rounded to the nearest step (at least "
+        "1). Instead of `warmup_steps`.",
+    )
+    cycle_steps: int | None = Field(
+        None, ge=1,
+        description=f"Length of one cyclical period in optimizer steps. Unset: "
+        f"{DEFAULT_CYCLE_STEPS}, or the run divided by `cycles` when that is set (not both).",
+    )
+    cycles: int | None = Field(
+        None, ge=1, le=100_000,
+        description="Number of cyclical periods in the trial's run (Fu et al.'s M): each lasts "
+        "total optimizer steps / cycles (not rounded, so the last cycle ends with the run). "
+        "Instead of `cycle_steps`.",
+    )
     cycle_ratio: float = Field(
         0.5, gt=0, le=1, allow_inf_nan=False, description="Fraction of a cycle spent ramping up."
     )
@@ -95,6 +127,20 @@ class KLOptions(BaseModel):
         "information z carries unpenalised; between, information costs (1 - gamma) beta per nat.",
     )
 
+    @model_validator(mode="after")
+    def _steps_or_fraction(self) -> KLOptions:
+        for steps, relative in (("warmup_steps", "warmup_fraction"), ("cycle_steps", "cycles")):
+            if getattr(self, steps) is not None and getattr(self, relative) is not None:
+                raise ValueError(
+                    f"set {steps} (absolute optimizer steps) or {relative} (relative to the "
+                    f"trial's run), not both; remove one of them")
+        return self
+
+    @property
+    def relative(self) -> bool:
+        """Whether a schedule length is given relative to the run (needs its total steps)."""
+        return self.warmup_fraction is not None or self.cycles is not None
+
 
 class BagOfWordsOptions(BaseModel):
     """Options of the kgCVAE bag-of-words auxiliary loss."""
@@ -105,18 +151,6 @@ class BagOfWordsOptions(BaseModel):
         description="Per example, 'mean' averages -log p_bow(y_t) over active tokens (the scale of "
         "the uniform reconstruction); 'sum' adds them up as Zhao et al. (2017) do.",
     )
-
-
-def kl_anneal_factor(options: KLOptions, step: int) -> float:
-    """The schedule factor in [anneal_start, 1] that multiplies beta at ``step``."""
-    if options.anneal == "none":
-        return 1.0
-    if options.anneal == "linear":
-        progress = min(1.0, max(0, step) / options.warmup_steps)
-    else:
-        position = (max(0, step) % options.cycle_steps) / options.cycle_steps
-        progress = min(1.0, position / options.cycle_ratio)
-    return options.anneal_start + (1.0 - options.anneal_start) * progress
 
 
 @dataclass(frozen=True)
@@ -364,13 +398,14 @@ class LossStackSpec(BaseModel):
         return {float(term.options.get("alpha") if term.options.get("alpha") is not None else self.alpha)
                 for term in self.resolved_terms().values()}
 
-    def build(self, c_base: float | None = None,
-              train_kappa: Mapping[float, float] | None = None) -> LossStack:
+    def build(self, c_base: float | None = None, train_kappa: Mapping[float, float] | None = None,
+              total_steps: int | None = None) -> LossStack:
         """The callable (torch) stack; ``c_base`` (if given) overrides the spec's; ``train_kappa``:
-        alpha -> the train split's mean kappa, for the terms that need it."""
+        alpha -> the train split's mean kappa, for the terms that need it; ``total_steps`` (the
+        trial's optimizer steps) resolves schedules given relative to the run."""
         from objectives.stack import LossStack
 
-        return LossStack(self, c_base=c_base, train_kappa=train_kappa)
+        return LossStack(self, c_base=c_base, train_kappa=train_kappa, total_steps=total_steps)
 
 
 def preset_spec(name: str, alpha: float = 1.0, c_base: float | None = None, **extra: Any) -> LossStackSpec:

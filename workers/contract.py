@@ -124,6 +124,16 @@ def runs_with_tag_filter(**tags: str) -> str:
 # --- params on every trial run ------------------------------------------------------------
 
 C_BASE_PARAM = "c_base"
+TRAIN_TARGET_LENGTH_PARAM = "train_target_length"
+"""The train split's mean number of active target tokens (what beta in ELBO units multiplies)."""
+TOTAL_STEPS_PARAM = "total_steps"
+"""The trial's budget in optimizer steps: epochs x ceil(train rows / batch_size)."""
+ELBO_BETA_PARAM = "elbo_beta"
+"""Beta in ELBO units (objectives/units.py): effective beta x the mean target length under the
+per-example KL, effective beta under the per-token KL."""
+RUN_CONSTANT_PARAMS: tuple[str, ...] = (
+    C_BASE_PARAM, TRAIN_TARGET_LENGTH_PARAM, TOTAL_STEPS_PARAM, ELBO_BETA_PARAM)
+"""What a trial's whole run is measured in: params of its run, and in its last results."""
 
 # --- MLflow locations and links -----------------------------------------------------------
 

@@ -23,11 +23,15 @@ from typing import TYPE_CHECKING, Any
 
 from mlflow.tracking import MlflowClient
 
+from objectives.units import elbo_beta
 from workers.contract import (
     C_BASE_PARAM,
     DATASET_DIGEST_CHARS,
+    ELBO_BETA_PARAM,
     FAILURE_TAG,
     STOPPED_EARLY_TAG,
+    TOTAL_STEPS_PARAM,
+    TRAIN_TARGET_LENGTH_PARAM,
     failure_text,
 )
 from workers.tracking.params import flatten_config, provenance_params
@@ -40,12 +44,23 @@ if TYPE_CHECKING:
 EpochHook = Callable[[Trainer, int, dict[str, float]], None]
 
 
+def run_constants(trainer: Trainer) -> dict[str, float]:
+    """What the trial's whole run is measured in: c_base, the train split's mean number of
+    active target tokens, the run's optimizer steps and beta in ELBO units (objectives/units.py;
+    NaN without a kl or a reconstruction term). Params of its run, and in its last results."""
+    length = float(trainer.train_data.split.mask.sum(dim=-1).double().mean())
+    beta = elbo_beta(trainer.config.loss_stack, trainer.c_base, length)
+    return {C_BASE_PARAM: trainer.c_base, TRAIN_TARGET_LENGTH_PARAM: length,
+            TOTAL_STEPS_PARAM: trainer.total_steps,
+            ELBO_BETA_PARAM: math.nan if beta is None else beta}
+
+
 def trial_params(trainer: Trainer) -> dict[str, Any]:
     """The params of a trial run: the named ones (docs/concepts/design.md) plus the flattened config."""
     config = trainer.config
     params: dict[str, Any] = flatten_config(config.model_dump(mode="json"))
     params.update(config.summary_params())
-    params[C_BASE_PARAM] = trainer.c_base
+    params.update(run_constants(trainer))
     params["base_kind"] = trainer.base.kind
     params["device"] = str(trainer.device)
     params.update(provenance_params())

@@ -213,6 +213,10 @@ class ReportCell(BaseModel):
     beta: float | None = None
     free_bits: float | None = None
     beta_effective: float | None = None
+    beta_elbo: float | None = Field(
+        None, description="beta in ELBO units: effective beta x the train split's mean target "
+        "length under the per-example KL, effective beta under the per-token KL (None when the "
+        "trials did not log their mean target length).")
     kind: str
     metric: str
     split: str

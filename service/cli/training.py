@@ -40,9 +40,11 @@ from service.cli.common import (
 from service.orchestrator.driver_env import LOCAL_RAY_ENV, TUNE_ENV
 from sweeps.status import SweepState, SweepStatus, TrialState
 from workers.contract import (
+    ELBO_BETA_PARAM,
     LOCAL_MLFLOW_UI,
     PERF_TOKENS_PER_SECOND,
     TRAIN_LOSS,
+    TRAIN_TARGET_LENGTH_PARAM,
     VAL,
     VAL_ACTIVE_UNITS,
     VAL_ELBO,
@@ -89,7 +91,7 @@ def train_command(
 
     with heavy_imports():
         from workers.train import TrialCheckFailed, TrialDiverged
-        from workers.trial import run_logged_trial
+        from workers.trial import run_constants, run_logged_trial
 
     config = _resolve_trial_data(config)
     tracking_uri = default_tracking_uri()
@@ -125,6 +127,13 @@ def train_command(
             table.add_row(key, f"{trainer.history[key][-1]:.4g}")
     console.print(table)
     console.print(f"c_base = {trainer.c_base:.6g} ({trainer.base.kind} base)")
+    constants = run_constants(trainer)
+    console.print(f"{trainer.total_steps} optimizer steps; mean target length "
+                  f"{constants[TRAIN_TARGET_LENGTH_PARAM]:.4g}; beta in ELBO units "
+                  f"{constants[ELBO_BETA_PARAM]:.4g}")
+    for overrun in config.schedule_overruns(trainer.total_steps):
+        console.print(f"[yellow]warning:[/yellow] {overrun} did not finish within the run's "
+                      f"{trainer.total_steps} steps")
     console.print(f"MLflow run {logger.run_id} in experiment {logger.experiment_id} at {tracking_uri}")
     console.print(f"open the UI: mlflow ui --backend-store-uri {tracking_uri}")
 

@@ -27,7 +27,14 @@ and ``effective beta = beta / S``: beta for ``uniform``, ``raw_token_weighted`` 
 ``normalized_uniform`` (S = 1 / c_base), and beta / (1 + 1 / c_base) for
 ``raw_plus_ncc``. At the z-free baseline every reconstruction term has mean b_u on the
 raw scale (mean R~ = mean b_u, mean R^ = 1), which is what makes S the right common unit.
-Auxiliary terms (``bag_of_words``) are not reconstruction and do not enter S.
+Auxiliary terms (``bag_of_words``) are not reconstruction and do not enter S. The functions
+live in :mod:`objectives.units` (the trainer logs the ELBO-unit beta they give) and are
+re-exported here.
+
+The kl term's options enter the signature whole, its ``scale`` among them: the same stack
+with the KL per example and per target token is two objectives (they differ whenever the
+targets' lengths are not all 1). A schedule given in steps and the same one given relative
+to the run are kept apart too (their step counts are known only when the trial runs).
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from __future__ import annotations
 import json
 
 from objectives.spec import TERM_INFO, LossStackSpec
+from objectives.units import RECONSTRUCTION_TERMS, effective_beta, kl_weight, reconstruction_scale
 
 __all__ = [
     "RECONSTRUCTION_TERMS",
@@ -52,8 +60,6 @@ UNIFORM_TWIN = {
     "normalized_concentration_corrected": "normalized_uniform",
 }
 """Weighting term -> the term it equals at alpha 0."""
-
-RECONSTRUCTION_TERMS = frozenset({"uniform", "normalized_uniform", *UNIFORM_TWIN})
 
 
 def _canonical_terms(stack: LossStackSpec) -> dict[tuple[str, str], float]:
@@ -85,30 +91,3 @@ def objective_signature(stack: LossStackSpec) -> str:
     items = sorted((name, options, weight) for (name, options), weight in
                    _canonical_terms(stack).items())
     return json.dumps(items, separators=(",", ":"))
-
-
-def kl_weight(stack: LossStackSpec) -> float | None:
-    """The stack's beta (the kl term's weight), None without a kl term."""
-    term = stack.resolved_terms().get("kl")
-    return None if term is None else float(term.weight)
-
-
-def reconstruction_scale(stack: LossStackSpec, c_base: float) -> float:
-    """S: the stack's reconstruction weight on the raw nats scale (see the module docstring)."""
-    scale = 0.0
-    for name, term in stack.resolved_terms().items():
-        if name in RECONSTRUCTION_TERMS:
-            scale += term.weight / c_base if TERM_INFO[name].needs_c_base else term.weight
-    return scale
-
-
-def effective_beta(stack: LossStackSpec, c_base: float) -> float | None:
-    """``beta / S``: the KL weight of the undivided stack that trains like this one.
-
-    None when the stack has no kl term or no reconstruction term.
-    """
-    beta = kl_weight(stack)
-    scale = reconstruction_scale(stack, c_base)
-    if beta is None or scale <= 0:
-        return None
-    return beta / scale

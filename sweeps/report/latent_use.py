@@ -128,7 +128,8 @@ def latent_use(cells: Sequence[Mapping[str, Any]], split: str, threshold: float)
             continue
         config = tuple(cell[key] for key in _CONFIG)
         row = rows.setdefault(config, {**dict(zip(_CONFIG, config, strict=True)),
-                                       "beta_effective": cell.get("beta_effective")})
+                                       "beta_effective": cell.get("beta_effective"),
+                                       "beta_elbo": cell.get("beta_elbo")})
         row[cell["metric"]] = {key: cell[key] for key in ("mean", "ci_low", "ci_high", "n")}
         if cell["metric"] == MUTUAL_INFO:
             info = _finite(cell["values"])

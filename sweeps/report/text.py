@@ -39,10 +39,12 @@ def interval_text(entry: Mapping[str, Any], key: str = "mean") -> str:
 
 
 def beta_text(entry: Mapping[str, Any]) -> str:
-    """The entry's beta, with the effective beta beside it when it has one."""
+    """The raw beta, with its effective beta and its beta in ELBO units beside it when known."""
     beta = "-" if entry.get("beta") is None else f"{entry['beta']:g}"
-    effective = entry.get("beta_effective")
-    return beta if effective is None else f"{beta} (eff {effective:.3g})"
+    beside = [f"{name} {entry[key]:.3g}" for key, name in (("beta_effective", "eff"),
+                                                           ("beta_elbo", "ELBO units"))
+              if entry.get(key) is not None]
+    return f"{beta} ({', '.join(beside)})" if beside else beta
 
 
 def headline(report: Mapping[str, Any]) -> str:
@@ -214,8 +216,9 @@ def report_markdown(report: Mapping[str, Any], metrics: Sequence[str] | None = N
     if report["collapse"]:
         lines += ["", "## Collapse beta (largest beta with mean val NMI >= threshold)", ""]
         for entry in report["collapse"]:
-            beta = "-" if entry["collapse_beta"] is None else (
-                f"{entry['collapse_beta']:g} (eff {_num(entry['collapse_beta_effective'], 3)})")
+            beta = "-" if entry["collapse_beta"] is None else beta_text({
+                "beta": entry["collapse_beta"], "beta_effective": entry["collapse_beta_effective"],
+                "beta_elbo": entry.get("collapse_beta_elbo")})
             lines.append(f"- {entry['loss_stack']} alpha {entry['alpha']:g} {entry['model']}: "
                          f"{beta}, {entry['status']}; {entry['split']} NMI there "
                          f"{interval_text(entry['test'] or {})}")

@@ -42,7 +42,6 @@ from sweeps.tune.trainable import (
     trial_run_options,
 )
 from workers.contract import (
-    C_BASE_PARAM,
     FAILURE_TAG,
     HISTORY_METRICS,
     METRIC_NAMES,
@@ -136,6 +135,7 @@ class _CohortTrial:
         if not self.running:  # every member ended before the restore: nothing re-runs
             return None
         from workers.cohort.chunked import open_cohort
+        from workers.trial import run_constants
 
         checkpoints = ({i: folder / f"member_{k}.pt" for i, k in enumerate(self.running)}
                        if folder is not None else None)
@@ -148,7 +148,7 @@ class _CohortTrial:
             delete_leftover_runs(self.context, {COHORT_TAG: self.cohort_id}, fresh)
         for position, (member, k) in enumerate(zip(cohort.members, self.running, strict=True)):
             record = self.records[k]
-            record["final"][C_BASE_PARAM] = member.trainer.c_base
+            record["final"].update(run_constants(member.trainer))
             if not record["run_id"]:
                 # Made by the metric writer while the first epoch trains (its process's
                 # store work on the other core): the runs are waited for before the epoch is
@@ -206,6 +206,7 @@ class _CohortTrial:
     def _log_member(self, member, position: int, metrics: dict[str, float]) -> None:
         """Member ``position``'s epoch: finalized if it ended, queued for its run, recorded."""
         from workers.cohort.member import own_rng
+        from workers.trial import run_constants
 
         record = self.records[self.running[position]]
         if member.status in (TrainingStatus.FINISHED, TrainingStatus.STOPPED):  # its lone last epoch
@@ -216,7 +217,7 @@ class _CohortTrial:
             self.runs[position].log_epoch(metrics)
         history = member.trainer.history
         record.update(state=member.status, epochs=member.trainer.epoch, final={
-            **_numbers(metrics), C_BASE_PARAM: member.trainer.c_base,
+            **_numbers(metrics), **_numbers(run_constants(member.trainer)),
             "training_iteration": float(member.trainer.epoch)},
             history={k: list(history[k]) for k in HISTORY_METRICS if k in history})
 

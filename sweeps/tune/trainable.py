@@ -19,7 +19,6 @@ from ray import tune
 
 from sweeps.tune.state_backup import restored_as, seal_checkpoint
 from workers.contract import (
-    C_BASE_PARAM,
     RUN_KIND_TAG,
     RUN_KIND_TRIAL,
     STOPPED_EARLY_TAG,
@@ -116,6 +115,7 @@ def train_trial(params: dict[str, Any], *, configs: TrialConfigs, context: dict[
     """Tune function trainable. ``params``: alpha, loss_stack, model, seed; ``configs`` builds
     this trial's configuration from them (the sweep's template and stacks, not its spec)."""
     from workers.train import Trainer
+    from workers.trial import run_constants
 
     config = configs.trial_config_for(params)
     trial_id = tune.get_context().get_trial_id()
@@ -132,9 +132,10 @@ def train_trial(params: dict[str, Any], *, configs: TrialConfigs, context: dict[
         return
     run = None if ended else open_trial_run(trainer, params, context, trial_id, checkpoint_run_id)
     run_id = checkpoint_run_id if run is None else run.logger.run_id
+    constants = run_constants(trainer)
 
     def report(trainer: Trainer, epoch: int, metrics: dict[str, float], checkpoint: bool = True) -> None:
-        payload = {**metrics, "mlflow_run_id": run_id, C_BASE_PARAM: trainer.c_base}
+        payload = {**metrics, "mlflow_run_id": run_id, **constants}
         if not checkpoint:  # an epoch replayed to Tune ahead of the checkpoint that holds it
             tune.report(payload)
             return

@@ -97,8 +97,9 @@ def _check_same_trials(tmp_path):
         same_tags = {k: v for k, v in lone_run.data.tags.items() if k.startswith("ksweep.")
                      and k not in (TRIAL_ID_TAG, SWEEP_ID_TAG, CREATE_TOKEN_TAG)}
         assert {k: member.data.tags.get(k) for k in same_tags} == same_tags
-        for name in ("c_base", "alpha", "loss_stack", "seed", "training.learning_rate"):
-            assert member.data.params[name] == lone_run.data.params[name]
+        for name in ("c_base", "alpha", "loss_stack", "seed", "training.learning_rate",
+                     "train_target_length", "total_steps", "elbo_beta"):
+            assert member.data.params[name] == lone_run.data.params[name], name
         # Early stopping on val loss ends the member where it ends the lone trial.
         for name in COMPARED:
             assert member.data.metrics[name] == pytest.approx(
@@ -123,6 +124,10 @@ def _check_same_trials(tmp_path):
     assert cells(report6).keys() == cells(report1).keys()
     for key, value in cells(report1).items():
         assert cells(report6)[key] == pytest.approx(value, rel=1e-3, abs=1e-4), key
+    # Beta in ELBO units from each trial's logged constants, lone and member alike.
+    elbo = lambda r: {(c["loss_stack"], c["metric"], c["kind"], c["split"]): c["beta_elbo"]  # noqa: E731
+                      for c in r["cells"]}
+    assert elbo(report6) == elbo(report1) and all(v and v > 0 for v in elbo(report1).values())
     status1 = read_status(tmp_path / "root" / "k1" / "status.json")
     status6 = read_status(tmp_path / "root" / "k6" / "status.json")
     counters = lambda s: (s.state, s.total, s.done, s.stopped, s.failed, s.pending, len(s.trials))  # noqa: E731

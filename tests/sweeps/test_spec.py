@@ -155,7 +155,8 @@ def test_dedup_off_runs_every_row():
     assert not any(row["shared"] or trial["shared_by"]
                    for row, trial in zip(plan.rows, plan.trials, strict=True))
     assert plan.trials[0] == {"alpha": 0.0, "loss_stack": "uniform", "model": "discrete",
-                              "seed": 0, "shared_by": []}
+                              "seed": 0, "shared_by": [], "total_steps": 128, "elbo_beta": "7",
+                              "schedule_overruns": []}
     assert "dedup" in rejected(search={"dedup": "sometimes"})
 
 

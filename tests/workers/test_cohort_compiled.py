@@ -59,7 +59,8 @@ def assert_same_training(eager, compiled, rtol: float) -> None:
 def cases():
     discrete = members(base_config("discrete"))
     discrete[3] = discrete[3].model_copy(update={"data": discrete[3].data.model_copy(update={"seed": 7})})
-    gumbel = members(base_config("discrete", discrete_estimator="gumbel", num_layers=2))
+    gumbel = members(base_config("discrete", discrete_estimator="gumbel", num_layers=2,
+                                 gumbel_anneal_fraction=0.5))
     credit = {"kl": {"weight": 0.5, "options": {"free_bits": 0.3, "mutual_info_credit": 0.5}}}
     gumbel[0] = variant(gumbel[0], 0, {"preset": "raw_plus_ncc", "alpha": 1.0, "terms": credit}, 3e-3)
     remedies = {"autoencoder_epochs": 1, "aggressive_epochs": 2, "aggressive_encoder_steps": 2}

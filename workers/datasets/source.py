@@ -21,6 +21,7 @@ import torch
 from workers.contract import SPLITS
 from workers.data.config import BOS_ID, CONTENT_START, PAD_ID, DatasetDataConfig
 from workers.data.synthetic import SyntheticSplit
+from workers.data.train_facts import fraction_assignment
 from workers.datasets.cache import cached_arrays
 from workers.datasets.store import DatasetStore
 from workers.datasets.table import BASE_NLL, GROUP, LABEL, SPLIT, DatasetError, X, Y
@@ -90,15 +91,8 @@ def split_assignment(table: pa.Table, config: DatasetDataConfig) -> np.ndarray:
         source = "the split column"
         fix = "add {} rows to the dataset's split column"
     else:
-        fractions = config.split_fractions
-        n_train = round(fractions.train * n)
-        n_val = min(n - n_train, round(fractions.val * n))
-        order = np.random.default_rng(config.split_seed).permutation(n)
-        assignment = np.empty(n, dtype=np.int8)
-        assignment[order[:n_train]] = 0
-        assignment[order[n_train:n_train + n_val]] = 1
-        assignment[order[n_train + n_val:]] = 2
-        source = f"split_fractions {fractions.model_dump()} of {n} rows"
+        assignment = fraction_assignment(n, config)
+        source = f"split_fractions {config.split_fractions.model_dump()} of {n} rows"
         fix = "raise template.data.split_fractions.{} (or add rows)"
     for index, name in enumerate(SPLITS):
         if not (assignment == index).any():

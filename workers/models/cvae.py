@@ -45,11 +45,14 @@ class CVAEOutput:
 
 
 class CVAE(nn.Module):
-    """A GRU CVAE; ``config.family`` picks the latent."""
+    """A GRU CVAE; ``config.family`` picks the latent. ``total_steps``: the trial's optimizer
+    steps, which ``gumbel_anneal_fraction`` resolves against."""
 
-    def __init__(self, config: ModelConfig, vocab_size: int, num_strategies: int):
+    def __init__(self, config: ModelConfig, vocab_size: int, num_strategies: int,
+                 total_steps: int | None = None):
         super().__init__()
         self.config = config
+        self.gumbel_decay_steps = config.gumbel_decay_steps(total_steps)
         self.family = config.family
         self.num_categories = config.num_categories or num_strategies
         hidden, latent = config.hidden_dim, config.latent_dim
@@ -77,7 +80,7 @@ class CVAE(nn.Module):
     def gumbel_temperature(self) -> float:
         """Exponentially annealed temperature at the current step."""
         c = self.config
-        progress = min(1.0, self.step / c.gumbel_anneal_steps)
+        progress = min(1.0, self.step / self.gumbel_decay_steps)
         return c.gumbel_temperature_start * (c.gumbel_temperature_end / c.gumbel_temperature_start) ** progress
 
     def forward(

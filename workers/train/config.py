@@ -8,7 +8,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
-from objectives.spec import LossStackSpec
+from objectives.schedules import kl_schedule_overrun, ramp_overrun, total_optimizer_steps
+from objectives.spec import KLOptions, LossStackSpec
 from workers.data.config import DatasetDataConfig, SyntheticTaskConfig
 from workers.models.config import BaseModelConfig, ModelConfig
 from workers.yaml_loader import read_mapping_file
@@ -236,6 +237,24 @@ class TrialConfig(BaseModel):
     def alpha(self) -> float:
         """The concentration knob of the loss stack."""
         return self.loss_stack.alpha
+
+    def total_steps(self, train_rows: int) -> int:
+        """The run's optimizer steps on ``train_rows`` examples: epochs x ceil(rows / batch_size)."""
+        return total_optimizer_steps(self.training.epochs, train_rows, self.training.batch_size)
+
+    def schedule_overruns(self, total_steps: int) -> list[str]:
+        """The schedules that do not finish within a run of ``total_steps`` optimizer steps, in
+        words (:mod:`objectives.schedules`): the KL annealing (a kl term of weight > 0), and the
+        Gumbel temperature decay of a discrete latent trained with the gumbel estimator."""
+        overruns = []
+        kl = self.loss_stack.resolved_terms().get("kl")
+        if kl is not None and kl.weight > 0:
+            overruns.append(kl_schedule_overrun(KLOptions.model_validate(kl.options), total_steps))
+        model = self.model
+        if model.family == "discrete" and model.discrete_estimator == "gumbel":
+            overruns.append(ramp_overrun("Gumbel temperature decay",
+                                         model.gumbel_decay_steps(total_steps), total_steps))
+        return [words for words in overruns if words is not None]
 
     def summary_params(self) -> dict[str, Any]:
         """The params every trial run carries by name (docs/concepts/design.md), besides the flattened config."""

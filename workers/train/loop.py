@@ -109,7 +109,8 @@ class Trainer:
         seed_everything(config.seed)
         view, data, base = load_sources(config, cache_root, device)
         seed_everything(config.seed)  # the base model's training must not shift the trial's RNG
-        model = CVAE(config.model, view.vocab_size, view.num_strategies).to(device)
+        model = CVAE(config.model, view.vocab_size, view.num_strategies,
+                     config.total_steps(len(data["train"].split))).to(device)
         optimizer = AdamW(model.parameters(), lr=config.training.learning_rate,
                           weight_decay=config.training.weight_decay)
         training = config.training
@@ -127,9 +128,16 @@ class Trainer:
     def c_base(self) -> float:
         return self.base.c_base
 
+    @property
+    def total_steps(self) -> int:
+        """The run's optimizer steps: epochs x ceil(train rows / batch_size) (one per batch)."""
+        return self.config.total_steps(len(self.train_data.split))
+
     def build_stack(self, spec: LossStackSpec):
-        """``spec`` built with this trial's reference scales (c_base, the train split's mean kappa)."""
-        return spec.build(c_base=self.c_base, train_kappa=self.train_kappa(spec))
+        """``spec`` built with this trial's reference scales (c_base, the train split's mean
+        kappa) and its run's optimizer steps."""
+        return spec.build(c_base=self.c_base, train_kappa=self.train_kappa(spec),
+                          total_steps=self.total_steps)
 
     def train_kappa(self, spec: LossStackSpec) -> dict[float, float]:
         """The train split's mean kappa at each alpha of ``spec``'s terms (only if a term needs it)."""

@@ -36,6 +36,7 @@ from sweeps.plan.budget import build_plan_within_budget
 from sweeps.plan.build import SweepPlan
 from sweeps.spec import SweepSpec, load_sweep_spec
 from sweeps.status import SweepState
+from workers.data.train_facts import TrainFacts, train_facts
 
 # Spec bodies are parsed strictly (service.api.strict_body); `_schema` only documents them.
 router = APIRouter(tags=["sweeps"], route_class=StrictRoute)
@@ -104,10 +105,10 @@ def _not_found(sweep_id: str) -> ProblemError:
     return ProblemError(404, "Sweep not found", f"no sweep with id {sweep_id!r}", kind="not-found")
 
 
-def _checked_plan(spec: SweepSpec, services: Services) -> SweepPlan:
+def _checked_plan(spec: SweepSpec, services: Services, facts: TrainFacts | None = None) -> SweepPlan:
     """The spec's plan, built once; 422 over ``budget.max_trials`` (a ``ValidationError``
     located there, answered by the app's handler) or over the service's cap."""
-    plan = build_plan_within_budget(spec)
+    plan = build_plan_within_budget(spec, facts)
     cap = services.settings.max_trials_per_sweep
     count = plan.trial_count
     if count > cap:
@@ -178,7 +179,9 @@ def submit_sweep(
              responses={**UNAUTHORIZED, **INVALID, **TOO_LARGE})
 def validate_sweep(_schema: SpecBody, _reader: ReaderDep,
                    spec: StrictSpec, services: ServicesDep) -> SweepPlan:
-    return _checked_plan(spec, services)
+    # A dataset's train split from its registry summary (the API reads no table).
+    facts = train_facts(spec.template.data, services.settings.dataset_root, read_table=False)
+    return _checked_plan(spec, services, facts)
 
 
 @router.get("/sweeps", response_model=SweepPage, summary="List sweeps, newest first",
