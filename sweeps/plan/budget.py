@@ -6,7 +6,7 @@ from __future__ import annotations
 from objectives.field_errors import LocatedProblem, located_errors
 from sweeps.plan.build import SweepPlan, build_plan
 from sweeps.spec import SweepSpec
-from workers.data.train_facts import TrainFacts
+from workers.datasets.train_facts import TrainFacts
 
 __all__ = ["budget_problems", "build_plan_within_budget"]
 

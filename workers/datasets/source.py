@@ -21,10 +21,10 @@ import torch
 from workers.contract import SPLITS
 from workers.data.config import BOS_ID, CONTENT_START, PAD_ID, DatasetDataConfig
 from workers.data.synthetic import SyntheticSplit
-from workers.data.train_facts import fraction_assignment
 from workers.datasets.cache import cached_arrays
 from workers.datasets.store import DatasetStore
 from workers.datasets.table import BASE_NLL, GROUP, LABEL, SPLIT, DatasetError, X, Y
+from workers.datasets.train_facts import fraction_assignment
 
 
 @dataclass

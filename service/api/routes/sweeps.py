@@ -36,7 +36,7 @@ from sweeps.plan.budget import build_plan_within_budget
 from sweeps.plan.build import SweepPlan
 from sweeps.spec import SweepSpec, load_sweep_spec
 from sweeps.status import SweepState
-from workers.data.train_facts import TrainFacts, train_facts
+from workers.datasets.train_facts import TrainFacts, train_facts
 
 # Spec bodies are parsed strictly (service.api.strict_body); `_schema` only documents them.
 router = APIRouter(tags=["sweeps"], route_class=StrictRoute)
