@@ -1,4 +1,4 @@
-"""Config of the synthetic strategy task and its vocabulary layout (:class:`SyntheticTaskConfig`).
+"""Config of the synthetic strategy task (:class:`SyntheticTaskConfig`) and its vocabulary layout.
 
 The single-kind task (``kind_proportions`` prefix 1, the default) has no private block and no
 kind marker; any other proportions give the mixed task (see ``synthetic.py``).
@@ -53,23 +53,24 @@ class KindProportions(BaseModel):
         return (self.prefix / total, self.diffuse / total, self.private / total)
 
 
+# The vocabulary's layout (ids are int64):
+#
+#     0                                  PAD
+#     1                                  BOS
+#     [2, 2 + V)                         content tokens (V = content_vocab)
+#     [prefix_token_start + s*m, +m)     prefix block of strategy s (m = prefix_tokens_per_strategy)
+#     [distractor_token_start, +D)       distractor tokens (D = num_distractor_tokens)
+#     mixed task only:
+#     [private_token_start, +M)          the private block: first token of a private prefix (M = private_prefix_tokens)
+#     [private_tail_start, +m)           the private tail block: the other private prefix tokens
+#     [kind_token_start, +3)             one context marker per example kind (prefix, diffuse, private)
+#
+# The single-kind task (``kind_proportions`` = prefix 1, diffuse 0, private 0, the default)
+# has no private block and no kind marker; any other proportions give the *mixed* task.
+
+
 class SyntheticTaskConfig(BaseModel):
     """Parameters of the synthetic strategy task.
-
-    Vocabulary layout (ids are int64)::
-
-        0                                  PAD
-        1                                  BOS
-        [2, 2 + V)                         content tokens (V = content_vocab)
-        [prefix_token_start + s*m, +m)     prefix block of strategy s (m = prefix_tokens_per_strategy)
-        [distractor_token_start, +D)       distractor tokens (D = num_distractor_tokens)
-        mixed task only:
-        [private_token_start, +M)          the private block: first token of a private prefix (M = private_prefix_tokens)
-        [private_tail_start, +m)           the private tail block: the other private prefix tokens
-        [kind_token_start, +3)             one context marker per example kind (prefix, diffuse, private)
-
-    The single-kind task (``kind_proportions`` = prefix 1, diffuse 0, private 0, the default)
-    has no private block and no kind marker; any other proportions give the *mixed* task.
 
     The config is frozen and rejects unknown fields, so it can be hashed,
     logged and used as a sweep key without silent typos.
