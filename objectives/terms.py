@@ -15,15 +15,9 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel
 
-from objectives.spec import (
-    TERM_INFO,
-    BagOfWordsOptions,
-    KLOptions,
-    NoOptions,
-    TermDeclaration,
-    WeightingOptions,
-    kl_anneal_factor,
-)
+from objectives.options import BagOfWordsOptions, KLOptions, NoOptions, WeightingOptions
+from objectives.schedules import kl_anneal_factor
+from objectives.spec import TERM_INFO, TermDeclaration
 from objectives.token_weighting import (
     TokenWeightStats,
     _divide_by_kappa,

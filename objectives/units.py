@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from objectives.spec import TERM_INFO, KLOptions, LossStackSpec
+from objectives.options import KLOptions
+from objectives.spec import TERM_INFO, LossStackSpec
 
 __all__ = [
     "RECONSTRUCTION_TERMS",

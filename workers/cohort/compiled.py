@@ -31,7 +31,7 @@ from workers.models import CVAEOutput
 from workers.models.backbone import upcast
 from workers.models.functional import cvae_forward
 from workers.train import phases as train_phases
-from workers.train.loop import Trainer
+from workers.train.batch_metrics import batch_metrics
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +184,7 @@ class CompiledStep:
                 for i, value in enumerate(out.terms.values()):  # the eager stack's sum, in its order
                     total = total + torch.where(weights[i] != 0, weights[i] * value.to(total.dtype), 0.0)
                 diag_out = diagnostics(LossInputs(token_nll.detach(), base_nll, mask))
-                values, count = Trainer._batch_values(out, diag_out, CVAEOutput(token_nll, kl, bow_logits), mask)
+                values, count = batch_metrics(out, diag_out, CVAEOutput(token_nll, kl, bow_logits), mask)
                 return total, {k: v.detach() for k, v in out.terms.items()}, values, count
 
             groups.append({"index": index, "positions": positions, "stack": stack, "fn": member_loss,

@@ -14,7 +14,7 @@ from objectives import LossInputs
 from workers.cohort.member import Member
 from workers.models import CVAEOutput
 from workers.train import phases as train_phases
-from workers.train.loop import Trainer
+from workers.train.batch_metrics import batch_metrics
 
 LossGroup = tuple[torch.Tensor, list[int], Callable]
 
@@ -41,7 +41,7 @@ def loss_groups(active: list[Member], target_length: int, device: torch.device) 
             out = stack(inputs)
             diag_out = diagnostics(LossInputs(token_nll.detach(), base_nll, mask))
             output = CVAEOutput(token_nll, kl, bow_logits)
-            values, count = Trainer._batch_values(out, diag_out, output, mask)
+            values, count = batch_metrics(out, diag_out, output, mask)
             return out.total, {k: v.detach() for k, v in out.terms.items()}, values, count
 
         result.append((torch.tensor(indices, device=device), indices, member_loss))

@@ -1,8 +1,8 @@
-"""The training recipe: one trial's loop, evaluation and divergence handling (its checkpoint: state.py).
+"""The training recipe: one trial's loop, evaluation and divergence handling (checkpoints: state.py).
 
-Components (data, base model, CVAE, loss stack) are built from the TrialConfig; the
-loop only composes them. The hot path has no host sync: per-step losses stay on
-the device and are read once per epoch, the logging point.
+Components (data, base model, CVAE, loss stack) are built from the TrialConfig and the loop
+composes them. The hot path has no host sync: per-step losses stay on the device and are read
+once per epoch, the logging point.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from workers.contract import (
 from workers.models import CVAE, CVAEOutput
 from workers.models.backbone import upcast
 from workers.readouts.evaluate import (
-    DIAGNOSTIC_TERMS,
     Collected,
     collect,
     diagnostic_stack,
@@ -44,15 +43,20 @@ from workers.readouts.gradients import (
 )
 from workers.readouts.split_data import SplitData, readout_split
 from workers.train import phases
+from workers.train.batch_metrics import batch_metrics
 from workers.train.config import TrialConfig
 from workers.train.selection import Selection, selected_metrics, speed_metrics
 from workers.train.sources import TaskView, load_sources
-from workers.train.state import load_trainer_state, save_state, seed_everything, trainer_state
+from workers.train.state import (
+    load_trainer_state,
+    resolve_device,
+    save_state,
+    seed_everything,
+    trainer_state,
+)
 from workers.zfree.base import BaseSurprisal
 
 KAPPA_METRICS = ("kappa_mean", "kappa_p50", "kappa_p90", "kappa_max", "cv2_mean")
-# Overall train names kept from the running means of the epoch's steps (not the eval pass).
-RUNNING_TRAIN_METRICS = ("loss", "kl", *DIAGNOSTIC_TERMS)
 
 
 class TrialDiverged(RuntimeError):
@@ -61,15 +65,6 @@ class TrialDiverged(RuntimeError):
 
 class TrialCheckFailed(RuntimeError):
     """The baseline self-check (docs/concepts/objectives.md, the R^ section) failed."""
-
-
-def resolve_device(name: str) -> torch.device:
-    """'auto' -> cuda when available, else cpu; 'cuda' without CUDA raises ValueError."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("training.device is 'cuda' but CUDA is not available; use 'auto' or 'cpu'")
-    return torch.device(name)
 
 
 EpochCallback = Callable[["Trainer", int, dict[str, float]], None]
@@ -186,21 +181,6 @@ class Trainer:
         )
         return output, inputs
 
-    @staticmethod
-    def _batch_values(stack_out, diag_out, output: CVAEOutput, mask: torch.Tensor):
-        """Per-batch metric tensors (on device) and the batch's count of active examples."""
-        active = mask.any(dim=-1)
-        kl = upcast(output.kl)
-        kl_per_example = kl.sum(dim=-1) if kl.dim() == 2 else kl
-        count = active.sum()
-        values = {
-            "loss": stack_out.total.detach(),
-            "kl": torch.where(active, kl_per_example.detach(), 0.0).sum() / count.clamp_min(1),
-        }
-        for metric, term in DIAGNOSTIC_TERMS.items():
-            values[metric] = diag_out.terms[term].detach()
-        return values, count
-
     # -- one epoch --------------------------------------------------------------------------
 
     def train_epoch(self) -> dict[str, float]:
@@ -236,7 +216,7 @@ class Trainer:
                 continue
             with torch.no_grad():
                 diag_out = diagnostics(LossInputs(inputs.token_nll.detach(), inputs.base_nll, inputs.mask))
-                values, count = self._batch_values(stack_out, diag_out, output, inputs.mask)
+                values, count = batch_metrics(stack_out, diag_out, output, inputs.mask)
                 values["loss"] = loss.detach()
                 for key, value in values.items():
                     sums[key] = sums.get(key, 0.0) + value * count

@@ -1,4 +1,4 @@
-"""A trial's state: its seeds, and what its checkpoint holds to resume mid-trial.
+"""A trial's state: where it runs, its seeds, and what its checkpoint holds to resume mid-trial.
 
 A checkpoint holds the model, the optimiser, the counters, the history, the early-stopping
 rule and every RNG stream (python, numpy, torch, CUDA, the batch order), with the trial's
@@ -15,7 +15,16 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["load_trainer_state", "save_state", "seed_everything", "trainer_state"]
+__all__ = ["load_trainer_state", "resolve_device", "save_state", "seed_everything", "trainer_state"]
+
+
+def resolve_device(name: str) -> torch.device:
+    """'auto' -> cuda when available, else cpu; 'cuda' without CUDA raises ValueError."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("training.device is 'cuda' but CUDA is not available; use 'auto' or 'cpu'")
+    return torch.device(name)
 
 
 def seed_everything(seed: int) -> None:
