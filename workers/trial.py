@@ -1,15 +1,10 @@
-"""One trial's lifecycle with its MLflow run: the one runner ``ksweep train`` and the Tune
-trainable share.
+"""One trial's run in MLflow, from its first epoch (or a checkpoint) to its end: the one runner
+``ksweep train`` and the Tune trainables share (:class:`TrialRunner`).
 
-A :class:`TrialRunner` owns the run of one :class:`~workers.train.Trainer`: the params when the
-run starts, one metric point per epoch (an epoch the run already holds, after a resume, is
-not logged twice, and one the checkpoint holds but the run lacks is logged from the restored
-history; epochs are buffered while the MLflow server is down, and the run ends once
-they are written: :mod:`workers.tracking.writer`), the PNG artifacts at the end when asked
-(``plots``; a sweep's ``tracking.trial_plots``), and how the run ends: ``FINISHED``;
-``FINISHED`` with ``ksweep.stopped_early`` when a scheduler stopped it before its budget
-(Tune ends such a trial with ``SystemExit`` inside ``tune.report``); ``FAILED`` with the
-reason in ``ksweep.failure`` when training raised.
+The run gets the trial's params when it starts, one metric point per epoch (none twice after a
+resume, and those a checkpoint holds but the run lacks logged from the restored history), its
+PNGs at the end when asked, and how it ended: ``FINISHED``, ``FINISHED`` with
+``ksweep.stopped_early`` when a scheduler stopped it, or ``FAILED`` with ``ksweep.failure``.
 """
 
 from __future__ import annotations
