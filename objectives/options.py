@@ -41,6 +41,14 @@ class KLOptions(BaseModel):
     """Options of the KL term. Its weight is beta."""
 
     model_config = ConfigDict(extra="forbid")
+    weight_units: Literal["beta", "effective"] = Field(
+        "beta",
+        description="What the term's weight is. 'beta': the KL weight itself. 'effective': effective "
+        "beta; the stack trains at beta = weight x S, S its reconstruction's weight on the raw nats "
+        "scale (1 for uniform, R_tok, R~; 1 / c_base for R^ and normalized uniform, measured by the "
+        "trial), so every stack of a sweep sits at one matched effective beta without a second "
+        "beta value (docs/concepts/objectives.md, effective beta).",
+    )
     scale: Literal["example", "token"] = Field(
         "example",
         description="The unit of the KL beside a per-token-mean reconstruction. 'example': each "

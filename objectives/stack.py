@@ -19,6 +19,7 @@ from objectives.spec import (
 )
 from objectives.terms import TERMS, LossInputs, TermContext
 from objectives.token_weighting import TokenWeightStats
+from objectives.units import trained_kl_weight
 
 __all__ = [
     "TermSpec",
@@ -87,8 +88,10 @@ class LossStack:
                 )
             chosen = check_c_base(chosen)
         self.c_base = chosen
+        trained_beta = trained_kl_weight(spec, chosen)  # effective beta turned into beta here
         self._terms = [
-            (name, TERMS[name], term.weight, TERMS[name].options_model.model_validate(term.options))
+            (name, TERMS[name], trained_beta if name == "kl" else term.weight,
+             TERMS[name].options_model.model_validate(term.options))
             for name, term in spec.resolved_terms().items()
         ]
         for name, _, _, options in self._terms:

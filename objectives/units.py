@@ -32,6 +32,8 @@ __all__ = [
     "kl_scale",
     "kl_weight",
     "reconstruction_scale",
+    "trained_kl_weight",
+    "weight_is_effective",
 ]
 
 RECONSTRUCTION_TERMS = frozenset({"uniform", "normalized_uniform", "token_weighted",
@@ -44,6 +46,23 @@ def kl_weight(stack: LossStackSpec) -> float | None:
     """The stack's beta (the kl term's weight), None without a kl term."""
     term = stack.resolved_terms().get("kl")
     return None if term is None else float(term.weight)
+
+
+def weight_is_effective(stack: LossStackSpec) -> bool:
+    """Whether the kl term's weight is effective beta (``weight_units: effective``)."""
+    term = stack.resolved_terms().get("kl")
+    return term is not None and KLOptions.model_validate(term.options).weight_units == "effective"
+
+
+def trained_kl_weight(stack: LossStackSpec, c_base: float | None) -> float | None:
+    """The beta the stack trains at: the kl weight, times S when it is effective beta."""
+    beta = kl_weight(stack)
+    if beta is None or not weight_is_effective(stack):
+        return beta
+    raw, normalized = _raw_and_normalized(stack)
+    if normalized and c_base is None:
+        raise ValueError("kl weight_units 'effective' on a stack divided by c_base needs c_base")
+    return beta * (raw + (normalized / c_base if normalized else 0.0))
 
 
 def kl_scale(stack: LossStackSpec) -> str | None:
@@ -79,6 +98,8 @@ def effective_beta(stack: LossStackSpec, c_base: float) -> float | None:
     scale = reconstruction_scale(stack, c_base)
     if beta is None or scale <= 0:
         return None
+    if weight_is_effective(stack):
+        return beta
     return beta / scale
 
 
@@ -135,6 +156,8 @@ def elbo_beta_before_c_base(stack: LossStackSpec, mean_target_length: float | No
         if mean_target_length is None:
             return ElboBeta(unknown=length_unknown)
         length = mean_target_length
+    if weight_is_effective(stack):
+        return ElboBeta(value=beta * length)
     if normalized == 0:
         return ElboBeta(value=beta * length / raw)
     if raw == 0:

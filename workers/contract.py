@@ -131,8 +131,10 @@ TOTAL_STEPS_PARAM = "total_steps"
 ELBO_BETA_PARAM = "elbo_beta"
 """Beta in ELBO units (objectives/units.py): effective beta x the mean target length under the
 per-example KL, effective beta under the per-token KL."""
+TRAINED_BETA_PARAM = "trained_beta"
+"""The KL weight the trial trained at: its beta, or effective beta x S (kl weight_units: effective)."""
 RUN_CONSTANT_PARAMS: tuple[str, ...] = (
-    C_BASE_PARAM, TRAIN_TARGET_LENGTH_PARAM, TOTAL_STEPS_PARAM, ELBO_BETA_PARAM)
+    C_BASE_PARAM, TRAIN_TARGET_LENGTH_PARAM, TOTAL_STEPS_PARAM, ELBO_BETA_PARAM, TRAINED_BETA_PARAM)
 """What a trial's whole run is measured in: params of its run, and in its last results."""
 
 # --- MLflow locations and links -----------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from mlflow.tracking import MlflowClient
 
-from objectives.units import elbo_beta
+from objectives.units import elbo_beta, trained_kl_weight
 from workers.contract import (
     C_BASE_PARAM,
     DATASET_DIGEST_CHARS,
@@ -27,6 +27,7 @@ from workers.contract import (
     STOPPED_EARLY_TAG,
     TOTAL_STEPS_PARAM,
     TRAIN_TARGET_LENGTH_PARAM,
+    TRAINED_BETA_PARAM,
     failure_text,
 )
 from workers.tracking.params import flatten_config, provenance_params
@@ -45,9 +46,11 @@ def run_constants(trainer: Trainer) -> dict[str, float]:
     NaN without a kl or a reconstruction term). Params of its run, and in its last results."""
     length = float(trainer.train_data.split.mask.sum(dim=-1).double().mean())
     beta = elbo_beta(trainer.config.loss_stack, trainer.c_base, length)
+    trained = trained_kl_weight(trainer.config.loss_stack, trainer.c_base)
     return {C_BASE_PARAM: trainer.c_base, TRAIN_TARGET_LENGTH_PARAM: length,
             TOTAL_STEPS_PARAM: trainer.total_steps,
-            ELBO_BETA_PARAM: math.nan if beta is None else beta}
+            ELBO_BETA_PARAM: math.nan if beta is None else beta,
+            TRAINED_BETA_PARAM: math.nan if trained is None else trained}
 
 
 def trial_params(trainer: Trainer) -> dict[str, Any]:

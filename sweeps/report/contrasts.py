@@ -161,9 +161,16 @@ def _latent(spec: SweepSpec, entry: dict[str, Any], points, curves, stack: str, 
                            [base_values.get(s) for s in sorted(seeds) if s in base_values], threshold)
 
 
+def _declared(spec, stack: str, baseline: str):
+    """The spec's ContrastSpec for (stack, baseline), None for a default pair."""
+    return next((c for c in spec.analysis.contrasts or () if (c.stack, c.baseline) == (stack, baseline)),
+                None)
+
+
 def _stack_contrasts(spec, points, curves, split, metrics, matched_on: str) -> list[dict[str, Any]]:
     out = []
     for stack, baseline in default_pairs(spec):
+        declared = _declared(spec, stack, baseline)
         for key, base in points.items():
             b_stack, alpha, model, free_bits, beta, kind, metric = key
             if b_stack != baseline or metric not in metrics:
@@ -181,6 +188,8 @@ def _stack_contrasts(spec, points, curves, split, metrics, matched_on: str) -> l
                 "beta_elbo": _mean([p.elbo for p in base.values()]),
                 "beta_matching": how if treated else "unmatched", "n_unmatched": n_unmatched,
                 "matched_on": matched_on, "identical_objective": identical,
+                "declared_primary": declared is None or declared.primary,
+                "predicted": None if declared is None or metric != spec.analysis.metric else declared.predicted,
             }, treated, base_values, metric)
             entry.update(_latent(spec, entry, points, curves, stack, baseline, base_values,
                                  matched=True))
@@ -232,7 +241,8 @@ def _assign_families(spec: SweepSpec, contrasts: list[dict[str, Any]]) -> None:
                 entry["contrast"] == "caveat" and entry["kind"] in ("prefix", "private")))
         else:
             primary = (entry["contrast"] == "stack" and entry["kind"] == ALL_KINDS
-                       and entry["metric"] == metric and not entry["identical_objective"])
+                       and entry["metric"] == metric and not entry["identical_objective"]
+                       and entry.get("declared_primary", True))
         entry["family"] = "primary" if primary else "exploratory"
     family = [e for e in contrasts if e["family"] == "primary"]
     for entry, adjusted in zip(family, holm([e["p_value"] for e in family]), strict=True):
@@ -254,11 +264,16 @@ def claim_words(entry: dict[str, Any]) -> str:
     if gated is not None:  # both sides collapsed or at chance: never "higher" or "lower"
         return gated
     flag = constant_baseline_words(entry)
+    predicted = entry.get("predicted")
     if entry["family"] == "exploratory":
-        return "exploratory: not a claim (no multiplicity adjustment)" + flag
+        return ("exploratory: not a claim (no multiplicity adjustment)" + flag
+                + ("" if predicted is None else f"; predicted {predicted}"))
     if entry["p_adjusted"] is not None and entry["p_adjusted"] < SIGNIFICANCE:
         direction = "higher" if entry["mean_diff"] > 0 else "lower"
-        return f"{direction} than {entry['baseline']} (Holm p = {entry['p_adjusted']:.3g}){flag}"
+        verdict = "" if predicted is None else (
+            "; as predicted" if predicted == direction else f"; against the prediction ({predicted})")
+        return f"{direction} than {entry['baseline']} (Holm p = {entry['p_adjusted']:.3g}{verdict}){flag}"
+    flag += "" if predicted is None else f"; predicted {predicted}"
     # The interval is unadjusted: it can exclude 0 while Holm's p does not reach significance.
     low, high = entry.get("ci_low"), entry.get("ci_high")
     excludes = low is not None and high is not None and (low > 0 or high < 0)

@@ -288,3 +288,35 @@ def test_with_the_credit_the_per_token_term_on_equal_lengths_is_the_per_example_
         return float(spec.build()(inputs).terms["kl"])
 
     assert value("token") == pytest.approx(value("example") / 4, rel=1e-12)
+
+
+@pytest.mark.parametrize(("preset", "scale"), [
+    ("uniform", 1.0), ("raw_token_weighted", 1.0), ("ncc", 1 / 5.0), ("normalized_uniform", 1 / 5.0),
+    ("raw_plus_ncc", 1 + 1 / 5.0)])
+def test_an_effective_weight_trains_at_beta_times_the_reconstruction_scale(preset, scale):
+    from objectives.units import (
+        effective_beta,
+        elbo_beta,
+        elbo_beta_before_c_base,
+        trained_kl_weight,
+    )
+
+    kl = {"weight": 0.3, "options": {"weight_units": "effective"}}
+    stack = LossStackSpec(preset=preset, alpha=1.0, terms={"kl": kl})
+    assert trained_kl_weight(stack, 5.0) == pytest.approx(0.3 * scale, rel=1e-12)
+    assert stack.build(c_base=5.0).weights_at(0)["kl"] == pytest.approx(0.3 * scale, rel=1e-12)
+    assert effective_beta(stack, 5.0) == pytest.approx(0.3, rel=1e-12)
+    assert elbo_beta(stack, 5.0, 12.0) == pytest.approx(0.3 * 12.0, rel=1e-12)
+    assert elbo_beta_before_c_base(stack, 12.0).value == pytest.approx(0.3 * 12.0, rel=1e-12)
+    # The same stack with the weight as beta trains at 0.3 and sits at effective beta 0.3 / S.
+    plain = LossStackSpec(preset=preset, alpha=1.0, terms={"kl": {"weight": 0.3}})
+    assert plain.build(c_base=5.0).weights_at(0)["kl"] == pytest.approx(0.3, rel=1e-12)
+    assert effective_beta(plain, 5.0) == pytest.approx(0.3 / scale, rel=1e-12)
+
+
+def test_an_effective_weight_on_a_normalized_stack_needs_c_base():
+    from objectives.units import trained_kl_weight
+
+    stack = LossStackSpec(preset="ncc", terms={"kl": {"weight": 1.0, "options": {"weight_units": "effective"}}})
+    with pytest.raises(ValueError, match="needs c_base"):
+        trained_kl_weight(stack, None)
