@@ -171,7 +171,9 @@ def collapse_betas(cells: Sequence[dict[str, Any]], threshold: float, split: str
 def schedule_overruns(spec: SweepSpec, plan: SweepPlan, outcomes: Sequence[TrialOutcome]) -> list[str]:
     """The trials whose KL annealing or Gumbel temperature decay did not finish within their
     run, grouped by kind: the run's steps as the trial logged them (else as planned)."""
-    planned = {trial_key(trial): trial.get("total_steps") for trial in plan.trials}
+    # Optuna plans hold distributions ("U[0, 4]") where a grid holds values: no planned steps there.
+    planned = ({} if spec.search.kind == "optuna"
+               else {trial_key(trial): trial.get("total_steps") for trial in plan.trials})
     trials, labels = [], []
     for outcome in sorted(outcomes, key=lambda o: o.trial_id):
         steps = outcome.final.get(TOTAL_STEPS_PARAM)
