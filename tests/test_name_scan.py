@@ -22,7 +22,7 @@ from sweeps.status import SweepState, TrialState
 from workers import contract
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("objectives", "workers", "sweeps", "service")
+PACKAGES = ("objectives", "workers", "sweeps", "service", "ksweep")
 DEFINING_PACKAGES = (*PACKAGES, "ksweep")
 # Python 3.12's `type X = ...` (none on 3.11, where `X: TypeAlias = ...` is an annotated assignment).
 TYPE_STATEMENT = getattr(ast, "TypeAlias", ())
