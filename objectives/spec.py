@@ -276,8 +276,8 @@ class LossStackSpec(BaseModel):
 
     def term_alphas(self) -> set[float]:
         """The alphas the stack's terms weight at (a term's own ``alpha`` option, else the stack's)."""
-        return {float(term.options.get("alpha") if term.options.get("alpha") is not None else self.alpha)
-                for term in self.resolved_terms().values()}
+        own = [term.options.get("alpha") for term in self.resolved_terms().values()]
+        return {float(self.alpha if alpha is None else alpha) for alpha in own}
 
     def build(self, c_base: float | None = None, train_kappa: Mapping[float, float] | None = None,
               total_steps: int | None = None) -> LossStack:
