@@ -68,7 +68,7 @@ def count_flops(cohort) -> dict[str, float]:
     from torch.utils.flop_counter import FlopCounterMode
 
     from workers.models.functional import cvae_forward
-    from workers.readouts.evaluate import readout_split
+    from workers.readouts.split_data import readout_split
 
     data, training = cohort._data, cohort.members[0].config.training
     rows = torch.arange(training.batch_size, device=cohort.device)

@@ -14,12 +14,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from objectives.options import DEFAULT_CYCLE_STEPS, DEFAULT_WARMUP_STEPS
+
 if TYPE_CHECKING:
-    from objectives.spec import KLOptions
+    from objectives.options import KLOptions
 
 __all__ = [
-    "DEFAULT_CYCLE_STEPS",
-    "DEFAULT_WARMUP_STEPS",
     "cycle_length",
     "fraction_of_run",
     "kl_anneal_factor",
@@ -30,8 +30,6 @@ __all__ = [
     "warmup_length",
 ]
 
-DEFAULT_WARMUP_STEPS = 1000
-DEFAULT_CYCLE_STEPS = 1000
 
 
 def steps_per_epoch(train_rows: int, batch_size: int) -> int:

@@ -90,7 +90,7 @@ class LossStack:
         self.c_base = chosen
         trained_beta = trained_kl_weight(spec, chosen)  # effective beta turned into beta here
         self._terms = [
-            (name, TERMS[name], trained_beta if name == "kl" else term.weight,
+            (name, TERMS[name], trained_beta if name == "kl" and trained_beta is not None else term.weight,
              TERMS[name].options_model.model_validate(term.options))
             for name, term in spec.resolved_terms().items()
         ]

@@ -15,15 +15,9 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel
 
-from objectives.spec import (
-    TERM_INFO,
-    BagOfWordsOptions,
-    KLOptions,
-    NoOptions,
-    TermInfo,
-    WeightingOptions,
-    kl_anneal_factor,
-)
+from objectives.options import BagOfWordsOptions, KLOptions, NoOptions, WeightingOptions
+from objectives.schedules import kl_anneal_factor
+from objectives.spec import TERM_INFO, TermDeclaration
 from objectives.token_weighting import (
     TokenWeightStats,
     _divide_by_kappa,
@@ -108,11 +102,11 @@ TermFunction = Callable[[LossInputs, TermContext, Any], torch.Tensor]
 
 @dataclass(frozen=True)
 class TermDefinition:
-    """A registered loss term: its description (:class:`~objectives.spec.TermInfo`) and its
+    """A registered loss term: its description (:class:`~objectives.spec.TermDeclaration`) and its
     torch function.
 
     Attributes:
-        name, summary, options_model, weight_name, needs, needs_c_base: as in ``TermInfo``.
+        name, summary, options_model, weight_name, needs, needs_c_base: as in ``TermDeclaration``.
         compute: ``(inputs, context, options) -> scalar`` unweighted term value.
         weight_factor: optional ``(options, step, total_steps) -> float`` schedule multiplying
             the weight (``total_steps``: the run's, for lengths relative to it; may be None).
@@ -128,17 +122,17 @@ class TermDefinition:
     weight_factor: Callable[[Any, int, int | None], float] | None = None
 
     @classmethod
-    def from_info(cls, info: TermInfo, compute: TermFunction,
+    def from_info(cls, info: TermDeclaration, compute: TermFunction,
                   weight_factor: Callable[[Any, int, int | None], float] | None = None) -> TermDefinition:
         """The definition of a described term."""
         return cls(info.name, info.summary, info.options_model, compute, info.weight_name,
                    info.needs, info.needs_c_base, weight_factor)
 
     @property
-    def info(self) -> TermInfo:
+    def info(self) -> TermDeclaration:
         """The torch-free description of the term."""
-        return TermInfo(self.name, self.summary, self.options_model, self.weight_name,
-                        self.needs, self.needs_c_base)
+        return TermDeclaration(self.name, self.summary, self.options_model, self.weight_name,
+                               self.needs, self.needs_c_base)
 
     def describe(self) -> dict[str, Any]:
         """A JSON-serialisable description: name, summary, weight meaning, inputs, options schema."""

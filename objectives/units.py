@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from objectives.spec import TERM_INFO, KLOptions, LossStackSpec
+from objectives.options import KLOptions
+from objectives.spec import TERM_INFO, LossStackSpec
 
 __all__ = [
     "RECONSTRUCTION_TERMS",
@@ -59,9 +60,11 @@ def trained_kl_weight(stack: LossStackSpec, c_base: float | None) -> float | Non
     if beta is None or not weight_is_effective(stack):
         return beta
     raw, normalized = _raw_and_normalized(stack)
-    if normalized and c_base is None:
+    if not normalized:
+        return beta * raw
+    if c_base is None:
         raise ValueError("kl weight_units 'effective' on a stack divided by c_base needs c_base")
-    return beta * (raw + (normalized / c_base if normalized else 0.0))
+    return beta * (raw + normalized / c_base)
 
 
 def kl_scale(stack: LossStackSpec) -> str | None:

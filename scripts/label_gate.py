@@ -101,8 +101,8 @@ def load_base(record: Any, name: str | None, use_lm: bool) -> dict[str, Any] | N
 def gate_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """The gate's result for one registered dataset (module doc)."""
     from workers.data.config import DatasetDataConfig
-    from workers.data.dataset_source import split_assignment
-    from workers.data.dataset_store import DatasetNotFound, DatasetStore
+    from workers.datasets.source import split_assignment
+    from workers.datasets.store import DatasetNotFound, DatasetStore
     from workers.readouts.label_gate import GateSplit, run_gate
 
     store = DatasetStore(default_data_root())

@@ -66,7 +66,7 @@ def plan_or_exit(spec: SweepSpec, path: Path) -> SweepPlan:
     :func:`load_spec_or_exit` prints an invalid spec (exit 2). A dataset's train split is read
     from KSWEEP_DATA_ROOT for the plan's steps and ELBO units."""
     from sweeps.plan.budget import build_plan_within_budget
-    from workers.data.train_facts import train_facts
+    from workers.datasets.train_facts import train_facts
 
     try:
         return build_plan_within_budget(spec, train_facts(spec.template.data, default_data_root()))

@@ -17,8 +17,8 @@ from typing import Any
 import typer
 
 from service.cli.common import console, default_data_root, default_model_root
+from service.settings import LOCAL_OWNER
 
-LOCAL_OWNER = "local"
 URL_ENV = "KSWEEP_URL"
 
 
@@ -28,7 +28,7 @@ def use_service(local: bool | None) -> bool:
 
 
 def _store():  # noqa: ANN202 - the store module is imported only by the local commands
-    from workers.data.dataset_store import DatasetStore
+    from workers.datasets.store import DatasetStore
 
     return DatasetStore(default_data_root())
 
@@ -53,9 +53,9 @@ def model_tokenizer(name: str) -> Any:
 def add_local(path: Path, name: str, replace: bool, source_name: str,
               tokenizer: str | None) -> dict[str, Any]:
     """Read, validate and register one file in the local store; the record as JSON data."""
-    from workers.data.dataset_limits import DatasetError
-    from workers.data.dataset_store import DatasetConflict
-    from workers.data.dataset_table import canonicalize, read_table, tokenizer_of
+    from workers.datasets.limits import DatasetError
+    from workers.datasets.store import DatasetConflict
+    from workers.datasets.table import canonicalize, read_table, tokenizer_of
 
     text_tokenizer = model_tokenizer(tokenizer) if tokenizer is not None else None
     try:
@@ -77,8 +77,8 @@ def list_local() -> list[dict[str, Any]]:
 
 def show_local(name: str) -> dict[str, Any]:
     """One record of the local store (exit 2 naming the problem when there is none)."""
-    from workers.data.dataset_limits import DatasetError
-    from workers.data.dataset_store import DatasetNotFound
+    from workers.datasets.limits import DatasetError
+    from workers.datasets.store import DatasetNotFound
 
     try:
         return _store().get(name).model_dump(mode="json")
@@ -89,8 +89,8 @@ def show_local(name: str) -> dict[str, Any]:
 def rm_local(name: str) -> dict[str, Any]:
     """Remove a name from the local store. Nothing here knows which sweeps are running: a
     ``ksweep sweep run`` in progress that reads it may fail (the service refuses instead)."""
-    from workers.data.dataset_limits import DatasetError
-    from workers.data.dataset_store import DatasetNotFound
+    from workers.datasets.limits import DatasetError
+    from workers.datasets.store import DatasetNotFound
 
     try:
         return _store().remove(name).model_dump(mode="json")

@@ -3,7 +3,7 @@
 The service when ``KSWEEP_URL`` is set or with ``--service``, else the local store
 (:mod:`service.cli.dataset_local`, which says why). Over REST, ``add`` streams ONE Parquet,
 Arrow or JSONL file as the raw request body. A Hugging Face ``save_to_disk`` folder is first
-converted to Parquet here, on the client, from its Arrow files (:mod:`workers.data.dataset_hf`;
+converted to Parquet here, on the client, from its Arrow files (:mod:`workers.datasets.hf`;
 pyarrow is imported only then). ``--tokenizer MODEL`` tokenizes text with a registered model's
 tokenizer: the service's model store, or the local one (``ksweep model add``).
 """
@@ -20,12 +20,10 @@ from rich.table import Table
 
 from service.cli import dataset_local
 from service.cli.client import console, request_or_exit
-from workers.data.dataset_limits import SUFFIX_FORMATS
+from workers.datasets.formats import BY_NAME, SUFFIX_FORMATS
 
 data_app = typer.Typer(help="Register, list, show and remove datasets (docs/guide/datasets.md).",
                        no_args_is_help=True)
-MEDIA_TYPES = {"parquet": "application/vnd.apache.parquet",
-               "arrow": "application/vnd.apache.arrow.file", "jsonl": "application/x-ndjson"}
 CHUNK = 1 << 20
 
 
@@ -42,7 +40,8 @@ LOCAL_OPTION = typer.Option(
 
 def _upload(path: Path, name: str, replace: bool, filename: str, tokenizer: str | None) -> dict:
     fmt = SUFFIX_FORMATS[path.suffix.lower()]
-    headers = {"Content-Type": MEDIA_TYPES[fmt], "Content-Length": str(path.stat().st_size)}
+    headers = {"Content-Type": BY_NAME[fmt].media_types[0],
+               "Content-Length": str(path.stat().st_size)}
     params = {"name": name, "filename": filename, **({"replace": "true"} if replace else {}),
               **({"tokenizer": tokenizer} if tokenizer else {})}
     response = request_or_exit("POST", "/datasets", params=params, content=_chunks(path),
@@ -100,8 +99,8 @@ def add_command(
     """Validate and register a dataset (nothing is stored if it is refused)."""
     service = dataset_local.use_service(local)
     if source.is_dir():
-        from workers.data.dataset_hf import convert_saved_folder, is_saved_folder
-        from workers.data.dataset_limits import DatasetError
+        from workers.datasets.hf import convert_saved_folder, is_saved_folder
+        from workers.datasets.limits import DatasetError
 
         if not is_saved_folder(source):
             console.print(f"[red]{source.name}: a folder, but not a save_to_disk folder[/red] "
@@ -127,9 +126,9 @@ def add_command(
 def _where(service: bool) -> str:
     if not service:
         return dataset_local.where(False)
-    from service.settings import Settings
+    from ksweep.settings import ClientSettings
 
-    return dataset_local.where(True, Settings().url)
+    return dataset_local.where(True, ClientSettings().url)
 
 
 def _short_tokenizer(tokenizer: str | None) -> str:

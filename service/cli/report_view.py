@@ -13,10 +13,10 @@ from rich.table import Table
 from sweeps.report.text import (
     ALL,
     LATENT_COLUMNS,
-    _beta,
-    _interval,
     alpha_rows,
+    beta_text,
     headline,
+    interval_text,
     latent_note,
     latent_rows,
     latent_title,
@@ -32,9 +32,9 @@ def _alpha_table(report: Mapping[str, Any], metric: str) -> Table:
     for entry in rows:
         cell = entry["cell"]
         values = ", ".join("-" if v is None else f"{v:.2f}" for v in entry.get(ALL, cell)["values"])
-        table.add_row(cell["model"], _beta(cell),
+        table.add_row(cell["model"], beta_text(cell),
                       cell["loss_stack"] + (" (shared)" if cell["shared_with"] else ""),
-                      f"{cell['alpha']:g}", *(_interval(entry[k]) if k in entry else "-"
+                      f"{cell['alpha']:g}", *(interval_text(entry[k]) if k in entry else "-"
                                                for k in kinds), values)
     return table
 
@@ -57,7 +57,7 @@ def _contrast_table(contrasts: Sequence[Mapping[str, Any]], title: str) -> Table
     for c in contrasts:
         p = c["p_adjusted"] if c["family"] == "primary" else c["p_value"]
         table.add_row(f"{c['loss_stack']} - {c['baseline']}", c["model"], f"{c['alpha']:g}",
-                      _beta(c), c["kind"], _interval(c, "mean_diff"),
+                      beta_text(c), c["kind"], interval_text(c, "mean_diff"),
                       "-" if p is None else f"{p:.3g}", str(c["n_pairs"]), c["claim"])
     return table
 
@@ -69,9 +69,9 @@ def _best_table(best: Sequence[Mapping[str, Any]]) -> Table:
         table.add_column(column, overflow="fold")
     for entry in best:
         val = entry["val"]["mean"]
-        table.add_row(entry["model"], _beta(entry), entry["selected"]["loss_stack"],
+        table.add_row(entry["model"], beta_text(entry), entry["selected"]["loss_stack"],
                       f"{entry['selected']['alpha']:g}", "-" if val is None else f"{val:.3f}",
-                      f"{entry['split']} {_interval(entry['test'] or {})}",
+                      f"{entry['split']} {interval_text(entry['test'] or {})}",
                       ", ".join(entry["ties_on_val"]) or "-")
     return table
 

@@ -38,7 +38,7 @@ from service.cli.common import (
     plan_or_exit,
 )
 from service.orchestrator.driver_env import LOCAL_RAY_ENV, TUNE_ENV
-from sweeps.tune.status import SweepState, SweepStatus, TrialState
+from sweeps.status import SweepState, SweepStatus, TrialState
 from workers.contract import (
     ELBO_BETA_PARAM,
     LOCAL_MLFLOW_UI,
@@ -87,7 +87,7 @@ def train_command(
     except ValueError as error:
         console.print(f"[red]{error}[/red]")
         raise typer.Exit(2) from None
-    from workers.heap import heavy_imports
+    from workers.imports import heavy_imports
 
     with heavy_imports():
         from workers.train import TrialCheckFailed, TrialDiverged
@@ -141,9 +141,9 @@ def train_command(
 def _resolve_trial_data(config: Any) -> Any:
     """A trial config naming a dataset, resolved against KSWEEP_DATA_ROOT (exit 2 if it cannot be)."""
     from workers.data.config import DatasetDataConfig
-    from workers.data.dataset_resolve import DatasetResolutionError, resolve_dataset
-    from workers.data.dataset_store import DatasetStore
-    from workers.lm.resolve import resolve_model
+    from workers.datasets.resolve import DatasetResolutionError, resolve_dataset
+    from workers.datasets.store import DatasetStore
+    from workers.zfree.resolve import resolve_model
 
     if not isinstance(config.data, DatasetDataConfig):
         return config
@@ -195,7 +195,7 @@ def run_command(
     # before Ray is imported).
     for name, value in (TUNE_ENV | ({} if os.environ.get("RAY_ADDRESS") else LOCAL_RAY_ENV)).items():
         os.environ.setdefault(name, value)
-    from workers.heap import heavy_imports
+    from workers.imports import heavy_imports
 
     with heavy_imports():
         from service.settings import get_settings
@@ -211,7 +211,7 @@ def run_command(
                   f"MLflow {tracking_uri}")
     view = LiveView(plan.trial_count, spec.name)
     started = time.perf_counter()
-    from workers.data.dataset_resolve import DatasetResolutionError
+    from workers.datasets.resolve import DatasetResolutionError
 
     try:
         with view.live:

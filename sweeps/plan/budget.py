@@ -3,15 +3,15 @@ without expanding its axes, and whoever needs the plan builds it once)."""
 
 from __future__ import annotations
 
-from objectives.field_errors import Problem, located_errors
+from objectives.field_errors import LocatedProblem, located_errors
 from sweeps.plan.build import SweepPlan, build_plan
 from sweeps.spec import SweepSpec
-from workers.data.train_facts import TrainFacts
+from workers.datasets.train_facts import TrainFacts
 
 __all__ = ["budget_problems", "build_plan_within_budget"]
 
 
-def budget_problems(spec: SweepSpec, plan: SweepPlan) -> list[Problem]:
+def budget_problems(spec: SweepSpec, plan: SweepPlan) -> list[LocatedProblem]:
     """One problem at ``budget.max_trials`` when the plan runs more trials than it allows."""
     if plan.trial_count <= spec.budget.max_trials:
         return []

@@ -19,7 +19,7 @@ from sweeps.plan.equivalence import objective_signature
 from sweeps.plan.units import annotate_trials, default_facts, schedule_warnings
 from sweeps.spec import SweepSpec, ValueRange
 from workers.cohort.grouping import group_cohorts
-from workers.data.train_facts import TrainFacts
+from workers.datasets.train_facts import TrainFacts
 
 if TYPE_CHECKING:  # numpy (random search) and rich (render_plan) load where used: the API
     import numpy as np  # imports this module for SweepPlan

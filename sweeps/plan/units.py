@@ -4,7 +4,7 @@ schedules that do not finish within its run (torch-free).
 A trial's run is ``epochs x ceil(train rows / batch_size)`` optimizer steps
 (:mod:`objectives.schedules`); its beta in ELBO units is :mod:`objectives.units`' with the
 train split's mean target length, as far as it is known before the trial measures c_base.
-The train split's rows and mean length come from :class:`~workers.data.train_facts.TrainFacts`;
+The train split's rows and mean length come from :class:`~workers.datasets.train_facts.TrainFacts`;
 a number that is not known yet is said so (``unknown (why)``), never guessed.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from objectives.units import elbo_beta_before_c_base
 from sweeps.spec import SweepSpec
-from workers.data.train_facts import TrainFacts, train_facts
+from workers.datasets.train_facts import TrainFacts, train_facts
 
 __all__ = ["annotate_trials", "default_facts", "listed", "overrun_groups", "schedule_warnings"]
 

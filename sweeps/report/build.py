@@ -37,7 +37,7 @@ from sweeps.report.readout_table import (
 from sweeps.report.statistics import MIN_PAIRS_FOR_CLAIM, mean_interval, metric_range
 from sweeps.report.text import report_markdown
 from sweeps.spec import SweepSpec
-from sweeps.tune.status import TrialState
+from sweeps.status import TrialState
 from workers.contract import LATENT_METRICS, NMI_AUC, TEST_ELBO, TOTAL_STEPS_PARAM
 
 __all__ = ["TrialOutcome", "build_report", "metric_mode", "report_markdown", "summary_metrics",
@@ -171,7 +171,9 @@ def collapse_betas(cells: Sequence[dict[str, Any]], threshold: float, split: str
 def schedule_overruns(spec: SweepSpec, plan: SweepPlan, outcomes: Sequence[TrialOutcome]) -> list[str]:
     """The trials whose KL annealing or Gumbel temperature decay did not finish within their
     run, grouped by kind: the run's steps as the trial logged them (else as planned)."""
-    planned = {trial_key(trial): trial.get("total_steps") for trial in plan.trials}
+    # Optuna plans hold distributions ("U[0, 4]") where a grid holds values: no planned steps there.
+    planned = ({} if spec.search.kind == "optuna"
+               else {trial_key(trial): trial.get("total_steps") for trial in plan.trials})
     trials, labels = [], []
     for outcome in sorted(outcomes, key=lambda o: o.trial_id):
         steps = outcome.final.get(TOTAL_STEPS_PARAM)
@@ -248,7 +250,7 @@ def context_free_prior(spec: SweepSpec) -> list[str]:
     """Words when a learned prior meets a dataset without context (x empty on every row, by its
     store record's token counts); nothing when the record cannot be read or holds other content."""
     from workers.data.config import DatasetDataConfig
-    from workers.data.dataset_store import DatasetNotFound, DatasetStore
+    from workers.datasets.store import DatasetNotFound, DatasetStore
 
     data = spec.template.data
     if spec.template.model.prior != "learned" or not isinstance(data, DatasetDataConfig) or not data.root:

@@ -22,7 +22,7 @@ from typing import Any
 from objectives.units import effective_beta, elbo_beta, kl_weight
 from sweeps.plan.build import SweepPlan, row_label, trial_key
 from sweeps.spec import SweepSpec
-from sweeps.tune.status import TrialState
+from sweeps.status import TrialState
 from workers.contract import (
     EPOCHS_TO_NMI,
     EPOCHS_TO_NMI_CENSORED,

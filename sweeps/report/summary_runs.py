@@ -28,7 +28,7 @@ from workers.contract import (
     TOTAL_STEPS_PARAM,
     mlflow_ui_url,
 )
-from workers.tracking import RunLogger
+from workers.tracking.runs import RunLogger
 
 __all__ = ["RUN_KIND_SUMMARY", "log_summary_runs", "publish_summary", "runs_page_url", "save_view",
            "trials_view_state", "view_state"]

@@ -18,7 +18,7 @@ from tests.service.conftest import ROOT, TOKENS, auth
 from tests.service.test_lm_submit import spec
 from tests.support.serve_process import free_port
 from tests.support.tiny_lm import build_tiny_llama, text_table
-from workers.data.dataset_store import DatasetStore
+from workers.datasets.store import DatasetStore
 from workers.lm.registry import ModelStore, check_dataset_tokenizer
 from workers.lm.tokenizer import ModelTextTokenizer
 

@@ -17,12 +17,12 @@ from test_runner import _runs, _sweep, _write_spec
 
 from sweeps.plan.build import build_plan
 from sweeps.spec import load_sweep_spec
+from sweeps.status import read_status
 from sweeps.tune.cohort_trainable import COHORT_TAG
-from sweeps.tune.status import read_status
 from tests.support.tune_state import wait_restorable
 from workers.cohort.memory import HEADROOM, MEMORY_CAP_ENV, member_step_bytes
 from workers.contract import SWEEP_ID_TAG, TRIAL_ID_TAG
-from workers.tracking import CREATE_TOKEN_TAG
+from workers.tracking.runs import CREATE_TOKEN_TAG
 from workers.train.loop import Trainer
 
 pytestmark = pytest.mark.slow

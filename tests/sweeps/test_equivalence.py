@@ -6,8 +6,9 @@ import pytest
 from pydantic import ValidationError
 
 from objectives import LossStackSpec
+from objectives.units import effective_beta, reconstruction_scale
 from sweeps import SweepSpec, build_plan
-from sweeps.plan.equivalence import effective_beta, objective_signature, reconstruction_scale
+from sweeps.plan.equivalence import objective_signature
 
 CC = {"name": "concentration_corrected", "terms": {"concentration_corrected": 1.0}}
 

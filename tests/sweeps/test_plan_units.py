@@ -15,9 +15,9 @@ from sweeps.plan.build import build_plan
 from sweeps.spec import SweepSpec
 from tests.support.datasets import register, strategy_table
 from workers.data.config import DatasetDataConfig
-from workers.data.dataset_source import build_task
-from workers.data.dataset_store import DatasetStore
-from workers.data.train_facts import dataset_facts, train_facts
+from workers.datasets.source import build_task
+from workers.datasets.store import DatasetStore
+from workers.datasets.train_facts import dataset_facts, train_facts
 
 ROOT = Path(__file__).resolve().parents[2]
 

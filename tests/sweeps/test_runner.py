@@ -12,7 +12,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from sweeps.tune.status import read_status
+from sweeps.status import read_status
 from tests.support.mlflow_store import sqlite_store_uri
 from tests.support.tune_state import wait_restorable
 from workers.contract import RUN_KIND_SWEEP, RUN_KIND_TAG, RUN_KIND_TRIAL

@@ -251,7 +251,7 @@ def test_each_member_is_its_own_mlflow_run(tmp_path):
 
     from workers.cohort.trial import run_logged_cohort
     from workers.contract import FAILURE_TAG
-    from workers.tracking import metric_history
+    from workers.tracking.reads import metric_history
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     configs = members(base_config("discrete", epochs=2))[:3]

@@ -13,8 +13,8 @@ import torch
 
 from tests.support.scripts import load_script
 from tests.support.tiny_lm import VOCAB, WORDS, build_tiny_llama
-from workers.data.dataset_store import DatasetStore
-from workers.data.dataset_table import canonicalize, tokenizer_of
+from workers.datasets.store import DatasetStore
+from workers.datasets.table import canonicalize, tokenizer_of
 from workers.lm.features import mean_hidden_states
 from workers.lm.loading import fingerprint_files, load_model
 from workers.lm.registry import ModelError, ModelStore

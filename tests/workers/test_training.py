@@ -12,8 +12,8 @@ from mlflow.tracking import MlflowClient
 
 from objectives import token_weight_stats
 from workers.data import SyntheticTaskConfig, generate_split, oracle_base_nll
-from workers.models.zfree_base import BaseModelConfig, load_or_train_base
 from workers.train import Trainer, TrialConfig, TrialDiverged, load_trial_config
+from workers.zfree.base import BaseModelConfig, load_or_train_base
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "workers" / "examples"

@@ -1,25 +1,11 @@
 """A cohort's training step under ``torch.compile``, on static shapes so it compiles once.
 
-The eager pass (``Cohort._train_pass``) re-stacks the members whenever one leaves and feeds
-the last, short batch at its own size: each would be a new shape, and a new compile. Here:
-
-- every batch has ``batch_size`` rows: the last one is padded with rows whose mask is all
-  False (every loss term and batch metric averages over rows with an active token, so they
-  count for nothing) and whose noise is zero;
-- the target side (target, decoder input, mask, b_t) is cut to the smallest of a few fixed
-  length buckets that holds every running member's active tokens of the batch (the GRUs are
-  causal and the target encoder reads the last active position, so positions past the mask
-  change nothing); the context is never cut (its encoder reads the last position);
-- a member that stops or fails stays stacked but masked (``alive``): its loss is left out of
-  the backward and the optimizer does not touch its slice, so the member axis never changes;
-- annealed term weights, the Gumbel temperature and the NaN injection are tensors, not
-  Python numbers baked into the graph.
-
-So after one warm-up step per length bucket nothing recompiles (aggressive inference-network
-updates, workers/train/phases.py, compile the update once more for each part they move). Compiled are the forward and
-the objective stack (one graph; AOTAutograd compiles its backward) and the clipping plus
-stacked AdamW update (a second graph). Member k's numbers are the eager cohort's up to float
-rounding (tests/workers/test_cohort_compiled.py).
+The eager pass re-stacks the members whenever one leaves and feeds the last, short batch at
+its own size: each a new shape, and a new compile. Here every batch has ``batch_size`` rows,
+the target side is cut to one of a few length buckets, a member that leaves stays stacked but
+masked, and schedules are tensors (:class:`CompiledStep`). So after one warm-up step per
+bucket nothing recompiles, and member k's numbers are the eager cohort's up to float rounding
+(tests/workers/test_cohort_compiled.py).
 """
 
 from __future__ import annotations
@@ -36,6 +22,7 @@ import torch
 
 from objectives import LossInputs
 from workers.cohort import phases
+from workers.cohort.losses import loss_groups
 from workers.cohort.member import POSTERIOR_PROBS, per_member
 from workers.cohort.optim import clip_per_member
 from workers.cohort.phases import Draws
@@ -44,7 +31,7 @@ from workers.models import CVAEOutput
 from workers.models.backbone import upcast
 from workers.models.functional import cvae_forward
 from workers.train import phases as train_phases
-from workers.train.loop import Trainer
+from workers.train.batch_metrics import batch_metrics
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +93,23 @@ def wants_compile(mode: str, device: torch.device) -> bool:
 
 
 class CompiledStep:
-    """The compiled train pass of one cohort (see the module docstring).
+    """The compiled train pass of one cohort, on static shapes:
+
+    - the last batch is padded to ``batch_size`` with rows whose mask is all False (every loss
+      term and batch metric averages over rows with an active token, so they count for nothing)
+      and whose noise is zero;
+    - the target side (target, decoder input, mask, b_t) is cut to the smallest fixed length
+      bucket that holds every running member's active tokens of the batch (the GRUs are causal
+      and the target encoder reads the last active position); the context is never cut;
+    - a member that stops or fails stays stacked but masked (``alive``): its loss is left out of
+      the backward and the optimizer does not touch its slice, so the member axis never changes;
+    - annealed term weights, the Gumbel temperature and the NaN injection are tensors, not
+      Python numbers baked into the graph.
+
+    Compiled are the forward and the objective stack (one graph; AOTAutograd compiles its
+    backward) and the clipping plus stacked AdamW update (a second graph); aggressive
+    inference-network updates (workers/train/phases.py) compile the update once more for each
+    part they move.
 
     Build with :meth:`create` (None: eager). ``compile_seconds`` sums the warm-up steps
     (first step of each length bucket, compile included); ``fallback`` is the reason it went
@@ -166,7 +169,8 @@ class CompiledStep:
     def _build_groups(self) -> list[dict]:
         """Members with one loss stack share a vmapped loss; which outputs each term reaches."""
         groups = []
-        for index, positions, _ in self.cohort._loss_groups(self.rows):
+        for index, positions, _ in loss_groups(self.rows, self.cohort._data["target"].shape[1],
+                                               self.cohort.device):
             stack, diagnostics = self.rows[positions[0]].trainer._stacks()
             stack = train_phases.training_stack(stack, self.rows[0].config.training, self.cohort._data["target"].shape[1])
 
@@ -180,7 +184,7 @@ class CompiledStep:
                 for i, value in enumerate(out.terms.values()):  # the eager stack's sum, in its order
                     total = total + torch.where(weights[i] != 0, weights[i] * value.to(total.dtype), 0.0)
                 diag_out = diagnostics(LossInputs(token_nll.detach(), base_nll, mask))
-                values, count = Trainer._batch_values(out, diag_out, CVAEOutput(token_nll, kl, bow_logits), mask)
+                values, count = batch_metrics(out, diag_out, CVAEOutput(token_nll, kl, bow_logits), mask)
                 return total, {k: v.detach() for k, v in out.terms.items()}, values, count
 
             groups.append({"index": index, "positions": positions, "stack": stack, "fn": member_loss,

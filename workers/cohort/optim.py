@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-Tensors = dict[str, torch.Tensor]
+from workers.adamw import Tensors
 
 
 def _per_member(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

@@ -4,8 +4,8 @@ Each member is a lone :class:`~workers.train.loop.Trainer` (its own config, seed
 model, history, checkpoints; every epoch-end read-out runs the lone code): the cohort only
 replaces the train pass. There the members' parameters are stacked on a leading axis and
 one batched forward (workers/models/functional.py) and one backward run per step for all;
-each member keeps its own batch order, noise stream, loss stack, gradient clipping and
-AdamW state (optim.py), and the training phases (phases.py) move its own slices. A member
+each member keeps its own batch order, noise stream, loss stack (losses.py), gradient
+clipping and AdamW state (optim.py), and the training phases (phases.py) move its own slices. A member
 that diverges fails with the lone trainer's message, one that stops improving leaves; the
 others go on, re-stacked without it (or, compiled, kept stacked but masked: compiled.py). Same seed, same config: the same losses as alone.
 """
@@ -22,11 +22,11 @@ from typing import Any
 import torch
 from torch.func import stack_module_state
 
-from objectives import LossInputs
 from workers.cohort import phases
 from workers.cohort.compiled import CompiledStep
 from workers.cohort.evaluation import member_gradient_shares, member_outputs
 from workers.cohort.grouping import fingerprint
+from workers.cohort.losses import loss_groups
 from workers.cohort.member import (
     OUTPUTS,
     POSTERIOR_PROBS,
@@ -40,7 +40,6 @@ from workers.cohort.member import (
 )
 from workers.cohort.optim import StackedAdamW, clip_per_member
 from workers.contract import PERF_EPOCH_SECONDS, PERF_TOKENS_PER_SECOND, VAL_LOSS, TrainingStatus
-from workers.models import CVAEOutput
 from workers.models.backbone import upcast
 from workers.models.functional import cvae_forward
 from workers.train import phases as train_phases
@@ -192,39 +191,12 @@ class Cohort:
 
     # -- one epoch --------------------------------------------------------------------------
 
-    def _loss_groups(self, active: list[Member]) -> list[tuple[torch.Tensor, list[int], Callable]]:
-        """Members with one loss stack (and c_base) share one vmapped loss: ``(index, positions, fn)``."""
-        groups: dict[tuple, list[int]] = {}
-        for k, member in enumerate(active):
-            spec = member.config.loss_stack
-            key = (spec.model_dump_json(), member.trainer.c_base, tuple(member.trainer.train_kappa(spec).items()))
-            groups.setdefault(key, []).append(k)
-        result = []
-        for indices in groups.values():
-            stack, diagnostics = active[indices[0]].trainer._stacks()
-            stack = train_phases.training_stack(stack, active[0].config.training, self._data["target"].shape[1])
-
-            def member_loss(token_nll, base_nll, mask, kl, bow_logits, targets, step, posterior_probs,
-                            stack=stack, diagnostics=diagnostics):
-                """The lone train step's loss and batch metrics for one member (vmapped)."""
-                inputs = LossInputs(token_nll=token_nll, base_nll=base_nll, mask=mask, kl=kl,
-                                    bow_logits=bow_logits, targets=targets,
-                                    posterior_probs=posterior_probs, step=step)
-                out = stack(inputs)
-                diag_out = diagnostics(LossInputs(token_nll.detach(), base_nll, mask))
-                output = CVAEOutput(token_nll, kl, bow_logits)
-                values, count = Trainer._batch_values(out, diag_out, output, mask)
-                return out.total, {k: v.detach() for k, v in out.terms.items()}, values, count
-
-            result.append((torch.tensor(indices, device=self.device), indices, member_loss))
-        return result
-
     def _train_pass(self, active: list[Member]):
         """One pass over the train split for all running members; per-member tensors back."""
         if self._compiled is not None:
             return self._compiled.train_pass(active)
         training = active[0].config.training
-        groups = self._loss_groups(active)
+        groups = loss_groups(active, self._data["target"].shape[1], self.device)
         size = self._data["target"].shape[1]
         order = torch.stack([torch.randperm(size, generator=m.trainer._generator) for m in active])
         inject = [m.config.training.inject_nan_at_step for m in active]

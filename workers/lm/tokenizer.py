@@ -21,7 +21,7 @@ from workers.lm.registry import ModelError, ModelRecord, ModelStore
 
 
 class ModelTextTokenizer:
-    """Implements ``workers.data.dataset_table.TextTokenizer`` with a Hugging Face tokenizer.
+    """Implements ``workers.datasets.table.TextTokenizer`` with a Hugging Face tokenizer.
 
     Attributes:
         name: ``<label>@<fingerprint>``, what the dataset record keeps.

@@ -1,15 +1,11 @@
 """The CVAE's training-mode forward pass for K stacked parameter sets at once.
 
-A cohort (workers/cohort/trainer.py) keeps K members' parameters stacked on a leading axis
-(``torch.func.stack_module_state`` of K :class:`~workers.models.CVAE` modules) and runs
-this forward once per step for all of them: every matmul is one batched ``baddbmm`` over
-the members, the GRUs are unrolled over the (short) sequences with one batched step per
-position. The maths is the module's, op for op (workers/models/cvae.py, backbone.py):
-member k's slice of every output equals ``CVAE.forward`` of member k's parameters on
-member k's batch up to float rounding. Randomness is an argument (``noise`` and the word
-dropout's ``dropped``), drawn by the caller from each member's own generator, so each member
-reproduces the draws its lone trial would make. Dropout is not supported (the cohort rejects
-``dropout > 0``).
+A cohort keeps its members' parameters stacked on a leading axis and runs this forward once per
+step for all of them: every matmul one batched ``baddbmm``, the GRUs unrolled with one batched
+step per position. The maths is ``workers/models/cvae.py``'s op for op, so member k's slice
+equals ``CVAE.forward`` of member k's parameters up to float rounding. Randomness is an argument
+(``noise``, ``dropped``) drawn from each member's own generator, as its lone trial would draw it;
+dropout is not supported (the cohort refuses ``dropout > 0``).
 """
 
 from __future__ import annotations

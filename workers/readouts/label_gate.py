@@ -1,22 +1,10 @@
 """The label gate: can a latent find this label at all, and what else gives it away?
-(torch-free, scikit-learn; ``scripts/label_gate.py`` runs it on a registered dataset.)
 
-Everything is fitted on the train split and scored on the test split:
-
-- **the unsupervised ceiling**: k-means (k = the number of labels) on the text's TF-IDF
-  reduced by LSA, and on the base model's mean hidden states where there is one; test AMI
-  against the label, with a bootstrap interval. The ceiling is the larger of the two. Under
-  :data:`CEILING_AMI_MIN` the label is *not for comparing stacks*: a latent that worked
-  perfectly would still read near chance.
-- **what a supervised reader gets from one kind of evidence**: logistic regressions on the
-  length alone, the formatting alone, the content words alone and all the tokens, beside the
-  majority class (test accuracy, Wilson intervals); the best single token per label.
-- **kappa against length**: Spearman's rho of kappa_alpha (given, per example) with the length.
-- **where the evidence sits** (:func:`evidence_on_top_surprisal`): the share of the
-  bag-of-tokens classifier's evidence for the true class on each example's highest-surprisal
-  tokens, against the share the same number of tokens would hold at random; and whether the
-  concentrated examples carry more of it (:func:`kappa_against_evidence`: kappa against the
-  classifier's margin), the caveat's side.
+Torch-free, scikit-learn; ``scripts/label_gate.py`` runs it on a registered dataset. Fitted on
+the train split and scored on test: the unsupervised ceiling (a label no clustering finds is not
+for comparing stacks), what a supervised reader gets from one kind of evidence (length,
+formatting, content words, all tokens), kappa against length, and where the evidence sits
+against surprisal (:func:`run_gate` lists each part).
 """
 
 from __future__ import annotations
@@ -306,7 +294,24 @@ def verdict_and_flags(result: dict[str, Any]) -> tuple[str, list[str]]:
 def run_gate(train: GateSplit, test: GateSplit, *,
              states: tuple[np.ndarray, np.ndarray] | None = None,
              decode: Callable[[int], str] | None = None, seed: int = 0) -> dict[str, Any]:
-    """Every measure of the module doc, as JSON-ready data (``verdict`` and ``flags`` last).
+    """Every measure of the gate, as JSON-ready data (``verdict`` and ``flags`` last).
+
+    Everything is fitted on the train split and scored on the test split:
+
+    - **the unsupervised ceiling**: k-means (k = the number of labels) on the text's TF-IDF
+      reduced by LSA, and on the base model's mean hidden states where there is one; test AMI
+      against the label, with a bootstrap interval. The ceiling is the larger of the two. Under
+      :data:`CEILING_AMI_MIN` the label is *not for comparing stacks*: a latent that worked
+      perfectly would still read near chance.
+    - **what a supervised reader gets from one kind of evidence**: logistic regressions on the
+      length alone, the formatting alone, the content words alone and all the tokens, beside the
+      majority class (test accuracy, Wilson intervals); the best single token per label.
+    - **kappa against length**: Spearman's rho of kappa_alpha (given, per example) with the length.
+    - **where the evidence sits** (:func:`evidence_on_top_surprisal`): the share of the
+      bag-of-tokens classifier's evidence for the true class on each example's highest-surprisal
+      tokens, against the share the same number of tokens would hold at random; and whether the
+      concentrated examples carry more of it (:func:`kappa_against_evidence`: kappa against the
+      classifier's margin), the caveat's side.
 
     Args:
         train, test: the splits (fit on train, score on test).

@@ -1,18 +1,7 @@
 """Views of a text that keep one kind of evidence only, for the label gate's classifiers
-(torch-free, scikit-learn).
-
-- :func:`shape_of`: the formatting alone. Every word becomes one letter for its case pattern
-  (``a`` lower, ``C`` capitalised, ``U`` all capitals, ``M`` mixed), every run of digits ``0``,
-  every run of spaces ``_`` and every line break ``N``; punctuation and symbols stay. "Oak (Quercus
-  alba), 1753." reads ``C_(C_a),_0.``: no word, and no word's length, survives.
-- :func:`content_words`: the words alone: lower-cased alphabetic words of two letters or more,
-  English stop words removed. No punctuation, case, digit or line break survives.
-
-Each has a vectorizer fitted on the train split only (:func:`formatting_vectorizer`,
-:func:`content_vectorizer`) that gives proportions (TF-IDF normalised to sum 1): a linear
-reader then sees a weighted mean over the text's words, and the length does not come in by the
-back door (l2-normalised or raw counts let a linear model read the length off the entries' size
-or sum: on a label that is pure length, content words alone then reach 100%).
+(torch-free, scikit-learn): its formatting alone (:func:`shape_of`) or its words alone
+(:func:`content_words`), each with a vectorizer fitted on the train split that gives
+proportions, so a linear reader cannot read the length off them.
 """
 
 from __future__ import annotations
@@ -36,7 +25,13 @@ def _word_shape(word: str) -> str:
 
 
 def shape_of(text: str) -> str:
-    """The formatting of ``text``, one symbol per word, number, blank run or punctuation mark."""
+    """The formatting of ``text``, one symbol per word, number, blank run or punctuation mark.
+
+    Every word becomes one letter for its case pattern (``a`` lower, ``C`` capitalised, ``U``
+    all capitals, ``M`` mixed), every run of digits ``0``, every run of spaces ``_`` and every
+    line break ``N``; punctuation and symbols stay. "Oak (Quercus alba), 1753." reads
+    ``C_(C_a),_0.``: no word, and no word's length, survives.
+    """
     out = []
     for piece in _SHAPE.findall(text):
         if piece[0].isalpha():
@@ -53,12 +48,19 @@ def shape_of(text: str) -> str:
 
 
 def content_words(text: str) -> list[str]:
-    """Lower-cased alphabetic words of >= 2 letters, English stop words removed."""
+    """Lower-cased alphabetic words of >= 2 letters, English stop words removed: no punctuation,
+    case, digit or line break survives."""
     return [w for w in _WORD.findall(text.lower()) if w not in ENGLISH_STOP_WORDS]
 
 
 def formatting_vectorizer() -> TfidfVectorizer:
-    """Character 1-3-grams of :func:`shape_of`, as proportions (TF-IDF, l1)."""
+    """Character 1-3-grams of :func:`shape_of`, as proportions (TF-IDF, l1).
+
+    Proportions (here and in :func:`content_vectorizer`): a linear reader then sees a weighted
+    mean over the text's words, and the length does not come in by the back door (l2-normalised
+    or raw counts let it read the length off the entries' size or sum: on a label that is pure
+    length, content words alone then reach 100%).
+    """
     return TfidfVectorizer(preprocessor=shape_of, analyzer="char", ngram_range=(1, 3),
                            lowercase=False, norm="l1")
 

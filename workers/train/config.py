@@ -8,8 +8,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
+from objectives.options import KLOptions
 from objectives.schedules import kl_schedule_overrun, ramp_overrun, total_optimizer_steps
-from objectives.spec import KLOptions, LossStackSpec
+from objectives.spec import LossStackSpec
 from workers.data.config import DatasetDataConfig, SyntheticTaskConfig
 from workers.models.config import BaseModelConfig, ModelConfig
 from workers.yaml_loader import read_mapping_file

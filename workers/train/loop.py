@@ -1,15 +1,14 @@
-"""The training recipe: one trial's loop, evaluation, divergence handling and checkpoints.
+"""The training recipe: one trial's loop, evaluation and divergence handling (checkpoints: state.py).
 
-Components (data, base model, CVAE, loss stack) are built from the TrialConfig; the
-loop only composes them. The hot path has no host sync: per-step losses stay on
-the device and are read once per epoch, the logging point.
+Components (data, base model, CVAE, loss stack) are built from the TrialConfig and the loop
+composes them. The hot path has no host sync: per-step losses stay on the device and are read
+once per epoch, the logging point.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ import numpy as np
 import torch
 
 from objectives import KappaSummaryAccumulator, LossInputs, LossStackSpec, baseline_self_check
+from workers.adamw import AdamW
 from workers.contract import (
     PERF_EPOCH_SECONDS,
     PERF_TOKENS_PER_SECOND,
@@ -28,16 +28,12 @@ from workers.contract import (
 )
 from workers.models import CVAE, CVAEOutput
 from workers.models.backbone import upcast
-from workers.models.zfree_base import BaseSurprisal
 from workers.readouts.evaluate import (
-    DIAGNOSTIC_TERMS,
     Collected,
-    SplitData,
     collect,
     diagnostic_stack,
     model_readouts,
     position_profiles,
-    readout_split,
 )
 from workers.readouts.gradients import (
     gradient_shares,
@@ -45,16 +41,22 @@ from workers.readouts.gradients import (
     reconstruction_spec,
     token_groups,
 )
+from workers.readouts.split_data import SplitData, readout_split
 from workers.train import phases
-from workers.train.adamw import AdamW
+from workers.train.batch_metrics import batch_metrics
 from workers.train.config import TrialConfig
 from workers.train.selection import Selection, selected_metrics, speed_metrics
 from workers.train.sources import TaskView, load_sources
+from workers.train.state import (
+    load_trainer_state,
+    resolve_device,
+    save_state,
+    seed_everything,
+    trainer_state,
+)
+from workers.zfree.base import BaseSurprisal
 
-RECON_TERMS = DIAGNOSTIC_TERMS
 KAPPA_METRICS = ("kappa_mean", "kappa_p50", "kappa_p90", "kappa_max", "cv2_mean")
-# Overall train names kept from the running means of the epoch's steps (not the eval pass).
-RUNNING_TRAIN_METRICS = ("loss", "kl", *DIAGNOSTIC_TERMS)
 
 
 class TrialDiverged(RuntimeError):
@@ -63,22 +65,6 @@ class TrialDiverged(RuntimeError):
 
 class TrialCheckFailed(RuntimeError):
     """The baseline self-check (docs/concepts/objectives.md, the R^ section) failed."""
-
-
-def resolve_device(name: str) -> torch.device:
-    """'auto' -> cuda when available, else cpu; 'cuda' without CUDA raises ValueError."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("training.device is 'cuda' but CUDA is not available; use 'auto' or 'cpu'")
-    return torch.device(name)
-
-
-def seed_everything(seed: int) -> None:
-    """Seed python, numpy and torch (all devices)."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 EpochCallback = Callable[["Trainer", int, dict[str, float]], None]
@@ -195,21 +181,6 @@ class Trainer:
         )
         return output, inputs
 
-    @staticmethod
-    def _batch_values(stack_out, diag_out, output: CVAEOutput, mask: torch.Tensor):
-        """Per-batch metric tensors (on device) and the batch's count of active examples."""
-        active = mask.any(dim=-1)
-        kl = upcast(output.kl)
-        kl_per_example = kl.sum(dim=-1) if kl.dim() == 2 else kl
-        count = active.sum()
-        values = {
-            "loss": stack_out.total.detach(),
-            "kl": torch.where(active, kl_per_example.detach(), 0.0).sum() / count.clamp_min(1),
-        }
-        for metric, term in RECON_TERMS.items():
-            values[metric] = diag_out.terms[term].detach()
-        return values, count
-
     # -- one epoch --------------------------------------------------------------------------
 
     def train_epoch(self) -> dict[str, float]:
@@ -245,7 +216,7 @@ class Trainer:
                 continue
             with torch.no_grad():
                 diag_out = diagnostics(LossInputs(inputs.token_nll.detach(), inputs.base_nll, inputs.mask))
-                values, count = self._batch_values(stack_out, diag_out, output, inputs.mask)
+                values, count = batch_metrics(stack_out, diag_out, output, inputs.mask)
                 values["loss"] = loss.detach()
                 for key, value in values.items():
                     sums[key] = sums.get(key, 0.0) + value * count
@@ -398,49 +369,15 @@ class Trainer:
 
     def state_dict(self) -> dict[str, Any]:
         """Model, optimiser, counters, history and every RNG state (to resume mid-trial)."""
-        return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "epoch": self.epoch,
-            "step": self.step,
-            "history": self.history,
-            "selection": self.selection.state_dict(),
-            "config": self.config.model_dump(mode="json"),
-            "rng": {
-                "python": random.getstate(),
-                "numpy": np.random.get_state(),
-                "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-                "batching": self._generator.get_state() if self._generator else None,
-            },
-        }
+        return trainer_state(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state written by :meth:`state_dict` (the config must match)."""
-        if state["config"] != self.config.model_dump(mode="json"):
-            raise ValueError("checkpoint was written by a different trial config; refusing to resume")
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.epoch, self.step, self.history = state["epoch"], state["step"], state["history"]
-        if "selection" in state:
-            self.selection.load_state_dict(state["selection"])
-        rng = state["rng"]
-        random.setstate(rng["python"])
-        np.random.set_state(rng["numpy"])
-        torch.set_rng_state(rng["torch"])
-        if rng["cuda"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
-        if rng["batching"] is not None and self._generator is not None:
-            self._generator.set_state(rng["batching"])
+        load_trainer_state(self, state)
 
     def save_checkpoint(self, path: Path | str) -> Path:
         """Write the state atomically to ``path`` (a file)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        staging = path.with_name(path.name + ".tmp")
-        torch.save(self.state_dict(), staging)
-        staging.replace(path)
-        return path
+        return save_state(self.state_dict(), path)
 
     def load_checkpoint(self, path: Path | str) -> None:
         """Resume from a file written by :meth:`save_checkpoint`."""

@@ -1,16 +1,9 @@
 """Training phases that remedy posterior collapse: how a trial trains, not what it optimises.
 
-- Autoencoder pre-training (Li et al. 2019): the first ``training.autoencoder_epochs`` train
-  with the KL term's weight at 0; then the KL comes in, its anneal schedule counted from
-  there, and with ``autoencoder_reset_decoder`` the decoder's parameters go back to their
-  initial values (and their AdamW state is cleared) first.
-- Aggressive inference-network updates (He et al. 2019): in the first
-  ``training.aggressive_epochs``, each batch's update of the generative side (every
-  parameter but the inference network's) follows ``aggressive_encoder_steps`` updates of the
-  inference network alone, on the next batches of the epoch's order.
-
-The lone trainer (workers/train/loop.py) and the cohort (workers/cohort/) take their plan
-from here, so a cohort member updates the same parameters on the same batches as alone.
+Autoencoder pre-training (Li et al. 2019: the KL weight at 0 for the first epochs, optionally
+resetting the decoder after) and aggressive inference-network updates (He et al. 2019: the
+inference network updated alone for a few batches before each generative update). The lone
+trainer and the cohort take their plan from here, so a member updates what it would alone.
 """
 
 from __future__ import annotations

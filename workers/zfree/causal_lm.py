@@ -15,13 +15,13 @@ import numpy as np
 import torch
 
 from workers.contract import SPLITS
-from workers.data.dataset_source import DatasetTask, split_assignment
-from workers.data.dataset_store import DatasetStore
-from workers.data.dataset_table import X, Y
+from workers.datasets.source import DatasetTask, split_assignment
+from workers.datasets.store import DatasetStore
+from workers.datasets.table import X, Y
 from workers.lm.registry import ModelError, ModelStore
 from workers.lm.surprisal import cached_lm_base_nll
 from workers.models.config import BaseModelConfig
-from workers.models.zfree_base import BaseSurprisal, c_base_of
+from workers.zfree.base import BaseSurprisal, c_base_of
 
 
 def causal_lm_base(task: DatasetTask, base: BaseModelConfig, cache_root: Path | str,
@@ -38,8 +38,7 @@ def causal_lm_base(task: DatasetTask, base: BaseModelConfig, cache_root: Path | 
     store = ModelStore(base.model_root)
     record = store.get(str(base.model))
     if record.sha256 != base.model_sha256:  # the name moved: read the pinned object's record
-        record = record.model_validate_json(
-            (store.root / "objects" / base.model_sha256 / "meta.json").read_text())
+        record = store.object_record(base.model_sha256)
     config = task.config
     table = DatasetStore(Path(str(config.root))).open_table(str(config.sha256))
     lm = cached_lm_base_nll(

@@ -1,6 +1,6 @@
 """Validate one uploaded file in a child process under a memory limit, and stage it.
 
-``python -m workers.data.dataset_check --input F --format parquet --source-name NAME --root R``
+``python -m workers.datasets.check --input F --format parquet --source-name NAME --root R``
 caps its own address space (``RLIMIT_AS``) before pyarrow is imported, reads and canonicalizes
 the file (text with the registered model ``--tokenizer-model`` of ``--model-root`` when given,
 else byte-level), stages the canonical table in the store's ``tmp/`` and prints one JSON line:
@@ -18,7 +18,7 @@ import resource
 import sys
 from typing import TYPE_CHECKING
 
-from workers.data.dataset_limits import CHILD_ENV, EXIT_OUT_OF_MEMORY, EXIT_REFUSED
+from workers.datasets.limits import CHILD_ENV, EXIT_OUT_OF_MEMORY, EXIT_REFUSED
 
 if TYPE_CHECKING:  # transformers loads only when a tokenizer is asked for
     from workers.lm.tokenizer import ModelTextTokenizer
@@ -35,7 +35,7 @@ def _emit(payload: dict[str, object]) -> None:
 
 def _model_tokenizer(model_root: str | None, name: str) -> ModelTextTokenizer:
     """The registered model's tokenizer; a missing or changed model is a DatasetError."""
-    from workers.data.dataset_limits import DatasetError
+    from workers.datasets.limits import DatasetError
     from workers.lm.registry import ModelError
     from workers.lm.tokenizer import ModelTextTokenizer
 
@@ -65,9 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import pyarrow as pa
 
-        from workers.data.dataset_limits import DatasetError, DatasetLimits
-        from workers.data.dataset_store import DatasetStore
-        from workers.data.dataset_table import canonicalize, read_table, tokenizer_of
+        from workers.datasets.limits import DatasetError, DatasetLimits
+        from workers.datasets.store import DatasetStore
+        from workers.datasets.table import canonicalize, read_table, tokenizer_of
 
         limits = DatasetLimits.model_validate_json(args.limits)
         try:

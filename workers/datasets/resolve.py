@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from workers.data.config import DatasetDataConfig
-from workers.data.dataset_store import DatasetNotFound, DatasetStore
+from workers.datasets.store import DatasetNotFound, DatasetStore
 
 
 class DatasetResolutionError(ValueError):

@@ -1,5 +1,5 @@
-"""Reading a sweep back from MLflow alone: its parent run, report and trial runs with their
-final metrics and per-epoch histories.
+"""Reading runs back from MLflow: a sweep's parent run, report and trial runs with their final
+metrics and per-epoch histories; an experiment's runs; one metric's history.
 
 The service's ``GET /sweeps/{id}/history`` and :func:`ksweep.frames.from_mlflow` both read
 through here, so a sweep run by the service, by ``ksweep sweep run`` or on another cluster is
@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workers.contract import (
     HISTORY_METRICS,
@@ -29,6 +29,10 @@ from workers.contract import (
     runs_with_tag_filter,
 )
 
+if TYPE_CHECKING:
+    from mlflow.entities import Run
+    from mlflow.tracking import MlflowClient
+
 REPORT_ARTIFACT = "report.json"
 DEFAULT_HISTORY_METRICS: tuple[str, ...] = HISTORY_METRICS
 """The curves ``/history`` returns when no ``metrics`` are asked for (the report's curves)."""
@@ -40,7 +44,7 @@ class SweepNotInMlflow(LookupError):
 
 
 @dataclass
-class TrialRun:
+class LoggedTrial:
     """One trial's MLflow run: its latest value of every metric and the rows it stands in."""
 
     trial_id: str
@@ -134,7 +138,8 @@ def load_report(tracking_uri: str, parent_run_id: str) -> dict[str, Any] | None:
     return report
 
 
-def trial_runs(tracking_uri: str, sweep_id: str, experiment_id: str | None = None) -> list[TrialRun]:
+def trial_runs(tracking_uri: str, sweep_id: str,
+               experiment_id: str | None = None) -> list[LoggedTrial]:
     """Every trial run of the sweep, one per trial id (the newest when a trial was retried
     into a second run), sorted by trial id; an unknown sweep gives an empty list."""
     client = _client(tracking_uri)
@@ -147,20 +152,20 @@ def trial_runs(tracking_uri: str, sweep_id: str, experiment_id: str | None = Non
         if trial_id and (trial_id not in newest or (run.info.start_time or 0)
                          > (newest[trial_id].info.start_time or 0)):
             newest[trial_id] = run
-    return [TrialRun(trial_id=trial_id, run_id=run.info.run_id,
-                     shared_by=[s for s in run.data.tags.get(SHARED_BY_TAG, "").split(",") if s],
-                     final={k: _finite(v) for k, v in sorted(run.data.metrics.items())})
+    return [LoggedTrial(trial_id=trial_id, run_id=run.info.run_id,
+                        shared_by=[s for s in run.data.tags.get(SHARED_BY_TAG, "").split(",") if s],
+                        final={k: _finite(v) for k, v in sorted(run.data.metrics.items())})
             for trial_id, run in sorted(newest.items())]
 
 
-def unknown_metrics(runs: Iterable[TrialRun], metrics: Sequence[str]) -> list[str]:
+def unknown_metrics(runs: Iterable[LoggedTrial], metrics: Sequence[str]) -> list[str]:
     """The asked-for metrics no run logged (empty when there are no runs yet)."""
     runs = list(runs)
     logged = {name for run in runs for name in run.final}
     return [m for m in metrics if runs and m not in logged]
 
 
-def metric_points(tracking_uri: str, runs: Iterable[TrialRun], metrics: Sequence[str]
+def metric_points(tracking_uri: str, runs: Iterable[LoggedTrial], metrics: Sequence[str]
                   ) -> list[dict[str, Any]]:
     """Long format: one point per trial x metric x step (the epoch), in that order.
 
@@ -182,3 +187,38 @@ def metric_points(tracking_uri: str, runs: Iterable[TrialRun], metrics: Sequence
                            "value": _finite(value)}
                           for step, value in sorted(by_step.items()))
     return points
+
+
+def find_runs(tracking_uri: str, experiment_name: str, filter_string: str = "") -> list[Run]:
+    """All active runs of an experiment matching an MLflow search filter, every page.
+
+    Returns:
+        The runs, newest first (MLflow's default order); empty when the experiment does
+        not exist.
+    """
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    experiment = client.get_experiment_by_name(experiment_name)
+    if experiment is None:
+        return []
+    runs: list[Run] = []
+    page_token = None
+    while True:
+        page = client.search_runs(
+            [experiment.experiment_id], filter_string=filter_string, page_token=page_token
+        )
+        runs.extend(page)
+        page_token = page.token
+        if not page_token:
+            return runs
+
+
+def metric_history(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, float]]:
+    """The ``(step, value)`` points of one metric, sorted by step (then by log time).
+
+    Returns:
+        Empty when the metric was never logged. NaN values come back as NaN.
+    """
+    points = sorted(client.get_metric_history(run_id, key), key=lambda m: (m.step, m.timestamp))
+    return [(point.step, point.value) for point in points]

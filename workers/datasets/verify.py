@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from workers.data.config import DatasetDataConfig
-from workers.data.dataset_limits import DatasetError
-from workers.data.dataset_store import DatasetStore
+from workers.datasets.limits import DatasetError
+from workers.datasets.store import DatasetStore
 
 log = logging.getLogger(__name__)
 _VERIFIED: set[tuple[str, str]] = set()
@@ -48,7 +48,7 @@ def verify_once(config: DatasetDataConfig) -> float:
     with _LOCK:  # one check per pair even when threads of one worker start together
         if key in _VERIFIED:
             return 0.0
-        from workers.data.dataset_table import content_hash
+        from workers.datasets.table import content_hash
 
         store = DatasetStore(root)
         started = time.perf_counter()

@@ -22,15 +22,15 @@ import torch
 from filelock import FileLock
 
 from objectives import ReferenceScale
+from workers.adamw import AdamW
 from workers.data import SyntheticSplit, SyntheticTaskConfig, generate_task, oracle_base_nll
 from workers.models import BaseDecoder, ModelConfig
 from workers.models.config import BaseModelConfig
-from workers.train.adamw import AdamW
 
 if TYPE_CHECKING:
-    from workers.data.dataset_source import DatasetTask
+    from workers.datasets.source import DatasetTask
 
-CACHE_FORMAT_VERSION = 1
+BASE_CACHE_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -53,11 +53,11 @@ class BaseSurprisal:
     cache_path: Path | None = None
 
 
-def cache_key(data: SyntheticTaskConfig, base: BaseModelConfig) -> str:
+def base_cache_key(data: SyntheticTaskConfig, base: BaseModelConfig) -> str:
     """Content address of a learned base model: a hash of both configs and the format version."""
     payload = json.dumps(
         {"data": data.model_dump(mode="json"), "base": base.model_dump(mode="json"),
-         "version": CACHE_FORMAT_VERSION},
+         "version": BASE_CACHE_VERSION},
         sort_keys=True,
     )
     return hashlib.sha256(payload.encode()).hexdigest()[:24]
@@ -146,7 +146,7 @@ def load_or_train_base(
         train_nll, val_nll = oracle_base_nll(data, train), oracle_base_nll(data, val)
         return BaseSurprisal(train_nll, val_nll, c_base_of(train, train_nll), "oracle")
 
-    return learned_base(cache_key(data, base), {"data": data.model_dump(mode="json")}, base,
+    return learned_base(base_cache_key(data, base), {"data": data.model_dump(mode="json")}, base,
                         data.vocab_size, train, val, cache_root, device)
 
 
@@ -176,7 +176,7 @@ def learned_base(
                 "key": key, "c_base": c_base_of(train, train_nll),
                 "train_seconds": time.perf_counter() - started, "train_rows": len(train),
                 **describe, "base": base.model_dump(mode="json"), "vocab_size": vocab_size,
-                "format_version": CACHE_FORMAT_VERSION,
+                "format_version": BASE_CACHE_VERSION,
             }
             (staging / "meta.json").write_text(json.dumps(meta, indent=2))
             if target.exists():  # a stale folder without meta.json (crash before rename)

@@ -1,18 +1,13 @@
-"""MLflow logging for trials and sweeps, safe to use from inside Ray trial processes.
+"""The run logger: one MLflow run written through an explicit client, safe inside Ray workers.
 
-Every call goes through an explicit :class:`mlflow.tracking.MlflowClient` bound to a
-tracking URI. The fluent API (``mlflow.start_run``) keeps one active run in process-global
-state, which breaks when Ray reuses a worker process for several trials or when a driver
-holds a parent run while children are logged elsewhere.
-
-Metric names and tags follow workers/contract.py (docs/concepts/design.md, "What a trial records"): ``step`` is the
-epoch, children carry ``mlflow.parentRunId``, and experiments carry
-``mlflow.experimentKind = custom_model_development`` so MLflow 3's UI opens them on the
-runs table rather than the GenAI traces overview.
-
-Writes survive an MLflow server that is down for a while (:mod:`workers.mlflow_retry`): every
-call is retried with backoff, creating a run is idempotent (a token tag finds a run whose
-creation reply was lost), and a trial's metrics may be buffered while the server is away.
+The fluent API (``mlflow.start_run``) keeps one active run per process, which breaks when Ray
+reuses a worker for several trials or a driver holds a parent run while children log
+elsewhere; every call here goes through an :class:`~mlflow.tracking.MlflowClient` bound to a
+tracking URI. Names and tags follow :mod:`workers.contract`: ``step`` is the epoch, children
+carry ``mlflow.parentRunId``, experiments ``mlflow.experimentKind = custom_model_development``
+(MLflow 3's UI then opens the runs table). Every write is retried while the server is down
+(:mod:`workers.tracking.retry`), a run's creation is idempotent (a token tag finds a run whose
+reply was lost), and a trial's metrics go through a :class:`~workers.tracking.writer.MetricWriter`.
 """
 
 from __future__ import annotations
@@ -37,27 +32,12 @@ from mlflow.utils.validation import (
     MAX_PARAMS_TAGS_PER_BATCH,
 )
 
-from workers.contract import (
-    EXPERIMENT_KIND,
-    EXPERIMENT_KIND_TAG,
-    default_tracking_uri,
-    mlflow_ui_url,
-)
-from workers.mlflow_retry import MetricWriter, retrying, step_logged
-from workers.run_params import flatten_config, provenance_params
+from workers.contract import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, mlflow_ui_url
+from workers.tracking.params import flatten_config
+from workers.tracking.retry import retrying, step_logged
+from workers.tracking.writer import MetricWriter
 
-__all__ = [
-    "EXPERIMENT_KIND",
-    "EXPERIMENT_KIND_TAG",
-    "NewRun",
-    "RunLogger",
-    "default_tracking_uri",
-    "ensure_experiment",
-    "find_runs",
-    "flatten_config",
-    "metric_history",
-    "provenance_params",
-]
+__all__ = ["CREATE_TOKEN_TAG", "NewRun", "RunLogger", "RunStatus", "ensure_experiment"]
 
 CREATE_TOKEN_TAG = "ksweep.create_token"
 
@@ -137,7 +117,7 @@ class RunLogger:
     trial resumed from a Tune checkpoint). Used as a context manager, it finishes the run
     as ``FINISHED``, or ``FAILED`` when the block raises. Every write is retried while the
     server is unreachable (module doc); with ``buffered=True`` metrics go through a
-    :class:`~workers.mlflow_retry.MetricWriter`, so training goes on during an outage.
+    :class:`~workers.tracking.writer.MetricWriter`, so training goes on during an outage.
     """
 
     def __init__(self, client: MlflowClient, run_id: str, experiment_id: str,
@@ -286,7 +266,7 @@ class RunLogger:
         One ``log_batch`` call per 1000 metrics (so one call for any realistic epoch),
         all with the same timestamp. Values go through ``float`` (0-d tensors are fine);
         NaN and infinities are logged as they are, since MLflow stores them. A batch is
-        never written twice (the module doc of :mod:`workers.mlflow_retry`). ``wait=False``
+        never written twice (:mod:`workers.tracking.retry`). ``wait=False``
         (buffered loggers only; unbuffered ones always write before returning): return once
         the batch is queued; :meth:`settle` before checkpointing the step.
         """
@@ -307,7 +287,7 @@ class RunLogger:
     def settle(self) -> None:
         """Wait for the queued metrics as ``log_metrics(wait=True)`` would: until written while
         writes succeed, not while the server is failing (:meth:`MetricWriter.settle
-        <workers.mlflow_retry.MetricWriter.settle>`; nothing to do unbuffered)."""
+        <workers.tracking.writer.MetricWriter.settle>`; nothing to do unbuffered)."""
         if self._writer is not None:
             self._writer.settle()
 
@@ -367,7 +347,7 @@ class NewRun:
     """Everything a new run is created with: its tags, params and dataset inputs.
 
     Picklable, so a cohort's writer process can create its members' runs while the first
-    epoch trains (:func:`workers.mlflow_retry.create_run_later`). The token is fixed when the
+    epoch trains (:func:`workers.tracking.writer.create_run_later`). The token is fixed when the
     request is made, so whoever creates the run after a writer process died finds the run
     that process made, if it made one (``create(adopt=True)``).
     """
@@ -393,35 +373,3 @@ class NewRun:
                      f"log_inputs of run {logger.run_id}")
         return logger.run_id, logger.experiment_id
 
-
-def find_runs(tracking_uri: str, experiment_name: str, filter_string: str = "") -> list[Run]:
-    """All active runs of an experiment matching an MLflow search filter, every page.
-
-    Returns:
-        The runs, newest first (MLflow's default order); empty when the experiment does
-        not exist.
-    """
-    client = MlflowClient(tracking_uri=tracking_uri)
-    experiment = client.get_experiment_by_name(experiment_name)
-    if experiment is None:
-        return []
-    runs: list[Run] = []
-    page_token = None
-    while True:
-        page = client.search_runs(
-            [experiment.experiment_id], filter_string=filter_string, page_token=page_token
-        )
-        runs.extend(page)
-        page_token = page.token
-        if not page_token:
-            return runs
-
-
-def metric_history(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, float]]:
-    """The ``(step, value)`` points of one metric, sorted by step (then by log time).
-
-    Returns:
-        Empty when the metric was never logged. NaN values come back as NaN.
-    """
-    points = sorted(client.get_metric_history(run_id, key), key=lambda m: (m.step, m.timestamp))
-    return [(point.step, point.value) for point in points]

@@ -1,110 +1,102 @@
-"""Riding out an MLflow tracking server that is down: retries with backoff, and a metric
-writer that buffers a trial's epochs while the server is away.
+"""A trial's metric writer: one thread per process writes every run's batches in order, through
+a writer process when the process writes many runs.
 
-MLflow's REST client retries a failed request itself (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``,
-7, with ``MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR`` 2: about four minutes) and then raises an
-``MlflowException``. Every write of :class:`workers.tracking.RunLogger` is retried on top of
-that (:func:`retrying`, tenacity, exponential backoff with jitter, 1 s doubling up to 15 s)
-for up to ``KSWEEP_MLFLOW_OUTAGE_S`` seconds (900), so an outage longer than the client's own
-retries is survived too; errors that no retry can mend (a bad parameter, a missing run) are raised
-at once.
-
-A trial's per-epoch metrics go through a :class:`MetricWriter`: one background thread per
-process writes every run's batches, each run's in order. While writes succeed,
-:meth:`MetricWriter.submit` waits for its batch (at most ``KSWEEP_MLFLOW_SYNC_WAIT_S``, 10 s),
-so MLflow holds every epoch before the trial reports (and checkpoints) it, as without a
-buffer; once a write fails, epochs are queued and training goes on, and the run is only ended
-after the queue is written. ``submit(wait=False)`` returns at once (a sweep's trials: the
-write overlaps the rest of the epoch end and the checkpoint); its caller then calls
-:meth:`MetricWriter.settle`, the same wait, before Tune records the epoch's checkpoint, so
-what a checkpoint may hold that MLflow lacks is what it was before: only epochs queued while
-the server fails (a resumed trial backfills those from its checkpoint: workers/trial.py).
-Values are plain floats by the time they are queued (no tensor is kept, no host sync is added).
-
-A process that writes many runs' batches (a cohort trial: one per member per epoch) calls
-:func:`write_in_child_process`: the thread then hands each batch to a child process
-(:mod:`workers.log_batch_process`) and waits on a pipe, so MLflow's store work (mostly Python,
-about 25 ms per batch on a sqlite store) runs on another core instead of holding the GIL the
-training thread needs. Errors come back as raised, so the retries below are unchanged. Its
-member runs are created there too (:func:`create_run_later`), while its first epoch trains.
-
-A batch that was written while its reply was lost must not be written again (the same step
-twice is two points): after a failed attempt, the writer first reads the metric's history
-and skips the batch when the step is there.
+While writes succeed, :meth:`MetricWriter.submit` waits for its batch (at most
+``KSWEEP_MLFLOW_SYNC_WAIT_S``), so MLflow holds every epoch the trial checkpoints; once a write
+fails, epochs are queued and training goes on, and the run ends only after the queue is
+written. A cohort (one batch per member per epoch) writes through a child
+(:func:`write_in_child_process`, :class:`WriterProcess`) so MLflow's store work holds no GIL the
+training thread needs; its member runs are made there too (:func:`create_run_later`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import pickle
+import subprocess
+import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, TypeVar
+from typing import Any, Protocol
 
 from mlflow.entities import Metric
-from mlflow.exceptions import MlflowException
 
-from workers.backoff import retry_call
-from workers.log_batch_process import LogBatchProcess
+from workers.tracking.retry import env_seconds, outage_budget_s, retrying, step_logged
 
-if TYPE_CHECKING:
-    from workers.tracking import NewRun
-
-__all__ = ["MetricWriter", "OUTAGE_ENV", "SYNC_WAIT_ENV", "create_run_later", "outage_budget_s",
-           "retrying", "transient", "write_in_child_process"]
+__all__ = ["SYNC_WAIT_ENV", "MetricWriter", "RunRequest", "WriterProcess", "create_run_later",
+           "write_in_child_process"]
 
 log = logging.getLogger("ksweep.tracking")
 
-OUTAGE_ENV = "KSWEEP_MLFLOW_OUTAGE_S"
 SYNC_WAIT_ENV = "KSWEEP_MLFLOW_SYNC_WAIT_S"
-T = TypeVar("T")
-
-# Error codes of a server that is down, overloaded or failing: a retry may succeed. A request
-# it refused (INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST, ...) fails at once. The client
-# reports a refused connection, once its own retries are spent, as INTERNAL_ERROR.
-_TRANSIENT = {"INTERNAL_ERROR", "TEMPORARILY_UNAVAILABLE", "IO_ERROR", "SERVICE_UNDER_MAINTENANCE",
-              "WORKSPACE_TEMPORARILY_UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED",
-              "ABORTED", "REQUEST_LIMIT_EXCEEDED", "UNPARSEABLE_HTTP_ERROR",
-              "COULD_NOT_ACQUIRE_LOCK"}
 
 
-def _env_float(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name, default))
-    except ValueError:
-        raise ValueError(f"{name} must be a number of seconds, got {os.environ[name]!r}") from None
+class RunRequest(Protocol):
+    """A run to create (:class:`workers.tracking.runs.NewRun`): picklable, made by ``create``."""
+
+    def create(self, adopt: bool = False) -> tuple[str, str]: ...
 
 
-def outage_budget_s() -> float:
-    """How long writes are retried before they fail (``KSWEEP_MLFLOW_OUTAGE_S``, 900 s)."""
-    return _env_float(OUTAGE_ENV, 900.0)
+class WriterProcess:
+    """The parent's handle on one writer process (``python -m workers.tracking.writer_process``);
+    one request at a time. The child exits when its stdin closes, and on Linux the moment the
+    thread that started it ends (``PR_SET_PDEATHSIG``): no write outlives a killed trial."""
 
+    def __init__(self, tracking_uri: str | None = None) -> None:
+        """Start the child; with ``tracking_uri``, it opens that store's client while it waits
+        for the first batch (it builds one at the first request otherwise)."""
+        # The parent's import path: the child imports the same mlflow (and this package).
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "workers.tracking.writer_process", str(os.getpid()),
+             *([tracking_uri] if tracking_uri else [])],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        self._lock = threading.Lock()
 
-def transient(error: BaseException) -> bool:
-    """Whether a retry may succeed: the server unreachable, timing out or failing (5xx), not
-    a request it refused."""
-    if isinstance(error, MlflowException):
-        return error.error_code in _TRANSIENT
-    return isinstance(error, OSError | ConnectionError | TimeoutError)
+    @property
+    def alive(self) -> bool:
+        return self._process.poll() is None
 
+    def log_batch(self, tracking_uri: str, run_id: str, metrics: list) -> None:
+        """``MlflowClient(tracking_uri).log_batch(run_id, metrics=metrics)`` in the child.
 
-def retrying(call: Callable[[], T], what: str, *, done: Callable[[], bool] | None = None,
-             budget_s: float | None = None) -> T | None:
-    """``call()``, retried with backoff while it fails transiently (:func:`transient`), for
-    ``budget_s`` seconds (default :func:`outage_budget_s`); then the last error is raised.
+        Raises what the child's call raised; ``ChildProcessError`` if the child is gone (the
+        writer's retry then checks the step and writes in-process)."""
+        self._call("log_batch", (tracking_uri, run_id, metrics))
 
-    ``done``: for writes that must not happen twice (see :func:`workers.backoff.retry_call`).
-    """
-    return retry_call(call, f"MLflow {what}", budget_s=outage_budget_s() if budget_s is None
-                      else budget_s, retry_if=transient, log=log, done=done, max_wait_s=15.0)
+    def create_run(self, new_run: RunRequest) -> tuple[str, str]:
+        """``new_run.create()`` in the child: (run id, experiment id). Raises as
+        :meth:`log_batch` (after ``ChildProcessError`` the run may exist: its token finds it)."""
+        result: tuple[str, str] = self._call("create_run", new_run)
+        return result
 
+    def _call(self, op: str, payload: Any) -> Any:
+        with self._lock:
+            try:
+                pickle.dump((op, payload), self._process.stdin)
+                self._process.stdin.flush()
+                error, result = pickle.load(self._process.stdout)
+            except (OSError, EOFError, pickle.UnpicklingError) as error:
+                self.close()
+                raise ChildProcessError(f"the MLflow writer process ended: {error!r}") from error
+        if error is not None:
+            raise error
+        return result
 
-def step_logged(client, run_id: str, key: str, step: int) -> bool:
-    """Whether ``key`` already has a point at ``step`` in the run."""
-    return any(point.step == step for point in client.get_metric_history(run_id, key))
+    def close(self) -> None:
+        """End the child (closing its stdin ends its loop)."""
+        for stream in (self._process.stdin, self._process.stdout):
+            with contextlib.suppress(OSError):
+                stream.close()
+        try:
+            self._process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
 
 
 class _WriterThread:
@@ -125,10 +117,10 @@ class _WriterThread:
         self.ready: deque[MetricWriter] = deque()  # writers with queued batches, each once
         self.failing = False  # the last attempt failed: submit does not wait
         self._thread: threading.Thread | None = None
-        self.in_child = False  # write through a LogBatchProcess (write_in_child_process)
-        self.child: LogBatchProcess | None = None  # none yet while in_child: the thread starts it
+        self.in_child = False  # write through a WriterProcess (write_in_child_process)
+        self.child: WriterProcess | None = None  # none yet while in_child: the thread starts it
         self.child_uri: str | None = None  # the store the child opens while it waits
-        self.new_runs: deque[tuple[NewRun, Future]] = deque()  # create_run_later's, ahead of batches
+        self.new_runs: deque[tuple[RunRequest, Future]] = deque()  # create_run_later's, ahead of batches
 
     def wake(self, writer: MetricWriter | None = None) -> None:
         """Queue ``writer``'s turn (call holding ``cond``, after adding its batches); None: only
@@ -170,7 +162,7 @@ class _WriterThread:
             self._child_lost(error)
             raise
 
-    def create_run(self, new_run: NewRun) -> tuple[str, str]:
+    def create_run(self, new_run: RunRequest) -> tuple[str, str]:
         """Create a run: in the child process when asked for and it starts, else here. A child
         that dies meanwhile may have made it: the run is then made here, adopting that one."""
         child = self._child() if self.in_child else None
@@ -187,11 +179,11 @@ class _WriterThread:
         log.warning("writing MLflow runs and metrics in this process from now on: %s", error)
         self.in_child, self.child = False, None
 
-    def _child(self) -> LogBatchProcess | None:
+    def _child(self) -> WriterProcess | None:
         """The running child, started if need be (on this thread); None if it cannot start."""
         if self.child is None or not self.child.alive:
             try:
-                self.child = LogBatchProcess(self.child_uri)
+                self.child = WriterProcess(self.child_uri)
             except OSError as error:
                 log.warning("MLflow metrics are written in this process: no writer process (%s)", error)
                 self.in_child, self.child = False, None
@@ -246,15 +238,15 @@ os.register_at_fork(after_in_child=_THREAD.reset)
 
 def write_in_child_process(on: bool = True, tracking_uri: str | None = None) -> None:
     """Write this process's metric batches from a child process from now on
-    (:mod:`workers.log_batch_process`: a cohort's many runs then cost its training thread no
+    (:mod:`workers.tracking.writer_process`: a cohort's many runs then cost its training thread no
     GIL); started at once, opening ``tracking_uri``'s store while it waits when given. If the
     child cannot start or dies, writes go on in this process. ``on=False``: back to this
     process (once the queued batches are written)."""
     _THREAD.use_child(on, tracking_uri)
 
 
-def create_run_later(new_run: NewRun) -> Future[tuple[str, str]]:
-    """Have the writer thread create ``new_run`` (:class:`workers.tracking.NewRun`), in the
+def create_run_later(new_run: RunRequest) -> Future[tuple[str, str]]:
+    """Have the writer thread create ``new_run`` (:class:`workers.tracking.runs.NewRun`), in the
     writer process when there is one (:func:`write_in_child_process`), ahead of any queued metric
     batch; the future's result is (run id, experiment id), or what the creation raised. The
     caller goes on meanwhile: a cohort's first epoch trains while its members' runs are made."""
@@ -270,7 +262,7 @@ class MetricWriter:
 
     def __init__(self, client, run_id: str, sync_wait_s: float | None = None) -> None:
         self._client, self._run_id = client, run_id
-        self._sync_wait_s = _env_float(SYNC_WAIT_ENV, 10.0) if sync_wait_s is None else sync_wait_s
+        self._sync_wait_s = env_seconds(SYNC_WAIT_ENV, 10.0) if sync_wait_s is None else sync_wait_s
         self._pending: deque[tuple[list[Metric], float]] = deque()
         self._error: BaseException | None = None  # a batch that could not be written at all
         self.buffered_batches = 0  # batches queued while the server was failing (a read-out)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workers.data.dataset_resolve import DatasetResolutionError
+from workers.datasets.resolve import DatasetResolutionError
 from workers.lm.registry import ModelError, ModelNotFound, ModelStore, check_dataset_tokenizer
 from workers.models.config import BaseModelConfig
 

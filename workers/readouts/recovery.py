@@ -1,19 +1,11 @@
 """Latent recovery read-outs: does the CVAE's latent code find the hidden strategy?
 
-Two families of read-outs, both computed on the validation split at log points (never on
-the hot path):
-
-- *Recovery* against the ground-truth strategy labels of the synthetic task: NMI and ARI
-  between the labels the model infers (argmax of a discrete posterior, or k-means on the
-  means of a Gaussian posterior) and the true ones. Both are invariant to relabelling.
-- *Use* of the latent, without labels: mutual information I(x; z) under the aggregate
-  posterior, and the number of active units (Burda et al. 2016), the standard symptoms
-  of posterior collapse. Both read 0 for a latent whose posterior does not depend on x.
-  The discrete ``used_categories`` (aggregate mass >= 0.01) is not one of them: a
-  collapsed posterior spread over K categories fills all K.
-
-Everything here is pure torch / numpy / scikit-learn and runs on CPU; tensors on another
-device are moved to the CPU first.
+Recovery against the true labels: NMI and ARI (AMI beside chance) between the labels the model
+infers (argmax of a discrete posterior, k-means on a Gaussian posterior's means) and the true
+ones, invariant to relabelling. Use of the latent, without labels: I(x; z) under the aggregate
+posterior and the active units (Burda et al. 2016), both 0 for a posterior that ignores x (the
+discrete ``used_categories`` is not such a symptom: a collapsed posterior fills all K). Pure
+torch, numpy and scikit-learn on CPU, at log points only.
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from workers.data.dataset_limits import SUFFIX_FORMATS, DatasetError, DatasetLimits, Format
+from workers.datasets.formats import SUFFIX_FORMATS, Format
+from workers.datasets.limits import DatasetError, DatasetLimits
 
 PARQUET_MAGIC = b"PAR1"
 ARROW_FILE_MAGIC = b"ARROW1"

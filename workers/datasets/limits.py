@@ -1,17 +1,14 @@
 """The error every dataset refusal raises, and the caps a registered dataset must fit.
 
-The lowest layer of the dataset modules (``dataset_read``, ``dataset_table``,
-``dataset_store`` import it); pydantic only, so the API process can refuse without pyarrow.
+The lowest layer of the dataset modules (``read``, ``table``,
+``store`` import it); pydantic only, so the API process can refuse without pyarrow.
 """
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field
 
-Format = Literal["parquet", "arrow", "jsonl"]
-# The validation child (workers.data.dataset_check): one thread per pool and the system
+# The validation child (workers.datasets.check): one thread per pool and the system
 # allocator, so its address-space cap measures the data, not thread stacks and allocator arenas
 # reserved up front; and its exit codes. Here, so the API can start it without importing it.
 CHILD_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "OMP_NUM_THREADS": "1",
@@ -19,11 +16,6 @@ CHILD_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "OMP_NUM_THREADS": "1",
              "RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 EXIT_REFUSED = 2
 EXIT_OUT_OF_MEMORY = 3
-# File suffixes and the format each names (archives and compressed files are not formats).
-SUFFIX_FORMATS: dict[str, Format] = {
-    ".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".feather": "arrow",
-    ".ipc": "arrow", ".jsonl": "jsonl", ".ndjson": "jsonl",
-}
 
 
 class DatasetError(ValueError):

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workers.data.config import DatasetDataConfig, SyntheticTaskConfig
-from workers.data.dataset_store import DatasetNotFound, DatasetStore
+from workers.datasets.store import DatasetNotFound, DatasetStore
 
 if TYPE_CHECKING:  # numpy and pyarrow load where a table is split or read: the API imports this
     import numpy as np
@@ -108,7 +108,7 @@ def dataset_facts(config: DatasetDataConfig, root: Path | str | None,
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from workers.data.dataset_table import SPLIT, Y
+    from workers.datasets.table import SPLIT, Y
 
     try:
         table = pq.read_table(store.data_path(config.sha256 or record.sha256),

@@ -1,23 +1,9 @@
 """A registered dataset as the trainer's data: the same split tensors the synthetic task gives.
 
-From the store's canonical table (``workers.data.dataset_table``'s columns), for one
-resolved :class:`~workers.data.config.DatasetDataConfig`:
-
-- **Splits**: the ``split`` column when present, else a seeded split by
-  ``split_fractions`` (``split_seed``; train gets ``round(f_train n)`` rows, val
-  ``round(f_val n)``, test the rest). A split left empty is an error naming it.
-- **Ids**: the vocabulary is compacted to the ids used in ``x`` or ``y`` across all three
-  splits, and shifted above the reserved ids: original id ``v`` becomes
-  ``CONTENT_START + rank(v)`` (PAD 0, BOS 1 stay reserved), so the softmax has as many
-  classes as the dataset uses, not its largest id. ``original_ids`` maps back.
-- **Lengths**: ``y`` is right-padded with PAD to ``max_target_length`` (unset: the longest
-  y); a longer y is refused (``truncation: refuse``, naming the first such row) or cut to
-  its head (``truncation: head``; ``base_nll`` cut alike, the count kept in
-  ``truncated_rows``). ``x`` is left-padded with PAD and ends with one BOS column, so the
-  context encoder's last state always follows a real token (an empty x is just BOS).
-- **Labels and groups**: factorized (sorted distinct values) into ``strategy`` (the label
-  code, for NMI/ARI/I(z;s); 0 when there is no label) and ``kind`` (the group code, the
-  per-group read-outs' key; 0 when there are no groups).
+From the store's canonical table (:mod:`workers.datasets.table`'s columns), for one resolved
+:class:`~workers.data.config.DatasetDataConfig`: the splits, the compacted vocabulary, padded
+lengths, and the label and group codes (:func:`build_task` says how); kept as arrays on disk
+(:mod:`workers.datasets.cache`) so a trial after the first starts at once.
 """
 
 from __future__ import annotations
@@ -34,10 +20,11 @@ import torch
 
 from workers.contract import SPLITS
 from workers.data.config import BOS_ID, CONTENT_START, PAD_ID, DatasetDataConfig
-from workers.data.dataset_store import DatasetStore
-from workers.data.dataset_table import BASE_NLL, GROUP, LABEL, SPLIT, DatasetError, X, Y
 from workers.data.synthetic import SyntheticSplit
-from workers.data.train_facts import fraction_assignment
+from workers.datasets.cache import cached_arrays
+from workers.datasets.store import DatasetStore
+from workers.datasets.table import BASE_NLL, GROUP, LABEL, SPLIT, DatasetError, X, Y
+from workers.datasets.train_facts import fraction_assignment
 
 
 @dataclass
@@ -180,7 +167,22 @@ def metric_safe(names: list[str]) -> list[str]:
 
 
 def build_task(table: pa.Table, config: DatasetDataConfig) -> DatasetTask:
-    """The trainer tensors of a canonical table (module doc); no I/O.
+    """The trainer tensors of a canonical table; no I/O.
+
+    - Splits: the ``split`` column when present, else a seeded split by ``split_fractions``
+      (``split_seed``; train gets ``round(f_train n)`` rows, val ``round(f_val n)``, test the
+      rest). A split left empty is an error naming it.
+    - Ids: the vocabulary is compacted to the ids used in ``x`` or ``y`` across all three
+      splits, shifted above the reserved ids: original id ``v`` becomes
+      ``CONTENT_START + rank(v)`` (PAD 0, BOS 1 stay reserved), so the softmax has as many
+      classes as the dataset uses, not its largest id. ``original_ids`` maps back.
+    - Lengths: ``y`` is right-padded with PAD to ``max_target_length`` (unset: the longest y); a
+      longer y is refused (``truncation: refuse``, naming the first such row) or cut to its head
+      (``truncation: head``; ``base_nll`` cut alike, the count kept in ``truncated_rows``).
+      ``x`` is left-padded with PAD and ends with one BOS column, so the context encoder's last
+      state always follows a real token (an empty x is just BOS).
+    - Labels and groups: factorized (sorted distinct values) into ``strategy`` (the label code,
+      for NMI/ARI/I(z;s); 0 without a label) and ``kind`` (the group code; 0 without groups).
 
     Rows are ordered train, val, test (each in table order), so each split is a view of
     one padded array: every column is gathered once.
@@ -233,6 +235,24 @@ def build_task(table: pa.Table, config: DatasetDataConfig) -> DatasetTask:
     return task_from_arrays(config, arrays, meta)
 
 
+def task_arrays(task: DatasetTask) -> tuple[dict[str, np.ndarray], dict]:
+    """The task as arrays whose rows are ordered train, val, test, and its meta: what
+    :func:`task_from_arrays` reads back (the cache's entry)."""
+    splits = [task.splits[name] for name in SPLITS]
+    columns = {"context": [s.context for s in splits], "target": [s.target for s in splits],
+               "mask": [s.mask for s in splits], "label": [s.strategy for s in splits],
+               "group": [s.kind for s in splits]}
+    if task.base_nll is not None:
+        columns["base_nll"] = [task.base_nll[name] for name in SPLITS]
+    arrays = {name: np.concatenate([p.numpy() for p in parts]) for name, parts in columns.items()}
+    arrays["original_ids"] = task.original_ids
+    meta = {"counts": [task.rows[name] for name in SPLITS],
+            "label_classes": task.label_classes, "groups": list(task.groups),
+            "split_hash": task.split_hash, "truncated_rows": task.truncated_rows,
+            "columns": task.columns, "dataset": task.config.dataset, "sha256": task.config.sha256}
+    return arrays, meta
+
+
 def task_from_arrays(config: DatasetDataConfig, arrays: dict[str, np.ndarray],
                      meta: dict) -> DatasetTask:
     """A task over padded arrays whose rows are ordered train, val, test (each split a view)."""
@@ -260,24 +280,25 @@ def load_task(config: DatasetDataConfig, cache_root: Path | str | None = None) -
     """:func:`build_task` on the stored table of a resolved config (memory-mapped Parquet).
 
     With ``cache_root`` the built arrays are kept under ``cache_root/dataset_tensors``
-    (:mod:`workers.data.dataset_cache`): the first trial of a (dataset, split, length) builds
+    (:mod:`workers.datasets.cache`): the first trial of a (dataset, split, length) builds
     them, every later one memory-maps them. Before either, the stored table's hash is checked
-    once per process (:func:`workers.data.dataset_verify.verify_once`).
+    once per process (:func:`workers.datasets.verify.verify_once`).
 
     Raises:
         DatasetError: the stored table no longer hashes to ``config.sha256``.
         ValueError: the config was not resolved (no sha256 or root): the caller must run
-            :func:`workers.data.dataset_resolve.resolve_dataset` first.
+            :func:`workers.datasets.resolve.resolve_dataset` first.
     """
     if not config.resolved:
         raise ValueError(f"data.dataset {config.dataset!r} was not resolved to a hash and a store "
                          "root; run it through `ksweep train`/`ksweep sweep run` (which resolve it)")
-    from workers.data.dataset_verify import verify_once
+    from workers.datasets.verify import verify_once
 
     verify_once(config)  # once per process: a changed stored copy stops the trial here
-    if cache_root is not None:
-        from workers.data.dataset_cache import cached_task
+    def built() -> DatasetTask:
+        return build_task(DatasetStore(Path(str(config.root))).open_table(str(config.sha256)), config)
 
-        return cached_task(config, Path(cache_root))
-    table = DatasetStore(Path(str(config.root))).open_table(str(config.sha256))
-    return build_task(table, config)
+    if cache_root is None:
+        return built()
+    return task_from_arrays(config, *cached_arrays(config, Path(cache_root),
+                                                   lambda: task_arrays(built())))

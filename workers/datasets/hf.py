@@ -16,11 +16,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from workers.data.dataset_limits import DatasetError, DatasetLimits
-from workers.data.dataset_read import ARROW_STREAM_MAGIC
+from workers.datasets.limits import DatasetError, DatasetLimits
+from workers.datasets.read import ARROW_STREAM_MAGIC
 
-STATE_FILE = "state.json"
-DICT_FILE = "dataset_dict.json"
+HF_STATE_FILE = "state.json"
+HF_DICT_FILE = "dataset_dict.json"
 SPLIT_NAMES = {"train": "train", "validation": "val", "val": "val", "valid": "val",
                "test": "test"}
 MAX_JSON_BYTES = 1 << 20
@@ -28,7 +28,7 @@ MAX_JSON_BYTES = 1 << 20
 
 def is_saved_folder(path: Path) -> bool:
     """True for a folder ``save_to_disk`` wrote (a Dataset or a DatasetDict)."""
-    return path.is_dir() and ((path / STATE_FILE).is_file() or (path / DICT_FILE).is_file())
+    return path.is_dir() and ((path / HF_STATE_FILE).is_file() or (path / HF_DICT_FILE).is_file())
 
 
 def _inside(root: Path, relative: Any, what: str) -> Path:
@@ -56,7 +56,7 @@ def _json(path: Path, top: Path) -> Any:
 
 
 def _read_part(part: Path, top: Path, limits: DatasetLimits) -> pa.Table:
-    state = _json(_inside(top, str(part.relative_to(top) / STATE_FILE), STATE_FILE), top)
+    state = _json(_inside(top, str(part.relative_to(top) / HF_STATE_FILE), HF_STATE_FILE), top)
     files = state.get("_data_files") if isinstance(state, dict) else None
     if not isinstance(files, list) or not files:
         raise DatasetError("state.json lists no _data_files", file=top.name, column=None,
@@ -93,13 +93,13 @@ def read_saved_folder(folder: Path | str, limits: DatasetLimits | None = None) -
     """
     top = Path(folder).resolve()
     limits = limits or DatasetLimits()
-    if (top / STATE_FILE).is_file():
+    if (top / HF_STATE_FILE).is_file():
         return _read_part(top, top, limits)
-    if not (top / DICT_FILE).is_file():
+    if not (top / HF_DICT_FILE).is_file():
         raise DatasetError("not a save_to_disk folder (no state.json or dataset_dict.json)",
                            file=top.name, column=None, row=None,
                            fix="give a Parquet, Arrow or JSONL file, or a save_to_disk folder")
-    splits = _json(top / DICT_FILE, top).get("splits")
+    splits = _json(top / HF_DICT_FILE, top).get("splits")
     if not isinstance(splits, list) or not splits:
         raise DatasetError("dataset_dict.json lists no splits", file=top.name, column=None,
                            row=None, fix="save the DatasetDict again with save_to_disk")
@@ -109,7 +109,7 @@ def read_saved_folder(folder: Path | str, limits: DatasetLimits | None = None) -
             raise DatasetError(f"split {split!r} is not train, validation or test", file=top.name,
                                column="split", row=None,
                                fix="rename the DatasetDict's splits to train/validation/test")
-        table = _read_part(_inside(top, split, DICT_FILE), top, limits)
+        table = _read_part(_inside(top, split, HF_DICT_FILE), top, limits)
         if "split" in table.column_names:
             raise DatasetError("the DatasetDict's rows already have a `split` column",
                                file=top.name, column="split", row=None,

@@ -1,10 +1,9 @@
 """Heavy imports with the cyclic garbage collector off.
 
-Importing torch, Ray, MLflow and scikit-learn builds a heap of millions of objects, and the
-collector's full passes over it while the imports run cost about a third of their time (the
-training stack in a Ray worker: 1.6 s -> 1.1 s on the 2-CPU development machine). An import
-leaves no cyclic garbage worth a pass, so these imports run with the collector off, and what
-they built is then frozen (``gc.freeze``): later collections do not walk it again.
+Importing torch, Ray, MLflow and scikit-learn builds millions of objects, and the collector's
+full passes over them while the imports run cost a large share of their time; an import leaves
+no cyclic garbage worth a pass. So these imports run with the collector off, and what they
+built is then frozen (``gc.freeze``): later collections do not walk it again.
 """
 
 from __future__ import annotations
