@@ -15,7 +15,8 @@ be in use before any stack is compared), ``wordnet-nouns`` and ``wordnet-adjadv`
 presets ``sweeps/examples/wordnet_nouns.yaml`` and ``wordnet_adjadv.yaml``). Everything
 lives under ``--work`` (default ``.ksweep/wordnet``): the stores, the MLflow store, the
 service's log, ``timings.json`` and ``reports/<sweep>/`` (report.json, report.md, the trials
-table as CSV, ``ksweep report``'s terminal view).
+table as CSV, ``ksweep report``'s terminal view). ``--only sweeps --sweeps wordnet-nouns`` runs
+one sweep again; ``--cancel ID`` first cancels a sweep an interrupted run left behind.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests.support's ServeProcess
 from real_text_study import GGUF_NAME, MODEL_NAME, default_gguf, record_timing  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,8 +116,10 @@ def uniform_spec(work: Path) -> Path:
     return path
 
 
-def sweeps(work: Path, gguf: Path) -> None:
-    """Start ``ksweep serve`` on the study's stores; submit, watch, report and export each sweep."""
+def sweeps(work: Path, gguf: Path, only: tuple[str, ...] = (), cancel: tuple[str, ...] = ()) -> None:
+    """Start ``ksweep serve`` on the study's stores; cancel ``cancel`` (sweeps an interrupted run
+    left, which the service would resume beside the new ones); submit, watch, report and export
+    each sweep (``only``: these names, in order)."""
     from tests.support.serve_process import ServeProcess, free_port
 
     port = free_port()
@@ -125,8 +129,15 @@ def sweeps(work: Path, gguf: Path) -> None:
     server.start(timeout_s=120, probe="/readyz")
     ksweep = [sys.executable, "-m", "service.cli"]
     try:
+        for left in cancel:
+            run([*ksweep, "cancel", left], env)
         specs = [(uniform_spec(work), "wordnet-uniform"),
                  *((ROOT / "sweeps" / "examples" / preset, name) for preset, name in PRESETS)]
+        unknown = set(only) - {name for _, name in specs}
+        if unknown:
+            raise SystemExit(f"--sweeps {','.join(sorted(unknown))}: not a sweep of this study "
+                             f"(choose from {', '.join(name for _, name in specs)})")
+        specs = [(spec, name) for spec, name in specs if not only or name in only]
         for spec, name in specs:
             load = os.getloadavg()
             submitted = run([*ksweep, "submit", str(spec)], env)
@@ -158,6 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="print the steps; run nothing")
     parser.add_argument("--from-step", type=int, default=1, help="resume at this step (1-based)")
     parser.add_argument("--only", choices=STEPS, help="run this one step")
+    parser.add_argument("--sweeps", default="", help="the sweeps step runs only these, comma-separated "
+                        "(wordnet-uniform, wordnet-nouns, wordnet-adjadv)")
+    parser.add_argument("--cancel", action="append", default=[], metavar="SWEEP_ID",
+                        help="cancel this sweep (left queued or running by an interrupted run) first")
     args = parser.parse_args(argv)
     if not 1 <= args.from_step <= len(STEPS):
         parser.error(f"--from-step {args.from_step}: between 1 and {len(STEPS)}")
@@ -168,7 +183,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{STEPS.index(name) + 1}/{len(STEPS)}] {name}", flush=True)
         if not args.dry_run:
             work.mkdir(parents=True, exist_ok=True)
-            CALLS[name](work, gguf)
+            if name == "sweeps":
+                sweeps(work, gguf, tuple(filter(None, args.sweeps.split(","))), tuple(args.cancel))
+            else:
+                CALLS[name](work, gguf)
     return 0
 
 
