@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
 
 from objectives._checks import check_c_base, check_pair, check_token_nll
-from objectives.spec import PRESETS, LossStackSpec, TermSpec, describe_presets, preset_spec
+from objectives.spec import (
+    PRESETS,
+    TERM_INFO,
+    LossStackSpec,
+    TermSpec,
+    describe_presets,
+    preset_spec,
+)
 from objectives.terms import TERMS, LossInputs, TermContext
 from objectives.token_weighting import TokenWeightStats
+from objectives.units import trained_kl_weight
 
 __all__ = [
     "TermSpec",
@@ -42,13 +52,32 @@ class LossOutput:
 class LossStack:
     """A built loss stack. Call it with :class:`LossInputs`; no host sync happens inside.
 
+    ``total_steps``: the trial's whole run in optimizer steps, which schedules given relative
+    to the run (``warmup_fraction``, ``cycles``) resolve against.
+
     Raises (at construction):
-        ValueError: a normalized term without a positive c_base.
+        ValueError: a normalized term without a positive c_base; a run-relative schedule
+            without ``total_steps``.
     """
 
-    def __init__(self, spec: LossStackSpec, c_base: float | None = None) -> None:
+    def __init__(self, spec: LossStackSpec, c_base: float | None = None,
+                 train_kappa: Mapping[float, float] | None = None,
+                 total_steps: int | None = None) -> None:
         self.spec = spec
         self.alpha = spec.alpha
+        self.total_steps = total_steps
+        if spec.needs_train_kappa:
+            missing = sorted(spec.term_alphas() - set(train_kappa or {}))
+            if missing:
+                raise ValueError(
+                    "the train split's mean kappa is required by the terms of this stack "
+                    f"({', '.join(n for n in spec.resolved_terms() if TERM_INFO[n].needs_train_kappa)}) "
+                    f"at alpha {', '.join(f'{a:g}' for a in missing)}; measure it with "
+                    "KappaSummaryAccumulator on the train split and pass build(train_kappa={alpha: mean})")
+            bad = {a: k for a, k in (train_kappa or {}).items() if not (math.isfinite(k) and k >= 1.0 - 1e-9)}
+            if bad:
+                raise ValueError(f"train_kappa must be finite means of kappa (>= 1), got {bad}")
+        self.train_kappa = dict(train_kappa or {})
         chosen = c_base if c_base is not None else spec.c_base
         if spec.needs_c_base:
             if chosen is None:
@@ -59,10 +88,17 @@ class LossStack:
                 )
             chosen = check_c_base(chosen)
         self.c_base = chosen
+        trained_beta = trained_kl_weight(spec, chosen)  # effective beta turned into beta here
         self._terms = [
-            (name, TERMS[name], term.weight, TERMS[name].options_model.model_validate(term.options))
+            (name, TERMS[name], trained_beta if name == "kl" and trained_beta is not None else term.weight,
+             TERMS[name].options_model.model_validate(term.options))
             for name, term in spec.resolved_terms().items()
         ]
+        for name, _, _, options in self._terms:
+            if getattr(options, "relative", False) and total_steps is None:
+                raise ValueError(
+                    f"loss term {name!r} has a schedule relative to the run (warmup_fraction or "
+                    "cycles): build the stack with total_steps=... (the trial's optimizer steps)")
 
     @property
     def term_names(self) -> list[str]:
@@ -71,13 +107,14 @@ class LossStack:
 
     def weights_at(self, step: int) -> dict[str, float]:
         """Each term's effective weight at ``step`` (its weight times its schedule factor)."""
-        return {name: weight * (definition.weight_factor(options, step) if definition.weight_factor else 1.0)
+        return {name: weight * (definition.weight_factor(options, step, self.total_steps)
+                                if definition.weight_factor else 1.0)
                 for name, definition, weight, options in self._terms}
 
     def __call__(self, inputs: LossInputs) -> LossOutput:
         check_pair(inputs.base_nll, inputs.mask)
         check_token_nll(inputs.token_nll, inputs.base_nll)
-        context = TermContext(alpha=self.alpha, c_base=self.c_base)
+        context = TermContext(alpha=self.alpha, c_base=self.c_base, train_kappa=self.train_kappa)
         values: dict[str, torch.Tensor] = {}
         weights = self.weights_at(inputs.step)
         total = torch.zeros((), dtype=inputs.token_nll.dtype, device=inputs.token_nll.device)

@@ -26,7 +26,7 @@ from rich.table import Table
 from ksweep import ApiError, Client, KsweepError, SpecError
 from ksweep.progress import best_text, counter_line, finished, format_eta
 from service.lifecycle import TERMINAL_SWEEP_STATES
-from sweeps.tune.status import SweepState
+from sweeps.status import SweepState
 
 console = Console()
 # `ksweep watch` exits with the outcome: scripts can tell success from failure or cancel.

@@ -10,7 +10,17 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from sweeps.report.text import ALL, _beta, _interval, alpha_rows, headline
+from sweeps.report.text import (
+    ALL,
+    LATENT_COLUMNS,
+    alpha_rows,
+    beta_text,
+    headline,
+    interval_text,
+    latent_note,
+    latent_rows,
+    latent_title,
+)
 
 
 def _alpha_table(report: Mapping[str, Any], metric: str) -> Table:
@@ -22,10 +32,20 @@ def _alpha_table(report: Mapping[str, Any], metric: str) -> Table:
     for entry in rows:
         cell = entry["cell"]
         values = ", ".join("-" if v is None else f"{v:.2f}" for v in entry.get(ALL, cell)["values"])
-        table.add_row(cell["model"], _beta(cell),
+        table.add_row(cell["model"], beta_text(cell),
                       cell["loss_stack"] + (" (shared)" if cell["shared_with"] else ""),
-                      f"{cell['alpha']:g}", *(_interval(entry[k]) if k in entry else "-"
+                      f"{cell['alpha']:g}", *(interval_text(entry[k]) if k in entry else "-"
                                                for k in kinds), values)
+    return table
+
+
+def _latent_table(report: Mapping[str, Any]) -> Table:
+    table = Table(title=latent_title(report), title_justify="left", caption=latent_note(report),
+                  caption_justify="left")
+    for column in LATENT_COLUMNS:
+        table.add_column(column, overflow="fold")
+    for row in latent_rows(report):
+        table.add_row(*row)
     return table
 
 
@@ -37,7 +57,7 @@ def _contrast_table(contrasts: Sequence[Mapping[str, Any]], title: str) -> Table
     for c in contrasts:
         p = c["p_adjusted"] if c["family"] == "primary" else c["p_value"]
         table.add_row(f"{c['loss_stack']} - {c['baseline']}", c["model"], f"{c['alpha']:g}",
-                      _beta(c), c["kind"], _interval(c, "mean_diff"),
+                      beta_text(c), c["kind"], interval_text(c, "mean_diff"),
                       "-" if p is None else f"{p:.3g}", str(c["n_pairs"]), c["claim"])
     return table
 
@@ -49,16 +69,16 @@ def _best_table(best: Sequence[Mapping[str, Any]]) -> Table:
         table.add_column(column, overflow="fold")
     for entry in best:
         val = entry["val"]["mean"]
-        table.add_row(entry["model"], _beta(entry), entry["selected"]["loss_stack"],
+        table.add_row(entry["model"], beta_text(entry), entry["selected"]["loss_stack"],
                       f"{entry['selected']['alpha']:g}", "-" if val is None else f"{val:.3f}",
-                      f"{entry['split']} {_interval(entry['test'] or {})}",
+                      f"{entry['split']} {interval_text(entry['test'] or {})}",
                       ", ".join(entry["ties_on_val"]) or "-")
     return table
 
 
 def render_report(report: Mapping[str, Any], console: Console) -> None:
-    """Print the headline, the per-alpha table of the analysis metric, the primary contrasts,
-    the best configurations and what the report cannot claim."""
+    """Print the headline, the per-alpha table of the analysis metric, the latent-use table, the
+    primary contrasts, the best configurations and what the report cannot claim."""
     metric = report["analysis"]["metric"]
     dedup = report["dedup"]
     console.print(f"[bold]Sweep {report['name']} ({report['sweep_id']})[/bold]")
@@ -68,6 +88,8 @@ def render_report(report: Mapping[str, Any], console: Console) -> None:
                   f"({dedup['trials_saved_by_dedup']} saved by dedup); {report['split']} split, "
                   f"read at {report['readout_source']}.")
     console.print(_alpha_table(report, metric))
+    if latent_rows(report):
+        console.print(_latent_table(report))
     primary = [c for c in report["contrasts"] if c["family"] == "primary"]
     if primary:
         console.print(_contrast_table(primary, "Primary contrasts (Holm within the family)"))

@@ -6,6 +6,8 @@
 - ``best``: one per (model, beta, free_bits), chosen on val, its test value beside it;
   never "the best beta" (the smallest beta always wins on NMI).
 - ``collapse``: per stack, the largest beta whose mean val NMI >= the threshold.
+- ``latent_use``: per cell, test KL, I(x; z), active units, AMI and NMI beside their chance
+  level, and whether the latent is in use (:mod:`sweeps.report.latent_use`).
 - ``limitations``: what the report cannot claim, in words.
 
 Everything is computed from the trials' params and final metrics, so the same report can
@@ -17,10 +19,13 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
-from sweeps.plan.build import SEARCH_AXES, SweepPlan, build_plan
+from sweeps.plan.build import SEARCH_AXES, SweepPlan, build_plan, trial_key
+from sweeps.plan.units import listed, overrun_groups
 from sweeps.report.contrasts import build_contrasts
+from sweeps.report.latent_use import USE_READOUTS, latent_limitations, latent_use
 from sweeps.report.plots import write_report_plots
 from sweeps.report.readout_table import (
     ALL_KINDS,
@@ -32,8 +37,8 @@ from sweeps.report.readout_table import (
 from sweeps.report.statistics import MIN_PAIRS_FOR_CLAIM, mean_interval, metric_range
 from sweeps.report.text import report_markdown
 from sweeps.spec import SweepSpec
-from sweeps.tune.status import TrialState
-from workers.contract import LATENT_AMI, LATENT_METRICS, LATENT_NMI_SHUFFLED, NMI_AUC, TEST_ELBO
+from sweeps.status import TrialState
+from workers.contract import LATENT_METRICS, NMI_AUC, TEST_ELBO, TOTAL_STEPS_PARAM
 
 __all__ = ["TrialOutcome", "build_report", "metric_mode", "report_markdown", "summary_metrics",
            "write_report_plots"]
@@ -62,11 +67,14 @@ def build_cells(rows: Sequence[RowResult]) -> list[dict[str, Any]]:
     """One cell per configuration, kind, metric and split, over the seeds."""
     groups: dict[tuple, dict[int, float | None]] = defaultdict(dict)
     effective: dict[tuple, list[float]] = defaultdict(list)
+    in_elbo_units: dict[tuple, list[float]] = defaultdict(list)
     shared: dict[tuple, list[str]] = {}
     for row in rows:
         config = tuple(getattr(row, key) for key in _CONFIG)
         if row.beta_effective is not None:
             effective[config].append(row.beta_effective)
+        if row.beta_elbo is not None:
+            in_elbo_units[config].append(row.beta_elbo)
         if row.shared_with:
             shared[config] = row.shared_with
         for (split, kind, metric), value in row.values.items():
@@ -76,10 +84,11 @@ def build_cells(rows: Sequence[RowResult]) -> list[dict[str, Any]]:
         by_seed = groups[(config, split, kind, metric)]
         seeds = sorted(by_seed)
         interval = mean_interval([by_seed[s] for s in seeds], metric_range(metric))
-        betas = effective.get(config)
+        betas, elbo = effective.get(config), in_elbo_units.get(config)
         cells.append({
             **dict(zip(_CONFIG, config, strict=True)),
             "beta_effective": sum(betas) / len(betas) if betas else None,
+            "beta_elbo": sum(elbo) / len(elbo) if elbo else None,
             "kind": kind, "metric": metric, "split": split,
             "mean": interval.mean, "ci_low": interval.ci_low, "ci_high": interval.ci_high,
             "n": interval.n, "n_nan": interval.n_nan, "seeds": seeds, "values": interval.values,
@@ -152,10 +161,35 @@ def collapse_betas(cells: Sequence[dict[str, Any]], threshold: float, split: str
             "loss_stack": stack, "alpha": alpha, "model": model, "free_bits": free_bits,
             "threshold": threshold, "collapse_beta": None if chosen is None else chosen["beta"],
             "collapse_beta_effective": None if chosen is None else chosen["beta_effective"],
+            "collapse_beta_elbo": None if chosen is None else chosen["beta_elbo"],
             "status": status, "split": split,
             "test": None if config is None else _test_beside(index, config, COLLAPSE_METRIC, split),
         })
     return out
+
+
+def schedule_overruns(spec: SweepSpec, plan: SweepPlan, outcomes: Sequence[TrialOutcome]) -> list[str]:
+    """The trials whose KL annealing or Gumbel temperature decay did not finish within their
+    run, grouped by kind: the run's steps as the trial logged them (else as planned)."""
+    # Optuna plans hold distributions ("U[0, 4]") where a grid holds values: no planned steps there.
+    planned = ({} if spec.search.kind == "optuna"
+               else {trial_key(trial): trial.get("total_steps") for trial in plan.trials})
+    trials, labels = [], []
+    for outcome in sorted(outcomes, key=lambda o: o.trial_id):
+        steps = outcome.final.get(TOTAL_STEPS_PARAM)
+        steps = int(steps) if isinstance(steps, int | float) and math.isfinite(steps) else None
+        if steps is None and spec.search.kind != "optuna":
+            steps = planned.get(trial_key(outcome.params))
+        if steps is None:
+            continue
+        config = spec.trial_config_for(outcome.params)
+        trials.append({"total_steps": steps, "schedule_overruns": config.schedule_overruns(steps)})
+        labels.append(outcome.trial_id)
+    return [f"{len(names)} trial(s) ({listed(names)}) ran {steps} optimizer steps, within which "
+            f"a schedule did not finish: {', '.join(overruns)}; their last steps did not train "
+            "at the schedule's end value (give schedules relative to the run: warmup_fraction, "
+            "cycles, gumbel_anneal_fraction)"
+            for steps, overruns, names in overrun_groups(trials, labels)]
 
 
 def _limitations(rows, cells, contrasts, excluded, source, split, seeds, epochs) -> list[str]:
@@ -191,36 +225,6 @@ def _limitations(rows, cells, contrasts, excluded, source, split, seeds, epochs)
     if any(r.shared_with for r in rows):
         words.append("Shared trials (one objective standing in several rows) report their "
                      "kappa diagnostics at the alpha of the row that ran.")
-    return words + chance_and_collapse(cells, split)
-
-
-KL_READOUT = "kl"
-COLLAPSE_KL_NATS = 0.01  # a latent carrying < 0.01 nats per example is, for reading, unused
-
-
-def chance_and_collapse(cells, split: str) -> list[str]:
-    """Cells whose NMI is at its chance level (within the shuffled-label NMI's interval), and
-    cells whose latent is unused (test KL below COLLAPSE_KL_NATS): NMI there is no recovery."""
-    own = [c for c in cells if c["split"] == split and c["kind"] == ALL_KINDS and c["mean"] is not None
-           and not math.isnan(c["mean"])]
-    index = _cell_index(own)
-
-    def chance_of(cell):
-        return index.get((tuple(cell[k] for k in _CONFIG), split, ALL_KINDS, LATENT_NMI_SHUFFLED))
-
-    nmi = [c for c in own if c["metric"] == COLLAPSE_METRIC and chance_of(c) is not None]
-    words = []
-    if nmi:
-        at_chance = [c for c in nmi if c["mean"] <= chance_of(c)["ci_high"]]
-        words.append(f"{len(at_chance)} of {len(nmi)} {split} latent_nmi cell(s) are at chance level "
-                     "(mean NMI within the interval of the NMI against shuffled labels): read "
-                     f"{LATENT_AMI} beside them; a contrast between chance-level cells is not "
-                     "latent recovery.")
-    kl = [c for c in own if c["metric"] == KL_READOUT]
-    collapsed = [c for c in kl if c["mean"] < COLLAPSE_KL_NATS]
-    if collapsed:
-        words.append(f"{len(collapsed)} of {len(kl)} cell(s) have a mean {split} KL below "
-                     f"{COLLAPSE_KL_NATS:g} nats: their latent is barely used (posterior collapse).")
     return words
 
 
@@ -242,12 +246,37 @@ def data_section(spec: SweepSpec) -> dict[str, Any]:
             "base": spec.template.base.kind, "absent": absent}
 
 
+def context_free_prior(spec: SweepSpec) -> list[str]:
+    """Words when a learned prior meets a dataset without context (x empty on every row, by its
+    store record's token counts); nothing when the record cannot be read or holds other content."""
+    from workers.data.config import DatasetDataConfig
+    from workers.datasets.store import DatasetNotFound, DatasetStore
+
+    data = spec.template.data
+    if spec.template.model.prior != "learned" or not isinstance(data, DatasetDataConfig) or not data.root:
+        return []
+    try:
+        record = DatasetStore(Path(data.root)).get(data.dataset)
+    except (DatasetNotFound, OSError):
+        return []
+    tokens = record.summary.get("tokens") or {}
+    if record.sha256 != data.sha256 or not tokens or any(split.get("x") for split in tokens.values()):
+        return []
+    return [f"The prior is learned (template.model.prior: learned) and dataset {data.dataset!r} has "
+            "no context (x is empty on every row): p(z | x) is one distribution for every example "
+            "and follows the aggregate posterior, so the KL reads about 0 even when every example "
+            "sits on one category. Read I(x; z) and active units, not the KL; model.prior: "
+            "standard keeps the KL a penalty."]
+
+
 def build_report(spec: SweepSpec, sweep_id: str, outcomes: Iterable[TrialOutcome],
                  plan: SweepPlan | None = None) -> dict[str, Any]:
     """The JSON report of a finished (or partly finished) sweep."""
     outcomes = list(outcomes)
     plan = plan or build_plan(spec)
-    rows, excluded = expand_outcomes(spec, plan, outcomes, spec.analysis.metrics)
+    # The latent-use read-outs are read whatever analysis.metrics lists: the gate needs them.
+    read = list(dict.fromkeys((*spec.analysis.metrics, *USE_READOUTS)))
+    rows, excluded = expand_outcomes(spec, plan, outcomes, read)
     source = "selected" if rows and all(r.source == "selected" for r in rows) else "final_epoch"
     split = "test" if any(key[0] == "test" for r in rows for key in r.values) else "val"
     cells = build_cells(rows)
@@ -256,6 +285,7 @@ def build_report(spec: SweepSpec, sweep_id: str, outcomes: Iterable[TrialOutcome
     for outcome in outcomes:
         counts[outcome.state] += 1
     seeds = len({r.seed for r in rows})
+    use = latent_use(cells, split, spec.analysis.latent_in_use_nats)
     return {
         "sweep_id": sweep_id, "name": spec.name,
         "objective": {"metric": spec.primary_metric, "mode": spec.primary_mode},
@@ -267,8 +297,10 @@ def build_report(spec: SweepSpec, sweep_id: str, outcomes: Iterable[TrialOutcome
         "best": choose_best(cells, spec.analysis.metric, split),
         "collapse": collapse_betas(cells, spec.analysis.collapse_threshold, split),
         "counts": dict(counts), "excluded": excluded,
-        "limitations": _limitations(rows, cells, contrasts, excluded, source, split, seeds,
-                                    spec.epochs_per_trial()),
+        "limitations": schedule_overruns(spec, plan, outcomes)
+        + _limitations(rows, cells, contrasts, excluded, source, split, seeds, spec.epochs_per_trial())
+        + latent_limitations(cells, use) + context_free_prior(spec),
+        "latent_use": use,
         "data": data_section(spec),
         "trials": [
             {"trial_id": o.trial_id, **o.params, "state": o.state, "epochs": o.epochs,

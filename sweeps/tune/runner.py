@@ -8,7 +8,7 @@ completed trials (their MLflow runs are kept, never duplicated).
 the MLflow parent run, start publishing progress, fit the Tuner (``sweeps/tune/setup.py``,
 progress from ``sweeps/tune/progress_callback.py``), then collect the trials' outcomes, write the
 report and publish the final status. Every MLflow write is retried while the tracking server
-is down (``workers/mlflow_retry.py``), so a sweep waits out an outage of up to
+is down (``workers/tracking/retry.py``), so a sweep waits out an outage of up to
 ``KSWEEP_MLFLOW_OUTAGE_S``.
 """
 
@@ -40,13 +40,7 @@ from sweeps.report.plots import prepare_plotting
 from sweeps.report.summary_runs import publish_summary
 from sweeps.spec import SweepSpec
 from sweeps.spec.datasets import resolve_spec_data
-from sweeps.tune.cohort_results import member_state, saved_members
-from sweeps.tune.cohort_trainable import member_trial_id
-from sweeps.tune.progress_callback import LIVE, ProgressCallback, trial_record
-from sweeps.tune.search_space import MEMBERS, is_cohort
-from sweeps.tune.setup import TUNE_FOLDER, ensure_ray, make_tuner, param_space
-from sweeps.tune.state_backup import ExperimentStateBackup
-from sweeps.tune.status import (
+from sweeps.status import (
     ProgressSink,
     StatusFileSink,
     SweepState,
@@ -55,6 +49,12 @@ from sweeps.tune.status import (
     finished_state,
     publish,
 )
+from sweeps.tune.cohort_results import member_state, saved_members
+from sweeps.tune.cohort_trainable import member_trial_id
+from sweeps.tune.progress_callback import LIVE, ProgressCallback, trial_record
+from sweeps.tune.search_space import MEMBERS, is_cohort
+from sweeps.tune.setup import TUNE_FOLDER, ensure_ray, make_tuner, param_space
+from sweeps.tune.state_backup import ExperimentStateBackup
 from sweeps.tune.tag_sink import MlflowTagSink
 from sweeps.tune.trial_entry import train_sweep_trial
 from workers.contract import (
@@ -68,8 +68,9 @@ from workers.contract import (
     failure_text,
     runs_with_tag_filter,
 )
-from workers.mlflow_retry import retrying
-from workers.tracking import RunLogger, ensure_experiment, flatten_config
+from workers.tracking.params import flatten_config
+from workers.tracking.retry import retrying
+from workers.tracking.runs import RunLogger, ensure_experiment
 
 __all__ = ["STATUS_FILE", "SweepOutcome", "ensure_ray", "param_space", "run_sweep",
            "sweep_dir"]

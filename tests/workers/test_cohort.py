@@ -39,15 +39,16 @@ def variant(config: TrialConfig, seed: int, stack: dict, lr: float, **training) 
 
 def members(config: TrialConfig) -> list[TrialConfig]:
     """Different alpha, stacks (with and without KL / bag of words / annealing), beta, free bits, lr,
-    weight decay, clipping, seed."""
+    weight decay, clipping, seed; a per-token KL and a warm-up relative to the run."""
     return [
         variant(config, 0, {"preset": "raw_plus_ncc", "alpha": 1.0, "terms": KL}, 3e-3),
         variant(config, 1, {"preset": "uniform", "alpha": 0.0}, 1e-2, weight_decay=0.1),
         variant(config, 2, {"preset": "ncc", "alpha": 2.0, "terms": {
-            "kl": {"weight": 1.0, "options": {"free_bits": 0.5}}, "bag_of_words": 0.3}}, 5e-3,
+            "kl": {"weight": 1.0, "options": {"free_bits": 0.5, "scale": "token"}},
+            "bag_of_words": 0.3}}, 5e-3,
             grad_clip=None),
         variant(config, 0, {"preset": "raw_token_weighted", "alpha": 0.5, "terms": {
-            "kl": {"weight": 2.0, "options": {"anneal": "linear", "warmup_steps": 3}}}}, 2e-3,
+            "kl": {"weight": 2.0, "options": {"anneal": "linear", "warmup_fraction": 0.4}}}}, 2e-3,
             grad_clip=0.05),
     ]
 
@@ -79,7 +80,8 @@ def lone_run(config: TrialConfig, cache: Path) -> tuple[Trainer, list[float]]:
 
 
 @pytest.mark.parametrize("family,model", [
-    ("discrete", {}), ("continuous", {}), ("discrete", {"discrete_estimator": "gumbel", "num_layers": 2}),
+    ("discrete", {}), ("continuous", {}),
+    ("discrete", {"discrete_estimator": "gumbel", "num_layers": 2, "gumbel_anneal_fraction": 0.5}),
 ])
 def test_members_match_lone_trials_in_float64(family, model, float64, tmp_path):
     configs = members(base_config(family, **model))
@@ -105,6 +107,33 @@ def test_members_match_lone_trials_in_float64(family, model, float64, tmp_path):
                                         lone.model.parameters(), strict=True):
             assert torch.allclose(mine, theirs, atol=1e-9, rtol=0), name
     # The members really differ (different seeds, stacks and rates).
+    assert len({round(m.step_losses[-1], 6) for m in result}) == len(configs)
+
+
+@pytest.mark.parametrize("estimator,target_encoder", [
+    ("enumerate", "forward"), ("gumbel", "forward"), ("enumerate", "bidirectional")])
+def test_mutual_info_credit_members_match_lone_trials(estimator, target_encoder, float64, tmp_path):
+    """The KL's credit reads q, a bidirectional posterior reads y both ways, R_tok / mean kappa reads
+    the member's own train split: a member's steps and parameters equal its lone trial's."""
+    config = base_config("discrete", discrete_estimator=estimator, prior="standard",
+                         target_encoder=target_encoder)
+    credit = lambda gamma, free_bits=0.0: {"kl": {"weight": 0.5, "options": {  # noqa: E731
+        "mutual_info_credit": gamma, "free_bits": free_bits}}}
+    configs = [variant(config, 0, {"preset": "uniform", "terms": credit(1.0)}, 3e-3),
+               variant(config, 1, {"preset": "ncc", "alpha": 1.0, "terms": credit(0.5, 0.2)}, 5e-3),
+               variant(config, 2, {"preset": "uniform", "terms": credit(0.0)}, 3e-3),
+               variant(config, 3, {"preset": "train_kappa_corrected", "alpha": 2.0, "terms": credit(0.0)}, 3e-3)]
+    result = Cohort.create(configs, tmp_path).run()
+    lead = result[3].trainer
+    assert lead.train_kappa(configs[3].loss_stack) == {2.0: pytest.approx(
+        float(lead.kappa_values["train"].mean()), rel=1e-12)}
+    for member, config in zip(result, configs, strict=True):
+        assert member.status == "finished", member.error
+        lone, losses = lone_run(config, tmp_path)
+        assert member.step_losses == pytest.approx(losses, abs=1e-9, rel=0)
+        for (name, mine), theirs in zip(member.trainer.model.named_parameters(),
+                                        lone.model.parameters(), strict=True):
+            assert torch.allclose(mine, theirs, atol=1e-9, rtol=0), name
     assert len({round(m.step_losses[-1], 6) for m in result}) == len(configs)
 
 
@@ -222,7 +251,7 @@ def test_each_member_is_its_own_mlflow_run(tmp_path):
 
     from workers.cohort.trial import run_logged_cohort
     from workers.contract import FAILURE_TAG
-    from workers.tracking import metric_history
+    from workers.tracking.reads import metric_history
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     configs = members(base_config("discrete", epochs=2))[:3]
