@@ -147,7 +147,7 @@ def test_optuna_asha_stops_some_trials_early(tmp_path):
         "alpha": {"low": 0.0, "high": 4.0},
         "search": {"kind": "optuna", "sampler": "tpe", "seed": 0, "num_samples": 8},
         "scheduler": {"kind": "asha", "grace_period": 1, "reduction_factor": 2},
-        "template.training.epochs": 4, "template.data.train_size": 256, "seeds": 1,
+        **SMALL_DATA, "template.training.epochs": 4, "seeds": 1,
     })
     process = _sweep(tmp_path, spec, "oa1", num_cpus=1)
     output, _ = process.communicate(timeout=600)
@@ -171,7 +171,8 @@ def test_diverging_trial_fails_with_reason_others_complete(tmp_path):
         "alpha": [1.0],
         "loss_stacks": ["uniform", {"name": "exploding",
                                     "terms": {"token_weighted": 1e38, "uniform": 1e38}}],
-        "budget.max_failures_per_trial": 0, "template.training.epochs": 2, "seeds": 1,
+        **SMALL_DATA, "budget.max_failures_per_trial": 0, "template.training.epochs": 2,
+        "seeds": 1,
     })
     process = _sweep(tmp_path, spec, "nan1", num_cpus=1)
     output, _ = process.communicate(timeout=600)
