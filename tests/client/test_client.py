@@ -44,7 +44,7 @@ def client(service_env):
 def _ksweep(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     full = {**os.environ, **env, "PYTHONPATH": str(repo_root()), "COLUMNS": "80",
             "TERM": "dumb"}
-    return subprocess.run([sys.executable, "-m", "service.cli", *args], env=full,
+    return subprocess.run([sys.executable, "-m", "ksweep.cli", *args], env=full,
                           capture_output=True, text=True, timeout=120, cwd=repo_root())
 
 
