@@ -1,0 +1,147 @@
+"""What makes two trials the same: the objective key within a sweep, the content hash across sweeps.
+
+The **objective key** ``(objective signature, model, seed)`` is the plan's dedup key: rows of
+one sweep (one template) with the same key run as one trial. The runner and the report match
+trials to rows by it, never by a plan index, so an extension that adds rows finds the trials
+that already ran (``uniform`` at a new alpha is the ``uniform`` trial it already has).
+
+The **content hash** covers everything that determines a trial's result: the resolved
+objective after dedup (its signature), the model, the data (the synthetic task's settings, or
+a dataset's hash, its split assignment's hash, length and truncation), the base (its kind and
+a language model's hash), the training recipe and read-outs, the seed, and the training
+environment: the torch version, the device type, the precision, and a digest of the training
+code (``objectives/`` and the trainers) together with :data:`TRAINING_COMPAT_VERSION`. Trial
+runs carry it as a tag (``workers.contract.TRIAL_HASH_TAG``); a sweep with ``reuse`` finds
+finished trials of earlier sweeps by it. Everything here is torch-free (the torch version is
+read from the installed package's metadata).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from sweeps.plan.equivalence import objective_signature
+from sweeps.spec import SweepSpec
+from workers.contract import TRAINING_COMPAT_VERSION
+
+__all__ = ["TRAINING_CODE", "TRIAL_HASH", "TrainingEnvironment", "code_digest", "hash_trials", "hashed_content",
+           "objective_key", "trial_hash", "training_environment"]
+
+TRIAL_HASH = "trial_hash"
+"""The param (and so the ``ksweep.trial_hash`` run tag) a hashed trial carries."""
+TRAINING_CODE: tuple[tuple[str, str], ...] = (
+    ("objectives", ""), ("workers", "train"), ("workers", "cohort"))
+"""(package, sub-folder) whose ``*.py`` files the code digest reads: the objective library
+and the lone and cohort trainers."""
+
+
+@dataclass(frozen=True)
+class TrainingEnvironment:
+    """The part of a trial's identity that is not in its configuration."""
+
+    torch_version: str
+    device_type: str  # cpu | cuda
+    precision: str  # float32 | bf16
+    code_digest: str
+    compat_version: int
+
+
+def _package_folder(package: str) -> Path:
+    found = importlib.util.find_spec(package)  # the folder, without importing the package
+    if found is None or not found.submodule_search_locations:
+        raise LookupError(f"package {package!r} not found")
+    return Path(next(iter(found.submodule_search_locations)))
+
+
+@functools.cache
+def code_digest() -> str:
+    """sha256 over the training code's files (relative path and content, in path order)."""
+    digest = hashlib.sha256()
+    for package, sub in TRAINING_CODE:
+        root = _package_folder(package)
+        folder = root / sub if sub else root
+        for path in sorted(folder.rglob("*.py")):
+            digest.update(f"{package}/{path.relative_to(root).as_posix()}\0".encode())
+            digest.update(path.read_bytes())
+            digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def _torch_version() -> str:
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
+
+
+def training_environment(spec: SweepSpec) -> TrainingEnvironment:
+    """The environment this process would train ``spec``'s trials in: a trial reserves a GPU
+    only with ``resources.gpu > 0`` (Ray hides the devices otherwise), and bf16 autocast
+    applies on CUDA only."""
+    training = spec.template.training
+    cuda = spec.resources.gpu > 0 and training.device != "cpu"
+    return TrainingEnvironment(
+        torch_version=_torch_version(), device_type="cuda" if cuda else "cpu",
+        precision="bf16" if cuda and training.bf16 else "float32",
+        code_digest=code_digest(), compat_version=TRAINING_COMPAT_VERSION)
+
+
+def _number(value: Any) -> float | None:
+    return None if value in (None, "", "None") else float(value)
+
+
+def objective_key(spec: SweepSpec, params: Mapping[str, Any]) -> tuple[str, str, int]:
+    """``(objective signature, model, seed)`` of a trial's params (a plan row or trial, Tune's
+    config, or a run's ``ksweep.*`` tags: numbers may come as text)."""
+    stack = spec.stack_spec(str(params["loss_stack"]), float(params["alpha"]),
+                            _number(params.get("beta")), _number(params.get("free_bits")))
+    return objective_signature(stack), str(params["model"]), int(params["seed"])
+
+
+def hashed_content(spec: SweepSpec, params: Mapping[str, Any],
+                   environment: TrainingEnvironment) -> dict[str, Any]:
+    """What :func:`trial_hash` hashes, as a JSON-ready dict (for tests and curious readers).
+
+    The trial's configuration without its run name and loss stack (the stack enters as its
+    objective signature, so rows deduplicated into one trial hash alike) and without the
+    stores' local paths; a dataset adds the hash of its split assignment (the dataset's hash
+    with the fractions and seed of a split by fractions).
+    """
+    signature, model, seed = objective_key(spec, params)
+    config = spec.trial_config_for({**params, "model": model, "seed": seed})
+    content = config.model_dump(mode="json", exclude={"name", "loss_stack"})
+    data, base = content["data"], content["base"]
+    data.pop("root", None)
+    base.pop("model_root", None)
+    if "dataset" in data:
+        split = {"dataset_sha256": data.get("sha256"), "fractions": data.get("split_fractions"),
+                 "seed": data.get("split_seed")}
+        data["split_assignment_sha256"] = _sha256(split)
+    return {"objective": json.loads(signature), "config": content,
+            "environment": asdict(environment)}
+
+
+def _sha256(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def trial_hash(spec: SweepSpec, params: Mapping[str, Any],
+               environment: TrainingEnvironment) -> str:
+    """The content hash of the trial ``params`` names in ``spec`` (sha256, hex)."""
+    return _sha256(hashed_content(spec, params, environment))
+
+
+def hash_trials(spec: SweepSpec, trials: list[dict[str, Any]],
+                environment: TrainingEnvironment) -> None:
+    """Give every trial (a plan's) its :data:`TRIAL_HASH`."""
+    for trial in trials:
+        trial[TRIAL_HASH] = trial_hash(spec, trial, environment)
