@@ -141,13 +141,20 @@ class ReportFormat(StrEnum):
 
 
 def report_command(
-    sweep_id: str = typer.Argument(..., help="An ended sweep."),
+    sweep_ids: list[str] = typer.Argument(..., metavar="ID", help="An ended sweep; several "
+                                          "compatible sweeps give one report over all of them."),
     format: ReportFormat = typer.Option(ReportFormat.table, "--format", "-f",
                                         help="table: rich tables sized to the terminal; md: the "
                                              "Markdown of report.md; json: report.json."),
     as_json: bool = typer.Option(False, "--json", help="Same as --format json.", hidden=True),
 ) -> None:
     """The comparison: alpha x loss_stack x model, mean and 95% interval over seeds."""
+    if len(sweep_ids) > 1:
+        from service.cli.growth import compare_report_command
+
+        compare_report_command(sweep_ids, "json" if as_json else format.value)
+        return
+    sweep_id = sweep_ids[0]
     with _exits(), Client() as client:
         report = client.report_json(sweep_id)
         sweep = client.get(sweep_id)
