@@ -4,7 +4,9 @@ A column is never narrower than its longest word (a column marked ``whole`` neve
 than its longest cell: an interval stays on one line), so rich wraps between words only.
 When the table is still wider than the terminal, columns leave it whole, never cut: a column
 holding one value in every row goes to the title (``model discrete``), then the columns that
-may go are dropped (lowest rank first, then from the right) and named under the table. Stack labels are shortened by
+may go are dropped (lowest rank first, then from the right) and named under the table; when
+even the columns that stay do not fit side by side, each row is shown as lines of ``header
+value``. Stack labels are shortened by
 :func:`short_labels` (the caller prints the legend).
 """
 
@@ -12,11 +14,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rich import box
-from rich.console import Console
-from rich.measure import Measurement
 from rich.table import Table
 
 __all__ = ["Column", "fit_table", "short_labels"]
@@ -40,46 +40,76 @@ class Column:
         return max((len(word) for word in words), default=1)
 
 
-def _table(title: str, columns: Sequence[Column]) -> Table:
+GAP = 3  # between two columns: a padding, the (blank) rule, a padding
+
+
+def _widths(columns: Sequence[Column], width: int) -> list[int]:
+    """Each column's width within ``width``: its natural width when all fit, else its minimum
+    plus a share of what is left (the columns that need least are made whole first). Rich's
+    own shrinking would narrow a column below its longest word."""
+    natural = [max(column.min_width(), *(len(cell) for cell in column.cells), len(column.header))
+               for column in columns]
+    widths = [column.min_width() for column in columns]
+    spare = width - GAP * (len(columns) - 1) - sum(widths)
+    for index in sorted(range(len(columns)), key=lambda i: natural[i] - widths[i]):
+        grant = min(spare, natural[index] - widths[index])
+        widths[index] += grant
+        spare -= grant
+    return widths
+
+
+def _table(title: str, columns: Sequence[Column], width: int) -> Table:
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
                   pad_edge=False, padding=(0, 1))
-    for column in columns:
-        table.add_column(column.header, min_width=column.min_width(), no_wrap=column.whole,
-                         overflow="fold", justify=column.justify)  # type: ignore[arg-type]
+    for column, fixed in zip(columns, _widths(columns, width), strict=True):
+        table.add_column(column.header, width=fixed, no_wrap=column.whole, overflow="fold",
+                         justify=column.justify)  # type: ignore[arg-type]
     for row in zip(*(column.cells for column in columns), strict=True):
         table.add_row(*row)
     return table
 
 
-def _fits(console: Console, table: Table, width: int) -> bool:
-    # Measured without a limit: Measurement.get clamps what it returns to the width it is given.
-    measured = Measurement.get(console, console.options.update_width(10_000), table)
-    return measured.minimum <= width
+def _fits(columns: Sequence[Column], width: int) -> bool:
+    return sum(column.min_width() for column in columns) + GAP * (len(columns) - 1) <= width
 
 
-def fit_table(console: Console, title: str, columns: Sequence[Column], width: int
-              ) -> tuple[Table, list[str]]:
+def fit_table(title: str, columns: Sequence[Column], width: int) -> tuple[Table, list[str]]:
     """The table within ``width``, and the words saying what left it (empty when nothing)."""
     columns = list(columns)
     notes: list[str] = []
-    if _fits(console, _table(title, columns), width):
-        return _table(title, columns), notes
+    natural = [replace(c, whole=True) for c in columns]  # every cell on one line
+    if _fits(natural, width):
+        return _table(title, columns, width), notes
     constant = [c for c in columns if not c.keep and len(c.cells) > 1 and len(set(c.cells)) == 1]
     if constant:
         title = f"{title} ({', '.join(f'{c.header} {c.cells[0]}' for c in constant)})"
         columns = [c for c in columns if c not in constant]
     dropped = []
-    while not _fits(console, _table(title, columns), width):
+    while not _fits(columns, width):
         movable = [c for c in columns if not c.keep]
         if not movable:
-            break
+            return _records(title, columns), notes  # even the kept columns do not fit side by side
         leaving = min(reversed(movable), key=lambda c: c.rank)
         dropped.append(leaving.header)
         columns.remove(leaving)
     if dropped:
         notes.append(f"not shown at {width} columns: {', '.join(dropped)} (a wider terminal or "
                      "--format md shows them)")
-    return _table(title, columns), notes
+    return _table(title, columns, width), notes
+
+
+def _records(title: str, columns: Sequence[Column]) -> Table:
+    """The rows one below the other, each column a line ``header  value`` (folded whole)."""
+    grid = Table(title=title, title_justify="left", box=None, show_header=False,
+                 pad_edge=False, padding=(0, 1))
+    grid.add_column(no_wrap=True, style="bold")
+    grid.add_column(overflow="fold")
+    for index, row in enumerate(zip(*(column.cells for column in columns), strict=True)):
+        if index:
+            grid.add_row("", "")
+        for column, text in zip(columns, row, strict=True):
+            grid.add_row(column.header, text)
+    return grid
 
 
 def short_labels(labels: Iterable[str], longest: int = 7) -> dict[str, str]:

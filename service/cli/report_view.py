@@ -96,17 +96,16 @@ def _ties(best: Sequence[Mapping[str, Any]], label: Label) -> list[str]:
     return words
 
 
-def _tables(report: Mapping[str, Any], console: Console, width: int, label: Label
-            ) -> list[tuple[Table, list[str]]]:
+def _tables(report: Mapping[str, Any], width: int, label: Label) -> list[tuple[Table, list[str]]]:
     metric, split = report["analysis"]["metric"], report["split"]
-    tables = [fit_table(console, f"{split} {metric} by alpha: mean [95% t interval]",
+    tables = [fit_table(f"{split} {metric} by alpha: mean [95% t interval]",
                         _alpha_columns(report, metric, label), width)]
     primary = [c for c in report["contrasts"] if c["family"] == "primary"]
     if primary:
-        tables.append(fit_table(console, "Primary contrasts, Holm within the family",
+        tables.append(fit_table("Primary contrasts, Holm within the family",
                                 _contrast_columns(primary, label), width))
     if report["best"]:
-        tables.append(fit_table(console, "Best per model and beta, chosen on val, held-out "
+        tables.append(fit_table("Best per model and beta, chosen on val, held-out "
                                 "split beside it", _best_columns(report["best"], label), width))
     return tables
 
@@ -143,17 +142,16 @@ def _header(report: Mapping[str, Any]) -> list[RenderableType]:
     return parts
 
 
-def report_renderables(report: Mapping[str, Any], console: Console, width: int
-                       ) -> list[RenderableType]:
+def report_renderables(report: Mapping[str, Any], width: int) -> list[RenderableType]:
     """Everything :func:`render_report` prints, fitted to ``width`` columns."""
     labels = sorted({c["loss_stack"] for c in report["cells"]}
                     | {c.get("baseline") or c["loss_stack"] for c in report["contrasts"]})
     full: dict[str, str] = {label: label for label in labels}
     short = full
-    tables = _tables(report, console, width, full.__getitem__)
+    tables = _tables(report, width, full.__getitem__)
     if any(notes for _, notes in tables):  # the full labels do not fit: short ones, a legend
         short = short_labels(labels)
-        tables = _tables(report, console, width, lambda label: short.get(label, label))
+        tables = _tables(report, width, lambda label: short.get(label, label))
     out: list[RenderableType] = _header(report)
     legend = _legend(report, short)
     if legend:
@@ -174,5 +172,5 @@ def report_renderables(report: Mapping[str, Any], console: Console, width: int
 def render_report(report: Mapping[str, Any], console: Console) -> None:
     """Print the headline, the per-alpha table of the analysis metric, the primary contrasts,
     the best configurations and what the report cannot claim, within the console's width."""
-    for renderable in report_renderables(report, console, console.width):
+    for renderable in report_renderables(report, console.width):
         console.print(renderable)

@@ -98,12 +98,19 @@ def _number(value: Any) -> float | None:
     return None if value in (None, "", "None") else float(value)
 
 
+def _point(params: Mapping[str, Any]) -> dict[str, Any]:
+    """A trial's params as numbers (a run's ``ksweep.*`` tags hold them as text)."""
+    return {"alpha": float(params["alpha"]), "loss_stack": str(params["loss_stack"]),
+            "model": str(params["model"]), "seed": int(params["seed"]),
+            "beta": _number(params.get("beta")), "free_bits": _number(params.get("free_bits"))}
+
+
 def objective_key(spec: SweepSpec, params: Mapping[str, Any]) -> tuple[str, str, int]:
     """``(objective signature, model, seed)`` of a trial's params (a plan row or trial, Tune's
     config, or a run's ``ksweep.*`` tags: numbers may come as text)."""
-    stack = spec.stack_spec(str(params["loss_stack"]), float(params["alpha"]),
-                            _number(params.get("beta")), _number(params.get("free_bits")))
-    return objective_signature(stack), str(params["model"]), int(params["seed"])
+    point = _point(params)
+    stack = spec.stack_spec(point["loss_stack"], point["alpha"], point["beta"], point["free_bits"])
+    return objective_signature(stack), point["model"], point["seed"]
 
 
 def hashed_content(spec: SweepSpec, params: Mapping[str, Any],
@@ -115,8 +122,8 @@ def hashed_content(spec: SweepSpec, params: Mapping[str, Any],
     stores' local paths; a dataset adds the hash of its split assignment (the dataset's hash
     with the fractions and seed of a split by fractions).
     """
-    signature, model, seed = objective_key(spec, params)
-    config = spec.trial_config_for({**params, "model": model, "seed": seed})
+    signature, _, _ = objective_key(spec, params)
+    config = spec.trial_config_for(_point(params))
     content = config.model_dump(mode="json", exclude={"name", "loss_stack"})
     data, base = content["data"], content["base"]
     data.pop("root", None)
