@@ -32,8 +32,9 @@ from sweeps.plan.equivalence import objective_signature
 from sweeps.spec import SweepSpec
 from workers.contract import TRAINING_COMPAT_VERSION
 
-__all__ = ["TRAINING_CODE", "TRIAL_HASH", "TrainingEnvironment", "code_digest", "hash_trials", "hashed_content",
-           "objective_key", "trial_hash", "training_environment"]
+__all__ = ["TRAINING_CODE", "TRIAL_HASH", "TrainingEnvironment", "code_digest", "hash_trials",
+           "hashed_content", "objective_key", "trial_hash", "trial_identity",
+           "training_environment"]
 
 TRIAL_HASH = "trial_hash"
 """The param (and so the ``ksweep.trial_hash`` run tag) a hashed trial carries."""
@@ -111,6 +112,16 @@ def objective_key(spec: SweepSpec, params: Mapping[str, Any]) -> tuple[str, str,
     point = _point(params)
     stack = spec.stack_spec(point["loss_stack"], point["alpha"], point["beta"], point["free_bits"])
     return objective_signature(stack), point["model"], point["seed"]
+
+
+def trial_identity(spec: SweepSpec, params: Mapping[str, Any]) -> tuple:
+    """What makes a trial of ``spec`` the one its rows name: the objective key where the plan
+    deduplicates (a grid with ``search.dedup``), else every axis (each row its own trial)."""
+    if spec.search.kind == "grid" and spec.search.dedup:
+        return objective_key(spec, params)
+    point = _point(params)
+    return tuple(point[axis] for axis in ("alpha", "loss_stack", "model", "seed", "beta",
+                                          "free_bits"))
 
 
 def hashed_content(spec: SweepSpec, params: Mapping[str, Any],

@@ -112,7 +112,9 @@ def report_markdown(report: Mapping[str, Any], metrics: Sequence[str] | None = N
     views = report.get("mlflow_views") or {}
     if views:
         lines += [f"MLflow: metric against alpha (summary runs) {views['summary']} ; "
-                  f"the trial runs with their axes {views['trials']}", ""]
+                  f"the trial runs with their axes {views['trials']}"]
+        lines += [f"MLflow: the trials reused from other sweeps, by run id {url}"
+                  for name, url in sorted(views.items()) if name.startswith("reused")] + [""]
     data = report.get("data") or {}
     if data.get("source") == "dataset":
         lines += [f"Data: dataset {data['dataset']} (sha256 {data['sha256']}), base "

@@ -18,7 +18,7 @@ from ray import tune
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
 from sweeps.plan.build import SEARCH_AXES, SweepPlan, subplan
-from sweeps.plan.identity import TRIAL_HASH, hash_trials, objective_key, training_environment
+from sweeps.plan.identity import TRIAL_HASH, hash_trials, training_environment, trial_identity
 from sweeps.report.readout_table import TrialOutcome
 from sweeps.spec import SweepSpec
 from sweeps.tune.cohort_results import member_state, saved_members
@@ -157,8 +157,8 @@ class SegmentRun:
                      known: list[TrialOutcome], environment: dict[str, Any]) -> Segment | None:
         """The plan's trials no segment has yet, as a new segment (less those reused from
         other sweeps when the spec asks); None when every trial has its segment."""
-        covered = {objective_key(spec, outcome.params) for outcome in known}
-        missing = [trial for trial in plan.trials if objective_key(spec, trial) not in covered]
+        covered = {trial_identity(spec, outcome.params) for outcome in known}
+        missing = [trial for trial in plan.trials if trial_identity(spec, trial) not in covered]
         if not missing:
             return None
         reused = [] if spec.reuse == "none" else find_reusable(

@@ -9,8 +9,8 @@ from sweeps.plan.identity import (
     code_digest,
     hashed_content,
     objective_key,
-    trial_hash,
     training_environment,
+    trial_hash,
 )
 from sweeps.spec import load_sweep_spec
 from tests.service.conftest import QUICKSTART
