@@ -293,7 +293,7 @@ def _extension_body(seeds: Sequence[int] | None, alpha: Sequence[float] | None,
                     allow_cancelled: bool) -> dict[str, Any]:
     axes: dict[str, Any] = {"seeds": seeds, "alpha": alpha, "loss_stacks": loss_stacks,
                             "models": models, "beta": beta, "free_bits": free_bits}
-    body = {key: list(value) for key, value in axes.items() if value is not None}
+    body: dict[str, Any] = {key: list(value) for key, value in axes.items() if value is not None}
     if primary:
         body["primary"] = True
     if allow_cancelled:

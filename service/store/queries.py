@@ -361,15 +361,16 @@ class Store:
             row = session.get(SweepRow, sweep_id)
             if row is None or row.extension_count != expected_count or row.state not in from_states:
                 return False
-            finished = row.done + row.failed + row.stopped + row.running
+            ended = row.done + row.failed + row.stopped
+            reopened = row.state not in ACTIVE_SWEEP_STATES
             values: dict[str, Any] = {
                 "spec": spec, "extensions": [*(row.extensions or []), record],
-                "extension_count": expected_count + 1, "total": total,
-                "pending": max(0, total - finished), "updated_at": now}
-            if row.state not in ACTIVE_SWEEP_STATES:
+                "extension_count": expected_count + 1, "total": total, "updated_at": now,
+                # the counter's column: trials not started yet
+                SweepRow.pending.key: max(0, total - ended - (0 if reopened else row.running))}
+            if reopened:
                 values.update(state=SweepState.QUEUED.value, finished_at=None, error=None,
-                              eta_seconds=None, attempts=0, driver_handle=None, running=0,
-                              pending=max(0, total - row.done - row.failed - row.stopped))
+                              eta_seconds=None, attempts=0, driver_handle=None, running=0)
             result = session.execute(update(SweepRow).where(
                 SweepRow.id == sweep_id, SweepRow.extension_count == expected_count,
                 SweepRow.state == row.state).values(**values))

@@ -121,7 +121,7 @@ def _replayed(row: SweepRow, key: str, request_hash: str, services: Services) ->
     return None
 
 
-def _check_state(row: SweepRow, request: ExtensionRequest, owner: str, services: Services) -> None:
+def _check_state(row: SweepRow, request: ExtensionRequest, services: Services) -> None:
     if row.state == SweepState.CANCELLED and not request.allow_cancelled:
         message = (f"sweep {row.id} was cancelled; extend it only on purpose: allow_cancelled: "
                    "true (ksweep extend --cancelled)")
@@ -129,10 +129,10 @@ def _check_state(row: SweepRow, request: ExtensionRequest, owner: str, services:
                            errors=[FieldProblem(field="allow_cancelled", message=message)],
                            sweep_id=row.id)
     cap = services.settings.max_active_sweeps_per_owner
-    if row.state not in ACTIVE_SWEEP_STATES and services.store.count_active(owner) >= cap:
+    if row.state not in ACTIVE_SWEEP_STATES and services.store.count_active(row.owner) >= cap:
         raise ProblemError(
             429, "Too many active sweeps",
-            f"owner {owner!r} already has {cap} sweeps queued or running "
+            f"owner {row.owner!r} already has {cap} sweeps queued or running "
             "(KSWEEP_MAX_ACTIVE_SWEEPS_PER_OWNER); the extended sweep would run again",
             kind="too-many-sweeps", headers={"Retry-After": "30"})
 
@@ -166,7 +166,7 @@ def extend_sweep(
         replay = _replayed(row, idempotency_key, request_hash, services)
         if replay is not None:
             return replay
-    _check_state(row, request, owner, services)
+    _check_state(row, request, services)
     extended, marked = _planned(row, request, services)
     plan = _plan_body(marked)
     record = {
