@@ -154,7 +154,10 @@ def compare_report(specs: Mapping[str, SweepSpec], outcomes: Mapping[str, list[T
             seen[key] = sweep_id
             joined.append(outcome)
     sweep_of = {outcome.trial_id: seen[objective_key(spec, outcome.params)] for outcome in joined}
-    report = build_report(spec, "+".join(specs), joined, build_plan(spec))
+    plan = build_plan(spec)
+    report = build_report(spec, "+".join(specs), joined, plan)
+    missing = plan.trial_count - len({objective_key(spec, t) for t in plan.trials} & set(seen))
+    report["dedup"]["trials_run"] = len(joined)
     report["name"] = " + ".join(names[s] for s in specs)
     report["compared"] = [{"sweep_id": sweep_id, "name": names[sweep_id],
                            "seeds": specs[sweep_id].seed_list(),
@@ -166,6 +169,9 @@ def compare_report(specs: Mapping[str, SweepSpec], outcomes: Mapping[str, list[T
     words = [f"One report over {len(specs)} sweeps ({', '.join(specs)}): contrasts pair by seed "
              "over the seeds both sides ran; a pair's stack and baseline may come from "
              "different sweeps (the same template, so the same trial protocol)."]
+    if missing:
+        words.append(f"{missing} trial(s) of the joined grid ran in no sweep: their rows have no "
+                     "values (see n), and contrasts pair only the seeds both sides ran.")
     if duplicates:
         words.append(f"{duplicates} trial(s) ran in more than one sweep: each is read from the "
                      "first sweep listed that has it.")

@@ -170,6 +170,11 @@ def test_compared_sweeps_join_their_axes_and_pair_by_seed():
     assert cc["seeds"] == [1, 2, 3] and cc["n_pairs"] == 3
     assert cc["diffs"] == pytest.approx([0.10, 0.11, 0.12])
     assert any("ran in more than one sweep" in w for w in report["limitations"])
+    # 6 + 9 trials, 2 of them twice; the joined grid (alpha 0, 1, 2 x seeds 0-3) has 20, of
+    # which 7 ran nowhere: R_tok at 1 for seed 3 and at 2 for every seed, R~ for seed 0.
+    assert report["dedup"]["trials_run"] == 13
+    assert any(w.startswith("7 trial(s) of the joined grid ran in no sweep")
+               for w in report["limitations"])
     keys = {objective_key(joined, t) for t in report["trials"]}
     assert len(keys) == len(report["trials"])  # one trial per objective, model and seed
 
