@@ -67,8 +67,8 @@ def count_flops(cohort) -> dict[str, float]:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from workers.cohort.evaluation import eval_split
     from workers.models.functional import cvae_forward
+    from workers.readouts.evaluate import readout_split
 
     data, training = cohort._data, cohort.members[0].config.training
     rows = torch.arange(training.batch_size, device=cohort.device)
@@ -79,7 +79,7 @@ def count_flops(cohort) -> dict[str, float]:
     step = counter.get_total_flops()
     readouts = cohort.members[0].config.readouts
     names = ("train", "val", "test") if readouts.test else ("train", "val")
-    eval_rows = sum(len(eval_split(cohort.members[0].trainer.splits[n], n, readouts.train_subset).split)
+    eval_rows = sum(len(readout_split(cohort.members[0].trainer.splits[n], n, readouts.train_subset).split)
                     for n in names)
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         cvae_forward(cohort.params, cohort.model_config, cohort.num_categories, batch["context"],

@@ -9,6 +9,7 @@ registered under the same names in :mod:`objectives.terms`, and
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -85,6 +86,14 @@ class KLOptions(BaseModel):
     cycle_ratio: float = Field(
         0.5, gt=0, le=1, allow_inf_nan=False, description="Fraction of a cycle spent ramping up."
     )
+    mutual_info_credit: float = Field(
+        0.0, ge=0, le=1, allow_inf_nan=False,
+        description="gamma: the term penalises mean_x KL(q(z|x) || p) - gamma * I(x; z), I estimated "
+        "on the batch as H(mean q) - mean H(q) (discrete latent only). 0: the per-example KL. 1 with "
+        "`model.prior: standard`: the KL of the batch's aggregate posterior from the prior (batch "
+        "prior regularisation, Zhao et al. 2018), which keeps every category in use and leaves the "
+        "information z carries unpenalised; between, information costs (1 - gamma) beta per nat.",
+    )
 
 
 class BagOfWordsOptions(BaseModel):
@@ -121,6 +130,8 @@ class TermInfo:
         weight_name: what the spec's weight means for this term (``beta`` for KL).
         needs: LossInputs fields beyond token_nll/base_nll/mask the term reads.
         needs_c_base: whether the stack must know c_base.
+        needs_train_kappa: whether the stack must know the train split's mean kappa at the
+            term's alpha (measured by the trial, like c_base).
     """
 
     name: str
@@ -129,6 +140,7 @@ class TermInfo:
     weight_name: str = "weight"
     needs: tuple[str, ...] = ()
     needs_c_base: bool = False
+    needs_train_kappa: bool = False
 
     def describe(self) -> dict[str, Any]:
         """A JSON-serialisable description: name, summary, weight meaning, inputs, options schema."""
@@ -156,6 +168,10 @@ TERM_INFO: dict[str, TermInfo] = {
         TermInfo("concentration_corrected",
                  "R~ = R_tok / kappa_alpha: token weighting with the concentration inflation "
                  "removed.", WeightingOptions),
+        TermInfo("train_kappa_corrected",
+                 "R_tok / mean_train(kappa_alpha): token weighting with one global correction, the "
+                 "train split's mean concentration (R~ divides each example by its own); at beta it "
+                 "trains like R_tok at beta * mean kappa.", WeightingOptions, needs_train_kappa=True),
         TermInfo("normalized_concentration_corrected",
                  "R^ = R~ / c_base: concentration-corrected and in z-free-relative units "
                  "(baseline mean 1).", WeightingOptions, needs_c_base=True),
@@ -211,6 +227,12 @@ PRESETS: dict[str, Preset] = {
             "raw_token_weighted",
             "Raw tempered surprisal-share weighting R_tok alone.",
             {"token_weighted": {"weight": 1.0}},
+        ),
+        Preset(
+            "train_kappa_corrected",
+            "R_tok divided by the train split's mean kappa: R~'s global rescale without its "
+            "per-example 1/kappa weight.",
+            {"train_kappa_corrected": {"weight": 1.0}},
         ),
         Preset(
             "ncc",
@@ -332,11 +354,23 @@ class LossStackSpec(BaseModel):
         """Whether any term is normalized by c_base."""
         return any(TERM_INFO[name].needs_c_base for name in self.resolved_terms())
 
-    def build(self, c_base: float | None = None) -> LossStack:
-        """The callable (torch) stack; ``c_base`` (if given) overrides the spec's."""
+    @property
+    def needs_train_kappa(self) -> bool:
+        """Whether any term divides by the train split's mean kappa."""
+        return any(TERM_INFO[name].needs_train_kappa for name in self.resolved_terms())
+
+    def term_alphas(self) -> set[float]:
+        """The alphas the stack's terms weight at (a term's own ``alpha`` option, else the stack's)."""
+        return {float(term.options.get("alpha") if term.options.get("alpha") is not None else self.alpha)
+                for term in self.resolved_terms().values()}
+
+    def build(self, c_base: float | None = None,
+              train_kappa: Mapping[float, float] | None = None) -> LossStack:
+        """The callable (torch) stack; ``c_base`` (if given) overrides the spec's; ``train_kappa``:
+        alpha -> the train split's mean kappa, for the terms that need it."""
         from objectives.stack import LossStack
 
-        return LossStack(self, c_base=c_base)
+        return LossStack(self, c_base=c_base, train_kappa=train_kappa)
 
 
 def preset_spec(name: str, alpha: float = 1.0, c_base: float | None = None, **extra: Any) -> LossStackSpec:

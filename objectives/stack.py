@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
 
 from objectives._checks import check_c_base, check_pair, check_token_nll
-from objectives.spec import PRESETS, LossStackSpec, TermSpec, describe_presets, preset_spec
+from objectives.spec import (
+    PRESETS,
+    TERM_INFO,
+    LossStackSpec,
+    TermSpec,
+    describe_presets,
+    preset_spec,
+)
 from objectives.terms import TERMS, LossInputs, TermContext
 from objectives.token_weighting import TokenWeightStats
 
@@ -46,9 +55,22 @@ class LossStack:
         ValueError: a normalized term without a positive c_base.
     """
 
-    def __init__(self, spec: LossStackSpec, c_base: float | None = None) -> None:
+    def __init__(self, spec: LossStackSpec, c_base: float | None = None,
+                 train_kappa: Mapping[float, float] | None = None) -> None:
         self.spec = spec
         self.alpha = spec.alpha
+        if spec.needs_train_kappa:
+            missing = sorted(spec.term_alphas() - set(train_kappa or {}))
+            if missing:
+                raise ValueError(
+                    "the train split's mean kappa is required by the terms of this stack "
+                    f"({', '.join(n for n in spec.resolved_terms() if TERM_INFO[n].needs_train_kappa)}) "
+                    f"at alpha {', '.join(f'{a:g}' for a in missing)}; measure it with "
+                    "KappaSummaryAccumulator on the train split and pass build(train_kappa={alpha: mean})")
+            bad = {a: k for a, k in (train_kappa or {}).items() if not (math.isfinite(k) and k >= 1.0 - 1e-9)}
+            if bad:
+                raise ValueError(f"train_kappa must be finite means of kappa (>= 1), got {bad}")
+        self.train_kappa = dict(train_kappa or {})
         chosen = c_base if c_base is not None else spec.c_base
         if spec.needs_c_base:
             if chosen is None:
@@ -77,7 +99,7 @@ class LossStack:
     def __call__(self, inputs: LossInputs) -> LossOutput:
         check_pair(inputs.base_nll, inputs.mask)
         check_token_nll(inputs.token_nll, inputs.base_nll)
-        context = TermContext(alpha=self.alpha, c_base=self.c_base)
+        context = TermContext(alpha=self.alpha, c_base=self.c_base, train_kappa=self.train_kappa)
         values: dict[str, torch.Tensor] = {}
         weights = self.weights_at(inputs.step)
         total = torch.zeros((), dtype=inputs.token_nll.dtype, device=inputs.token_nll.device)

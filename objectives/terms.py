@@ -7,7 +7,7 @@ user's spec is ever resolved as an import path.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +59,8 @@ class LossInputs:
             (needed by ``kl``; per-dimension free bits need ``[B, D]``).
         bow_logits: ``[B, V]`` bag-of-words logits predicted from (z, x) (needed by ``bag_of_words``).
         targets: ``[B, T]`` int64 target tokens y (needed by ``bag_of_words``).
+        posterior_probs: ``[B, C]`` q(z | x, y) of a discrete latent (needed by ``kl`` with
+            ``mutual_info_credit > 0``).
         step: the global optimisation step, for KL annealing schedules (a Python int).
     """
 
@@ -68,6 +70,7 @@ class LossInputs:
     kl: torch.Tensor | None = None
     bow_logits: torch.Tensor | None = None
     targets: torch.Tensor | None = None
+    posterior_probs: torch.Tensor | None = None
     step: int = 0
 
 
@@ -80,6 +83,7 @@ class TermContext:
 
     alpha: float
     c_base: float | None
+    train_kappa: Mapping[float, float] = field(default_factory=dict)  # alpha -> train mean kappa
     _stats: dict[float, TokenWeightStats] = field(default_factory=dict)
     _r_tok: dict[float, torch.Tensor] = field(default_factory=dict)
 
@@ -176,6 +180,11 @@ def _concentration_corrected(
     return _batch_mean(_divide_by_kappa(context.r_tok(inputs, options.alpha), stats), inputs)
 
 
+def _train_kappa_corrected(inputs: LossInputs, context: TermContext, options: WeightingOptions) -> torch.Tensor:
+    alpha = context.alpha if options.alpha is None else options.alpha
+    return _batch_mean(context.r_tok(inputs, options.alpha), inputs) / context.train_kappa[float(alpha)]
+
+
 def _normalized_concentration_corrected(
     inputs: LossInputs, context: TermContext, options: WeightingOptions
 ) -> torch.Tensor:
@@ -208,7 +217,31 @@ def _kl(inputs: LossInputs, context: TermContext, options: KLOptions) -> torch.T
     per_example = per_dim.sum(dim=-1)
     if free_bits:
         per_example = per_example.clamp_min(free_bits)
-    return (weights * per_example).sum()
+    value = (weights * per_example).sum()
+    if options.mutual_info_credit:
+        value = value - options.mutual_info_credit * batch_mutual_information(inputs, weights)
+    return value
+
+
+def batch_mutual_information(inputs: LossInputs, weights: torch.Tensor) -> torch.Tensor:
+    """I(x; z) of the batch under q: ``H(sum_b w_b q_b) - sum_b w_b H(q_b)`` (``weights``: each
+    example with an active token once), differentiable; the plug-in estimate of a discrete latent."""
+    probs = inputs.posterior_probs
+    if probs is None:
+        raise ValueError("kl option mutual_info_credit needs LossInputs.posterior_probs, the posterior "
+                         "of a discrete latent (model.family: discrete); set it to 0 otherwise")
+    if probs.dim() != 2 or probs.shape[0] != weights.shape[0]:
+        raise ValueError(f"posterior_probs must have shape [B, C] with B = {weights.shape[0]}, "
+                         f"got {tuple(probs.shape)}")
+    probs = probs.to(weights.dtype)
+    aggregate = (weights.unsqueeze(-1) * probs).sum(dim=0)
+    return _entropy(aggregate) - (weights * _entropy(probs)).sum()
+
+
+def _entropy(probs: torch.Tensor) -> torch.Tensor:
+    """Entropy over the last axis; a probability of exactly 0 adds 0 with a finite gradient
+    (xlogy's gradient there is NaN)."""
+    return -(probs * probs.clamp_min(torch.finfo(probs.dtype).tiny).log()).sum(dim=-1)
 
 
 def _bag_of_words(inputs: LossInputs, context: TermContext, options: BagOfWordsOptions) -> torch.Tensor:
@@ -235,6 +268,7 @@ _COMPUTE: dict[str, tuple[TermFunction, Callable[[Any, int], float] | None]] = {
     "normalized_uniform": (_normalized_uniform, None),
     "token_weighted": (_token_weighted, None),
     "concentration_corrected": (_concentration_corrected, None),
+    "train_kappa_corrected": (_train_kappa_corrected, None),
     "normalized_concentration_corrected": (_normalized_concentration_corrected, None),
     "kl": (_kl, kl_anneal_factor),
     "bag_of_words": (_bag_of_words, None),

@@ -199,9 +199,10 @@ def export(work: Path, gguf: Path) -> None:
     (found by the sweep-id and run-kind tags; the newest one when a sweep was resumed)."""
     import mlflow
 
-    from sweeps.report.build import chance_and_collapse
     from sweeps.report.contrasts import claim_words
+    from sweeps.report.latent_use import latent_limitations, latent_use
     from sweeps.report.text import report_markdown
+    from sweeps.spec.sections import DEFAULT_LATENT_IN_USE_NATS
     from workers.contract import RUN_KIND_SWEEP, RUN_KIND_TAG, SWEEP_ID_TAG, runs_with_tag_filter
 
     env = environment(work)
@@ -219,11 +220,14 @@ def export(work: Path, gguf: Path) -> None:
         mlflow.artifacts.download_artifacts(run_id=runs[0].info.run_id, dst_path=str(target),
                                             tracking_uri=env["MLFLOW_TRACKING_URI"])
         # report.md again from report.json: NMI with AMI and the shuffled-label NMI beside it,
-        # each contrast's verdict and the chance/collapse limits in this version's words.
+        # each contrast's verdict, the latent-use table and the chance/collapse limits in this
+        # version's words.
         report = json.loads((target / "report.json").read_text())
         for contrast in report["contrasts"]:
             contrast["claim"] = claim_words(contrast)
-        report["limitations"] += [words for words in chance_and_collapse(report["cells"], report["split"])
+        threshold = report["analysis"].get("latent_in_use_nats", DEFAULT_LATENT_IN_USE_NATS)
+        report["latent_use"] = latent_use(report["cells"], report["split"], threshold)
+        report["limitations"] += [words for words in latent_limitations(report["cells"], report["latent_use"])
                                   if words not in report["limitations"]]
         (target / "report.md").write_text(report_markdown(report, metrics=STUDY_TABLES))
         print(f"{sweep_id}: {sorted(p.name for p in target.rglob('*') if p.is_file())}")

@@ -35,8 +35,17 @@ SPLIT_METRICS: tuple[str, ...] = (
 ELBO = "elbo"
 """``{split}/elbo``: mean over examples of sum_t l_t + KL (the negative ELBO, nats; lower is
 better), identical for every stack, logged on every trial; a label-less dataset's default."""
-# Latent recovery, on val only.
-LATENT_METRICS: tuple[str, ...] = ("latent_nmi", "latent_ari", "mutual_info", "active_units")
+# Latent use (every split, overall; docs/concepts/trials.md "Read-outs"): I(x; z) in nats, the
+# units whose posterior mean varies over x (Burda et al. 2016; a discrete latent's units are its
+# one-hot coordinates, so a collapsed one reads 0), and the discrete categories the aggregate
+# posterior gives mass >= 0.01 (which a collapsed, spread posterior fills: not a use measure).
+MUTUAL_INFO = "mutual_info"
+ACTIVE_UNITS = "active_units"
+USED_CATEGORIES = "used_categories"
+KL = "kl"  # the rate E[KL] (nats per example), every split
+LATENT_AMI, LATENT_NMI_SHUFFLED = "latent_ami", "latent_nmi_shuffled"
+# Latent recovery and use, valid objective metrics on val.
+LATENT_METRICS: tuple[str, ...] = ("latent_nmi", "latent_ari", LATENT_AMI, MUTUAL_INFO, ACTIVE_UNITS)
 
 
 def metric_name(split: str, name: str, kind: str | None = None) -> str:
@@ -46,15 +55,16 @@ def metric_name(split: str, name: str, kind: str | None = None) -> str:
 
 VAL_LATENT_NMI = metric_name(VAL, "latent_nmi")
 VAL_LATENT_ARI = metric_name(VAL, "latent_ari")
-VAL_MUTUAL_INFO = metric_name(VAL, "mutual_info")
-VAL_ACTIVE_UNITS = metric_name(VAL, "active_units")
+VAL_LATENT_AMI = metric_name(VAL, LATENT_AMI)
+VAL_MUTUAL_INFO = metric_name(VAL, MUTUAL_INFO)
+VAL_ACTIVE_UNITS = metric_name(VAL, ACTIVE_UNITS)
 VAL_LOSS = metric_name(VAL, "loss")
 TRAIN_LOSS = metric_name(TRAIN, "loss")
 VAL_BASELINE_SELF_CHECK = metric_name(VAL, "baseline_self_check")
 PERF_EPOCH_SECONDS = "perf/epoch_seconds"
 PERF_TOKENS_PER_SECOND = "perf/tokens_per_second"
 PERF_COMPILE_SECONDS = "perf/compile_seconds"  # a compiled cohort's warm-up steps (compile included)
-VAL_KL = metric_name(VAL, "kl")
+VAL_KL = metric_name(VAL, KL)
 VAL_KAPPA_MEAN = metric_name(VAL, "kappa_mean")
 
 # The per-epoch curves a trial's outcome keeps (the report's plots; a cohort keeps them per member).
@@ -70,8 +80,10 @@ METRIC_NAMES: tuple[str, ...] = (
 )
 # Latent recovery beside its chance level (labelled data, overall only, every epoch): AMI and
 # the NMI against shuffled labels (workers.metrics.chance_readouts).
-LATENT_AMI, LATENT_NMI_SHUFFLED = "latent_ami", "latent_nmi_shuffled"
-CHANCE_READOUTS: tuple[str, ...] = (LATENT_AMI, LATENT_NMI_SHUFFLED)
+# The latent's assignment against the quartiles of target length and of kappa (workers.readouts.
+# confounds): what its clusters share with nuisance variables, beside the NMI against the label.
+LATENT_NMI_LENGTH, LATENT_NMI_KAPPA = "latent_nmi_length", "latent_nmi_kappa"
+CHANCE_READOUTS: tuple[str, ...] = (LATENT_AMI, LATENT_NMI_SHUFFLED, LATENT_NMI_LENGTH, LATENT_NMI_KAPPA)
 
 # --- registered names (datasets and language models) -------------------------------------
 
@@ -186,8 +198,9 @@ MODEL_READOUTS: tuple[str, ...] = (
     "loss", "recon_uniform", "recon_token_weighted", "recon_cc", "recon_ncc", "kl", "elbo",
     "latent_nmi", "latent_ari", "mi_zs", "kl_kappa_spearman",
 )
-CONTINUOUS_READOUTS: tuple[str, ...] = ("active_units",)  # also per kind, continuous family only
-OVERALL_ONLY_READOUTS: tuple[str, ...] = ("c_base",)  # the trial's constant (train split)
+CONTINUOUS_READOUTS: tuple[str, ...] = (ACTIVE_UNITS,)  # also per kind, continuous family only
+OVERALL_ONLY_READOUTS: tuple[str, ...] = ("c_base", MUTUAL_INFO)  # c_base: the trial's constant
+DISCRETE_READOUTS: tuple[str, ...] = (ACTIVE_UNITS, USED_CATEGORIES)  # overall, discrete family only
 
 # Gradient shares (val, fixed evaluation batch, epoch end): projection share of each token
 # group in the gradient of the stack's reconstruction part w.r.t. q(z|x,y)'s parameters.
@@ -236,7 +249,9 @@ def readout_names(family: str = "discrete", splits: tuple[str, ...] = SPLITS) ->
     for split in splits:
         for kind in (None, *EXAMPLE_KINDS):
             out.extend(metric_name(split, name, kind) for name in names)
-        out.extend(metric_name(split, name) for name in OVERALL_ONLY_READOUTS + CHANCE_READOUTS)
+        overall = OVERALL_ONLY_READOUTS + CHANCE_READOUTS + (
+            DISCRETE_READOUTS if family == "discrete" else ())
+        out.extend(metric_name(split, name) for name in overall)
     return out
 
 

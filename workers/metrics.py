@@ -8,7 +8,9 @@ the hot path):
   means of a Gaussian posterior) and the true ones. Both are invariant to relabelling.
 - *Use* of the latent, without labels: mutual information I(x; z) under the aggregate
   posterior, and the number of active units (Burda et al. 2016), the standard symptoms
-  of posterior collapse.
+  of posterior collapse. Both read 0 for a latent whose posterior does not depend on x.
+  The discrete ``used_categories`` (aggregate mass >= 0.01) is not one of them: a
+  collapsed posterior spread over K categories fills all K.
 
 Everything here is pure torch / numpy / scikit-learn and runs on CPU; tensors on another
 device are moved to the CPU first.
@@ -27,6 +29,7 @@ __all__ = [
     "chance_readouts",
     "active_units_discrete",
     "active_units_gaussian",
+    "used_categories",
     "discrete_mutual_information",
     "gaussian_mutual_information",
     "log_mixture",
@@ -280,14 +283,13 @@ def discrete_mutual_information(posterior_probs: torch.Tensor) -> float:
 
 def gaussian_mutual_information(mean: torch.Tensor, logvar: torch.Tensor, seed: int = 0, *,
                                 sampled: tuple[torch.Tensor, torch.Tensor] | None = None) -> float:
-    """I(x; z) of a diagonal Gaussian posterior, the estimator of He et al. (2019).
+    """I(x; z) of a diagonal Gaussian posterior: a paired mixture estimate (He et al. 2019).
 
-    Follows ``calc_mi`` of "Lagging Inference Networks and Posterior Collapse":
-    ``E_x E_q(z|x)[log q(z|x)] - E_x E_q(z|x)[log q_agg(z)]``, where the first term is the
-    closed-form negative entropy of each posterior and ``q_agg`` is approximated by the
-    uniform mixture of the N posteriors in the batch, evaluated at one sample
-    ``z_n ~ q(z|x_n)`` per example. Computed in float64 with logsumexp, in blocks so
-    memory stays bounded for large N.
+    ``mean_n [log q(z_n|x_n) - log q_agg(z_n)]`` with one seeded ``z_n ~ q(z|x_n)`` per example
+    and ``q_agg`` the uniform mixture of the split's N posteriors (``calc_mi`` of "Lagging
+    Inference Networks and Posterior Collapse", whose first term is the closed-form negative
+    entropy; taken at the same sample here, so posteriors that do not depend on x give exactly
+    0 and each term is at most ``log N``). Float64, logsumexp, in blocks of bounded memory.
 
     Args:
         mean: ``[N, D]`` posterior means.
@@ -298,10 +300,10 @@ def gaussian_mutual_information(mean: torch.Tensor, logvar: torch.Tensor, seed: 
             when the caller already drew them (I(z; s) starts from the same ones).
 
     Returns:
-        MI estimate in nats, at most about ``log N`` (the mixture estimate cannot
-        exceed it): near 0 when all posteriors are the same, near ``log N`` for N
-        well-separated posteriors with tiny variance. Clamped at 0, since the estimate
-        is noisy and can dip below.
+        MI estimate in nats, in ``[0, log N]``: 0 when all posteriors are the same (to
+        rounding), ``log K`` for K well-separated groups of equal size and identical
+        posteriors within a group, near ``log N`` for N well-separated posteriors. Clamped
+        at 0, since the estimate can dip below.
 
     Raises:
         ValueError: If the inputs are not 2-D, are empty, or differ in shape.
@@ -312,10 +314,15 @@ def gaussian_mutual_information(mean: torch.Tensor, logvar: torch.Tensor, seed: 
         raise ValueError(
             f"mean and logvar differ in shape: {tuple(mu.shape)} vs {tuple(log_variance.shape)}"
         )
-    num_dims = mu.shape[1]
-    negative_entropy = (-0.5 * num_dims * math.log(2 * math.pi) - 0.5 * (1 + log_variance).sum(-1)).mean()
-    _, log_aggregate = sampled if sampled is not None else posterior_samples(mu, log_variance, seed)
-    return max(float(negative_entropy - log_aggregate.mean()), 0.0)
+    samples, log_aggregate = sampled if sampled is not None else posterior_samples(mu, log_variance, seed)
+    return max(float((_log_own_density(samples, mu, log_variance) - log_aggregate).mean()), 0.0)
+
+
+def _log_own_density(samples: torch.Tensor, mean: torch.Tensor, logvar: torch.Tensor) -> torch.Tensor:
+    """``log N(samples_n; mean_n, diag exp(logvar_n))`` per row, ``[N]``: one term of
+    :func:`log_mixture` in the same arithmetic, so equal posteriors cancel exactly."""
+    log_normaliser = -0.5 * (mean.shape[1] * math.log(2 * math.pi) + logvar.sum(-1))
+    return -0.5 * ((samples - mean).square() * torch.exp(-logvar)).sum(-1) + log_normaliser
 
 
 def posterior_samples(mean: torch.Tensor, logvar: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -368,19 +375,25 @@ def active_units_gaussian(mean: torch.Tensor, threshold: float = 0.01) -> int:
 
 
 def active_units_discrete(posterior_probs: torch.Tensor, threshold: float = 0.01) -> int:
-    """Number of categories the aggregate posterior actually uses.
+    """Active units of a categorical latent: Burda et al. (2016) on its one-hot coordinates.
 
-    A category k is active when ``mean_n q(k|x_n) >= threshold``.
-
-    Args:
-        posterior_probs: ``[N, K]`` rows of q(z|x_n).
-        threshold: Aggregate mass at or above which a category counts as active.
-
-    Returns:
-        Count in ``[0, K]``; categories with NaN mass never count.
-
-    Raises:
-        ValueError: If the input is not 2-D or is empty.
+    A categorical z is the one-hot vector e_z, so ``E_q(z|x)[e_z] = q(.|x)`` and unit k's
+    activity is ``Var_x q(k|x)`` (unbiased, as :func:`active_units_gaussian`): a category is
+    active when its probability moves with x by more than ``threshold``. A posterior that is
+    the same for every x, however spread, has 0; one-hot posteriors spread evenly over K
+    categories have K (variance (K-1)/K^2 > 0.01 for K <= 98); the probabilities sum to 1,
+    so a latent in use has at least 2. Returns a count in ``[0, K]`` (0 when N = 1; NaN
+    variances never count); raises ValueError if the input is not 2-D or is empty.
     """
+    probs = _as_matrix(posterior_probs, "posterior_probs")
+    if probs.shape[0] < 2:
+        return 0
+    return int((probs.var(dim=0, correction=1) > threshold).sum())
+
+
+def used_categories(posterior_probs: torch.Tensor, threshold: float = 0.01) -> int:
+    """Categories the aggregate posterior gives mass, ``mean_n q(k|x_n) >= threshold``, in
+    ``[0, K]`` (NaN mass never counts; ValueError if not 2-D or empty). Not a measure of use: a
+    collapsed posterior spread the same way over K categories for every x uses all K."""
     probs = _as_matrix(posterior_probs, "posterior_probs")
     return int((probs.mean(dim=0) >= threshold).sum())

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from rich import box
 from rich.table import Table
+from rich.text import Text
 
 __all__ = ["Column", "fit_table", "short_labels"]
 
@@ -59,13 +60,13 @@ def _widths(columns: Sequence[Column], width: int) -> list[int]:
 
 
 def _table(title: str, columns: Sequence[Column], width: int) -> Table:
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
+    table = Table(title=Text(title), title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
                   pad_edge=False, padding=(0, 1))
     for column, fixed in zip(columns, _widths(columns, width), strict=True):
-        table.add_column(column.header, width=fixed, no_wrap=column.whole, overflow="fold",
+        table.add_column(Text(column.header), width=fixed, no_wrap=column.whole, overflow="fold",
                          justify=column.justify)  # type: ignore[arg-type]
     for row in zip(*(column.cells for column in columns), strict=True):
-        table.add_row(*row)
+        table.add_row(*(Text(cell) for cell in row))  # plain text, never markup
     return table
 
 
@@ -100,7 +101,7 @@ def fit_table(title: str, columns: Sequence[Column], width: int) -> tuple[Table,
 
 def _records(title: str, columns: Sequence[Column]) -> Table:
     """The rows one below the other, each column a line ``header  value`` (folded whole)."""
-    grid = Table(title=title, title_justify="left", box=None, show_header=False,
+    grid = Table(title=Text(title), title_justify="left", box=None, show_header=False,
                  pad_edge=False, padding=(0, 1))
     grid.add_column(no_wrap=True, style="bold")
     grid.add_column(overflow="fold")
@@ -108,7 +109,7 @@ def _records(title: str, columns: Sequence[Column]) -> Table:
         if index:
             grid.add_row("", "")
         for column, text in zip(columns, row, strict=True):
-            grid.add_row(column.header, text)
+            grid.add_row(Text(column.header, style="bold"), Text(text))
     return grid
 
 

@@ -18,7 +18,17 @@ from rich.text import Text
 
 from service.cli.fitted_table import Column, fit_table, short_labels
 from sweeps.report.growth import describe_extensions
-from sweeps.report.text import ALL, _beta, _interval, alpha_rows, headline
+from sweeps.report.text import (
+    ALL,
+    LATENT_COLUMNS,
+    _beta,
+    _interval,
+    alpha_rows,
+    headline,
+    latent_note,
+    latent_rows,
+    latent_title,
+)
 
 __all__ = ["render_report", "report_renderables"]
 
@@ -31,7 +41,7 @@ def _lines(words: Sequence[str], bullet: str = "-") -> Table:
     grid.add_column(no_wrap=True)
     grid.add_column(overflow="fold")
     for text in words:
-        grid.add_row(bullet, text)
+        grid.add_row(bullet, Text(text))  # plain text: "[log q ...]" is no markup
     return grid
 
 
@@ -50,6 +60,24 @@ def _alpha_columns(report: Mapping[str, Any], metric: str, label: Label) -> list
                  f"{cell['alpha']:g}", *(_interval(entry[k]) if k in entry else "-" for k in kinds),
                  values]
         for column, text in zip(columns, shown, strict=True):
+            column.cells.append(text)
+    return columns
+
+
+# At a narrow width the latent-use table keeps the stack, alpha, I(x; z) and the verdict.
+_LATENT_KEEP = {"loss_stack", "alpha", "I(x; z)", "latent"}
+_LATENT_RANK = {"model": 3, "beta": 3, "AMI": 2, "NMI": 1, "NMI shuffled": 1, "KL": 1,
+                "active units": 1, "used categories": 1}
+
+
+def _latent_columns(report: Mapping[str, Any], label: Label) -> list[Column]:
+    columns = [Column(name.replace("_", " "), keep=name in _LATENT_KEEP,
+                      whole=name not in ("latent", "loss_stack"), rank=_LATENT_RANK.get(name, 0),
+                      justify="right" if name == "alpha" else "left") for name in LATENT_COLUMNS]
+    stack = LATENT_COLUMNS.index("loss_stack")
+    for row in latent_rows(report):
+        row = [label(text) if index == stack else text for index, text in enumerate(row)]
+        for column, text in zip(columns, row, strict=True):
             column.cells.append(text)
     return columns
 
@@ -96,17 +124,22 @@ def _ties(best: Sequence[Mapping[str, Any]], label: Label) -> list[str]:
     return words
 
 
-def _tables(report: Mapping[str, Any], width: int, label: Label) -> list[tuple[Table, list[str]]]:
+def _tables(report: Mapping[str, Any], width: int, label: Label
+            ) -> list[tuple[Table, list[str], list[str]]]:
+    """Each table, the words saying what left it, and the words printed under it."""
     metric, split = report["analysis"]["metric"], report["split"]
-    tables = [fit_table(f"{split} {metric} by alpha: mean [95% t interval]",
-                        _alpha_columns(report, metric, label), width)]
+    tables = [(*fit_table(f"{split} {metric} by alpha: mean [95% t interval]",
+                          _alpha_columns(report, metric, label), width), [])]
+    if latent_rows(report):
+        tables.append((*fit_table(latent_title(report), _latent_columns(report, label), width),
+                       [latent_note(report)]))
     primary = [c for c in report["contrasts"] if c["family"] == "primary"]
     if primary:
-        tables.append(fit_table("Primary contrasts, Holm within the family",
-                                _contrast_columns(primary, label), width))
+        tables.append((*fit_table("Primary contrasts, Holm within the family",
+                                  _contrast_columns(primary, label), width), []))
     if report["best"]:
-        tables.append(fit_table("Best per model and beta, chosen on val, held-out "
-                                "split beside it", _best_columns(report["best"], label), width))
+        tables.append((*fit_table("Best per model and beta, chosen on val, held-out split "
+                                  "beside it", _best_columns(report["best"], label), width), []))
     return tables
 
 
@@ -149,17 +182,17 @@ def report_renderables(report: Mapping[str, Any], width: int) -> list[Renderable
     full: dict[str, str] = {label: label for label in labels}
     short = full
     tables = _tables(report, width, full.__getitem__)
-    if any(notes for _, notes in tables):  # the full labels do not fit: short ones, a legend
+    if any(notes for _, notes, _ in tables):  # the full labels do not fit: short ones, a legend
         short = short_labels(labels)
         tables = _tables(report, width, lambda label: short.get(label, label))
     out: list[RenderableType] = _header(report)
     legend = _legend(report, short)
     if legend:
         out.append(_lines(legend, bullet=" "))
-    for table, notes in tables:
+    for table, notes, under in tables:
         out.append(table)
-        if notes:
-            out.append(_lines(notes, bullet=" "))
+        if notes or under:
+            out.append(_lines([*notes, *under], bullet=" "))
     ties = _ties(report["best"], lambda label: short.get(label, label))
     if ties:
         out.append(_lines(ties))

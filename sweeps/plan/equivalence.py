@@ -6,7 +6,7 @@ trial. The signature of a stack at alpha is its terms with weights and resolved 
 after three rewrites that are identities of the objective library:
 
 - a weighting term at alpha 0 is its uniform twin: pi_t = 1/T and kappa = 1, so
-  ``token_weighted`` and ``concentration_corrected`` become ``uniform`` and
+  ``token_weighted``, ``concentration_corrected`` and ``train_kappa_corrected`` become ``uniform`` and
   ``normalized_concentration_corrected`` becomes ``normalized_uniform``;
 - alpha is kept only on terms that still depend on it (a term's own ``alpha`` option
   overrides the stack's), so ``uniform`` is one objective at every alpha;
@@ -49,6 +49,7 @@ __all__ = [
 UNIFORM_TWIN = {
     "token_weighted": "uniform",
     "concentration_corrected": "uniform",
+    "train_kappa_corrected": "uniform",
     "normalized_concentration_corrected": "normalized_uniform",
 }
 """Weighting term -> the term it equals at alpha 0."""

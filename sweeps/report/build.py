@@ -6,6 +6,8 @@
 - ``best``: one per (model, beta, free_bits), chosen on val, its test value beside it;
   never "the best beta" (the smallest beta always wins on NMI).
 - ``collapse``: per stack, the largest beta whose mean val NMI >= the threshold.
+- ``latent_use``: per cell, test KL, I(x; z), active units, AMI and NMI beside their chance
+  level, and whether the latent is in use (:mod:`sweeps.report.latent_use`).
 - ``limitations``: what the report cannot claim, in words.
 
 Everything is computed from the trials' params and final metrics, so the same report can
@@ -14,9 +16,9 @@ be recomputed from the MLflow child runs alone.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from sweeps.plan.build import SEARCH_AXES, SweepPlan, build_plan
@@ -27,6 +29,7 @@ from sweeps.report.growth import (
     primary_eligibility,
     report_extensions,
 )
+from sweeps.report.latent_use import USE_READOUTS, latent_limitations, latent_use
 from sweeps.report.plots import write_report_plots
 from sweeps.report.readout_table import (
     ALL_KINDS,
@@ -39,7 +42,7 @@ from sweeps.report.statistics import MIN_PAIRS_FOR_CLAIM, mean_interval, metric_
 from sweeps.report.text import report_markdown
 from sweeps.spec import SweepSpec
 from sweeps.tune.status import TrialState
-from workers.contract import LATENT_AMI, LATENT_METRICS, LATENT_NMI_SHUFFLED, NMI_AUC, TEST_ELBO
+from workers.contract import LATENT_METRICS, NMI_AUC, TEST_ELBO
 
 __all__ = ["TrialOutcome", "build_report", "metric_mode", "report_markdown", "summary_metrics",
            "write_report_plots"]
@@ -197,36 +200,6 @@ def _limitations(rows, cells, contrasts, excluded, source, split, seeds, epochs)
     if any(r.shared_with for r in rows):
         words.append("Shared trials (one objective standing in several rows) report their "
                      "kappa diagnostics at the alpha of the row that ran.")
-    return words + chance_and_collapse(cells, split)
-
-
-KL_READOUT = "kl"
-COLLAPSE_KL_NATS = 0.01  # a latent carrying < 0.01 nats per example is, for reading, unused
-
-
-def chance_and_collapse(cells, split: str) -> list[str]:
-    """Cells whose NMI is at its chance level (within the shuffled-label NMI's interval), and
-    cells whose latent is unused (test KL below COLLAPSE_KL_NATS): NMI there is no recovery."""
-    own = [c for c in cells if c["split"] == split and c["kind"] == ALL_KINDS and c["mean"] is not None
-           and not math.isnan(c["mean"])]
-    index = _cell_index(own)
-
-    def chance_of(cell):
-        return index.get((tuple(cell[k] for k in _CONFIG), split, ALL_KINDS, LATENT_NMI_SHUFFLED))
-
-    nmi = [c for c in own if c["metric"] == COLLAPSE_METRIC and chance_of(c) is not None]
-    words = []
-    if nmi:
-        at_chance = [c for c in nmi if c["mean"] <= chance_of(c)["ci_high"]]
-        words.append(f"{len(at_chance)} of {len(nmi)} {split} latent_nmi cell(s) are at chance level "
-                     "(mean NMI within the interval of the NMI against shuffled labels): read "
-                     f"{LATENT_AMI} beside them; a contrast between chance-level cells is not "
-                     "latent recovery.")
-    kl = [c for c in own if c["metric"] == KL_READOUT]
-    collapsed = [c for c in kl if c["mean"] < COLLAPSE_KL_NATS]
-    if collapsed:
-        words.append(f"{len(collapsed)} of {len(kl)} cell(s) have a mean {split} KL below "
-                     f"{COLLAPSE_KL_NATS:g} nats: their latent is barely used (posterior collapse).")
     return words
 
 
@@ -248,6 +221,29 @@ def data_section(spec: SweepSpec) -> dict[str, Any]:
             "base": spec.template.base.kind, "absent": absent}
 
 
+def context_free_prior(spec: SweepSpec) -> list[str]:
+    """Words when a learned prior meets a dataset without context (x empty on every row, by its
+    store record's token counts); nothing when the record cannot be read or holds other content."""
+    from workers.data.config import DatasetDataConfig
+    from workers.data.dataset_store import DatasetNotFound, DatasetStore
+
+    data = spec.template.data
+    if spec.template.model.prior != "learned" or not isinstance(data, DatasetDataConfig) or not data.root:
+        return []
+    try:
+        record = DatasetStore(Path(data.root)).get(data.dataset)
+    except (DatasetNotFound, OSError):
+        return []
+    tokens = record.summary.get("tokens") or {}
+    if record.sha256 != data.sha256 or not tokens or any(split.get("x") for split in tokens.values()):
+        return []
+    return [f"The prior is learned (template.model.prior: learned) and dataset {data.dataset!r} has "
+            "no context (x is empty on every row): p(z | x) is one distribution for every example "
+            "and follows the aggregate posterior, so the KL reads about 0 even when every example "
+            "sits on one category. Read I(x; z) and active units, not the KL; model.prior: "
+            "standard keeps the KL a penalty."]
+
+
 def build_report(spec: SweepSpec, sweep_id: str, outcomes: Iterable[TrialOutcome],
                  plan: SweepPlan | None = None,
                  extensions: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
@@ -255,7 +251,9 @@ def build_report(spec: SweepSpec, sweep_id: str, outcomes: Iterable[TrialOutcome
     of a grown sweep's extensions (:mod:`sweeps.report.growth`)."""
     outcomes = list(outcomes)
     plan = plan or build_plan(spec)
-    rows, excluded = expand_outcomes(spec, plan, outcomes, spec.analysis.metrics)
+    # The latent-use read-outs are read whatever analysis.metrics lists: the gate needs them.
+    read = list(dict.fromkeys((*spec.analysis.metrics, *USE_READOUTS)))
+    rows, excluded = expand_outcomes(spec, plan, outcomes, read)
     source = "selected" if rows and all(r.source == "selected" for r in rows) else "final_epoch"
     split = "test" if any(key[0] == "test" for r in rows for key in r.values) else "val"
     cells = build_cells(rows)
@@ -266,6 +264,7 @@ def build_report(spec: SweepSpec, sweep_id: str, outcomes: Iterable[TrialOutcome
     for outcome in outcomes:
         counts[outcome.state] += 1
     seeds = len({r.seed for r in rows})
+    use = latent_use(cells, split, spec.analysis.latent_in_use_nats)
     return {
         "sweep_id": sweep_id, "name": spec.name,
         "objective": {"metric": spec.primary_metric, "mode": spec.primary_mode},
@@ -280,7 +279,9 @@ def build_report(spec: SweepSpec, sweep_id: str, outcomes: Iterable[TrialOutcome
         "counts": dict(counts), "excluded": excluded,
         "limitations": _limitations(rows, cells, contrasts, excluded, source, split, seeds,
                                     spec.epochs_per_trial())
+        + latent_limitations(cells, use) + context_free_prior(spec)
         + growth_limitations(contrasts, extensions),
+        "latent_use": use,
         "data": data_section(spec),
         "extensions": report_extensions(extensions),
         "reused": [{"trial_id": o.trial_id, "sweep_id": o.reused_from, "mlflow_run_id": o.run_id,

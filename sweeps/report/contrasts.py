@@ -16,6 +16,13 @@ Families. The spec's ``analysis.primary`` names the primary family: the stack co
 beside them, always exploratory). Holm adjusts
 within it; every other contrast is exploratory (its ``p_value`` is unadjusted and it makes
 no claim).
+
+Latent use. Every stack and caveat contrast carries each side's state over the contrast's
+seeds (``treated_latent``, ``baseline_latent``: in use, collapsed or at chance, with their mean
+I(x; z) and AMI; :mod:`sweeps.report.latent_use`), read on test I(x; z) and AMI at the
+contrast's beta (the treated side matched as its metric is). A contrast on a latent read-out
+whose sides are both collapsed or at chance says which instead of "higher"/"lower"
+(``latent_gated``); one against a constant-latent baseline is flagged (``baseline_constant``).
 """
 
 from __future__ import annotations
@@ -24,6 +31,12 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from sweeps.report.latent_use import (
+    constant_baseline_words,
+    contrast_latent,
+    gate_words,
+    side_state,
+)
 from sweeps.report.readout_table import ALL_KINDS, RowResult
 from sweeps.report.statistics import (
     MIN_PAIRS_FOR_CLAIM,
@@ -33,6 +46,7 @@ from sweeps.report.statistics import (
     paired_difference,
 )
 from sweeps.spec import SweepSpec
+from workers.contract import LATENT_AMI, MUTUAL_INFO
 
 __all__ = ["SIGNIFICANCE", "build_contrasts", "claim_words", "default_pairs"]
 
@@ -98,6 +112,33 @@ def _entry(key: dict[str, Any], treated: dict, baseline: dict, metric: str) -> d
             "diffs": diff.diffs}
 
 
+def _latent(spec: SweepSpec, entry: dict[str, Any], points, curves, stack: str, baseline: str,
+            base_values: dict[int, float | None], matched: bool) -> dict[str, Any]:
+    """The contrast's latent-use keys (module doc) over its paired seeds (all when it has none)."""
+    alpha, model, free_bits, beta = entry["alpha"], entry["model"], entry["free_bits"], entry["beta"]
+    seeds = set(entry["seeds"]) or set(base_values)
+    threshold = spec.analysis.latent_in_use_nats
+    sides: dict[str, dict[str, dict[int, float | None]]] = {"treated": {}, "baseline": {}}
+    for metric in (MUTUAL_INFO, LATENT_AMI):
+        base = points.get((baseline, alpha, model, free_bits, beta, ALL_KINDS, metric), {})
+        if matched:
+            treated = _matched(curves.get((stack, alpha, model, free_bits, ALL_KINDS, metric), {}), base)[0]
+        else:
+            twin = points.get((stack, alpha, model, free_bits, beta, ALL_KINDS, metric), {})
+            treated = {seed: value for seed, (_, value, _) in twin.items()}
+        sides["treated"][metric] = treated
+        sides["baseline"][metric] = {seed: value for seed, (_, value, _) in base.items()}
+
+    def state(side: str) -> dict[str, Any]:
+        values = sides[side]
+        return side_state([values[MUTUAL_INFO].get(s) for s in sorted(seeds) if s in values[MUTUAL_INFO]],
+                          [values[LATENT_AMI].get(s) for s in sorted(seeds) if s in values[LATENT_AMI]],
+                          threshold)
+
+    return contrast_latent(entry["metric"], state("treated"), state("baseline"),
+                           [base_values.get(s) for s in sorted(seeds) if s in base_values], threshold)
+
+
 def _stack_contrasts(spec, points, curves, split, metrics) -> list[dict[str, Any]]:
     out = []
     for stack, baseline in default_pairs(spec):
@@ -119,6 +160,8 @@ def _stack_contrasts(spec, points, curves, split, metrics) -> list[dict[str, Any
                 "beta_matching": how if treated else "unmatched", "n_unmatched": n_unmatched,
                 "identical_objective": identical,
             }, treated, base_values, metric)
+            entry.update(_latent(spec, entry, points, curves, stack, baseline, base_values,
+                                 matched=True))
             out.append(entry)
     return out
 
@@ -144,8 +187,9 @@ def _caveat_contrasts(spec, points, split) -> list[dict[str, Any]]:
                   "split": split, "beta": beta, "free_bits": free_bits,
                   "beta_matching": "exact (same beta; both stacks undivided)", "n_unmatched": 0,
                   "identical_objective": False}
-        out.append(_entry({"contrast": "caveat", "kind": kind, **common}, t_values, c_values,
-                          metric))
+        entry = _entry({"contrast": "caveat", "kind": kind, **common}, t_values, c_values, metric)
+        entry.update(_latent(spec, entry, points, {}, treated, control, c_values, matched=False))
+        out.append(entry)
         diffs = {seed: None if t_values.get(seed) is None or c_values.get(seed) is None
                  else t_values[seed] - c_values[seed] for seed in set(t_values) & set(c_values)}
         by_config[(alpha, model, free_bits, beta, metric)][kind] = diffs
@@ -185,16 +229,20 @@ def claim_words(entry: dict[str, Any]) -> str:
         reason = "no matched effective beta" if entry.get("beta_matching") == "unmatched" else (
             f"{entry['n_pairs']} seed pair(s) < {MIN_PAIRS_FOR_CLAIM}")
         return f"no claim: {reason}"
+    gated = gate_words(entry)
+    if gated is not None:  # both sides collapsed or at chance: never "higher" or "lower"
+        return gated
+    flag = constant_baseline_words(entry)
     if entry["family"] == "exploratory":
-        return "exploratory: not a claim (no multiplicity adjustment)"
+        return "exploratory: not a claim (no multiplicity adjustment)" + flag
     if entry["p_adjusted"] is not None and entry["p_adjusted"] < SIGNIFICANCE:
         direction = "higher" if entry["mean_diff"] > 0 else "lower"
-        return f"{direction} than {entry['baseline']} (Holm p = {entry['p_adjusted']:.3g})"
+        return f"{direction} than {entry['baseline']} (Holm p = {entry['p_adjusted']:.3g}){flag}"
     # The interval is unadjusted: it can exclude 0 while Holm's p does not reach significance.
     low, high = entry.get("ci_low"), entry.get("ci_high")
     excludes = low is not None and high is not None and (low > 0 or high < 0)
     why = "the unadjusted 95% interval excludes 0" if excludes else "interval includes 0"
-    return f"no significant difference (Holm p = {entry['p_adjusted']:.3g}; {why})"
+    return f"no significant difference (Holm p = {entry['p_adjusted']:.3g}; {why}){flag}"
 
 
 def build_contrasts(spec: SweepSpec, rows: Sequence[RowResult], split: str,

@@ -1,14 +1,28 @@
-"""report.md from report.json: the headline, the per-alpha table, contrasts, best, collapse,
-and the words on what the report cannot claim. Nothing here computes a statistic."""
+"""report.md from report.json: the headline, the per-alpha table, the latent-use table,
+contrasts, best, collapse, and the words on what the report cannot claim. Nothing here
+computes a statistic."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["alpha_rows", "headline", "report_markdown"]
+from workers.contract import (
+    ACTIVE_UNITS,
+    KL,
+    LATENT_AMI,
+    LATENT_NMI_SHUFFLED,
+    MUTUAL_INFO,
+    USED_CATEGORIES,
+)
+
+__all__ = ["LATENT_COLUMNS", "alpha_rows", "headline", "latent_note", "latent_rows", "latent_title",
+           "report_markdown"]
 
 ALL = "all"
+# The latent-use table's read-out columns, in order (sweeps.report.latent_use.USE_READOUTS).
+_USE_COLUMNS = (KL, MUTUAL_INFO, ACTIVE_UNITS, USED_CATEGORIES, LATENT_AMI, "latent_nmi",
+                LATENT_NMI_SHUFFLED)
 
 
 def _num(value: float | None, digits: int = 3) -> str:
@@ -36,15 +50,22 @@ def headline(report: Mapping[str, Any]) -> str:
     if not primary:
         return f"No primary contrast could be computed on {split} {metric}."
     claims = [c for c in primary if c["claim"].startswith(("higher", "lower"))]
+    gated = [c for c in primary if c.get("latent_gated")]
+    unused = (f" In {len(gated)} of {len(primary)} both sides are collapsed or at chance."
+              if gated else "")
     if all(c["n_pairs"] < 3 for c in primary):
         return "No claim: fewer than 3 paired seeds in every primary contrast."
+    if len(gated) == len(primary):
+        return (f"No claim: in every primary contrast ({len(primary)} on {split} {metric}) both "
+                "sides' latents are collapsed or at chance.")
     if not claims:
         return (f"No significant difference in the primary family ({len(primary)} contrasts on "
-                f"{split} {metric}, Holm-adjusted).")
+                f"{split} {metric}, Holm-adjusted).{unused}")
     parts = [f"{c['loss_stack']} {c['claim'].split(' (')[0]} at alpha {c['alpha']:g}"
              f" ({c['kind']}, {c['model']}, beta {_beta(c)}): {_interval(c, 'mean_diff')}"
+             + (" [flagged: constant-latent baseline]" if c.get("baseline_constant") else "")
              for c in claims]
-    return f"{len(claims)} of {len(primary)} primary contrasts differ: " + "; ".join(parts)
+    return f"{len(claims)} of {len(primary)} primary contrasts differ: " + "; ".join(parts) + unused
 
 
 def alpha_rows(report: Mapping[str, Any], metric: str) -> tuple[list[str], list[dict[str, Any]]]:
@@ -78,6 +99,52 @@ def _alpha_table(report: Mapping[str, Any], metric: str) -> list[str]:
         lines.append("| " + " | ".join([cell["model"], _beta(cell), cell["loss_stack"] + shared,
                                         f"{cell['alpha']:g}", *shown, values]) + " |")
     return lines
+
+
+LATENT_COLUMNS = ("model", "beta", "loss_stack", "alpha", "KL", "I(x; z)", "active units",
+                  "used categories", "AMI", "NMI", "NMI shuffled", "latent")
+
+
+def latent_rows(report: Mapping[str, Any]) -> list[list[str]]:
+    """The latent-use table's rows as text (columns :data:`LATENT_COLUMNS`), in display order:
+    the Markdown report and ``ksweep report``'s terminal view both draw it."""
+    cells = (report.get("latent_use") or {}).get("cells") or []
+    out = []
+    for row in sorted(cells, key=lambda r: (r["model"], r["beta"] if r["beta"] is not None else -1,
+                                            r["free_bits"] or 0, r["loss_stack"], r["alpha"])):
+        if row["in_use"] is None:
+            verdict = "-"
+        else:
+            state = "in use" if row["in_use"] else "collapsed"
+            chance = "; AMI at chance" if row.get("at_chance") else ""
+            verdict = f"{state} ({row['seeds_in_use']} of {row['seeds']} seeds in use){chance}"
+        shown = [_interval(row[name]) if name in row else "-" for name in _USE_COLUMNS]
+        out.append([row["model"], _beta(row), row["loss_stack"], f"{row['alpha']:g}", *shown, verdict])
+    return out
+
+
+def latent_title(report: Mapping[str, Any]) -> str:
+    use = report["latent_use"]
+    return f"Latent use ({use['split']}; in use: mean I(x; z) >= {use['in_use_nats']:g} nats)"
+
+
+def latent_note(report: Mapping[str, Any]) -> str:
+    """How the table's I(x; z) and active units are computed (the estimators named)."""
+    use = report["latent_use"]
+    return ("I(x; z) estimators: " + "; ".join(f"{family}, {how}" for family, how in use["estimators"].items())
+            + ". Active units: Burda et al. (2016), posterior-mean variance over x above 0.01 "
+            "(discrete: on the one-hot coordinates, so a collapsed latent reads 0); used "
+            "categories: aggregate mass >= 0.01 (a collapsed, spread posterior uses them all).")
+
+
+def _latent_table(report: Mapping[str, Any]) -> list[str]:
+    rows = latent_rows(report)
+    if not rows:
+        return []
+    lines = [f"## {latent_title(report)}", "", "| " + " | ".join(LATENT_COLUMNS) + " |",
+             "|" + "---|" * len(LATENT_COLUMNS)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines + ["", latent_note(report), ""]
 
 
 def _contrast_table(contrasts: Sequence[Mapping[str, Any]], title: str) -> list[str]:
@@ -137,6 +204,7 @@ def report_markdown(report: Mapping[str, Any], metrics: Sequence[str] | None = N
         lines += [f"- {words}" for words in report["limitations"]] + [""]
     for name in metrics or (metric,):
         lines += _alpha_table(report, name) + [""]
+    lines += _latent_table(report)
     primary = [c for c in report["contrasts"] if c["family"] == "primary"]
     lines += _contrast_table(primary, "Primary contrasts (Holm within this family)")
     caveat = [c for c in report["contrasts"] if c["family"] != "primary"

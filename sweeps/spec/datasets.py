@@ -3,10 +3,12 @@
 :func:`resolve_spec_data` runs once per sweep, in the driver, before any trial: it turns
 ``template.data.dataset`` into the name's sha256 (or checks the pin; a resumed sweep keeps
 the hash it started with) and the store root the caller passed, so every trial reads the
-same content. A dataset without a ``label`` column has no latent to recover: the default
-objective (``val/latent_nmi``) becomes ``test/elbo``, the default analysis metric
-``latent_nmi`` becomes ``elbo`` and the label read-outs leave the default list; a spec that
-*names* another metric the dataset cannot give is refused, naming it. ``base.kind: oracle``
+same content. On a dataset the spec's default metrics are AMI (``val/latent_ami``,
+``latent_ami``: :class:`~sweeps.spec.sweep.SweepSpec`). A dataset without a ``label`` column
+has no latent to recover: the default objective (or ``val/latent_nmi``) becomes ``test/elbo``,
+the default analysis metric (or ``latent_nmi``) becomes ``elbo`` and the label read-outs leave
+the default list; a spec that *names* another metric the dataset cannot give is refused,
+naming it. ``base.kind: oracle``
 and a caveat analysis (the prefix-minus-private interaction needs the synthetic kinds and
 the oracle's h_t) are refused by name.
 """
@@ -23,8 +25,10 @@ from workers.contract import (
     ELBO,
     EPOCHS_TO_NMI,
     EPOCHS_TO_NMI_CENSORED,
+    LATENT_AMI,
     NMI_AUC,
     TEST_ELBO,
+    VAL_LATENT_AMI,
     VAL_LATENT_ARI,
     VAL_LATENT_NMI,
 )
@@ -39,7 +43,11 @@ NO_LABEL = "has no label column, so there is no latent to recover"
 # The read-outs and metrics a dataset without a label cannot give (no latent to recover).
 LABEL_READOUTS = frozenset({"latent_nmi", "latent_ari", "mi_zs", NMI_AUC, EPOCHS_TO_NMI,
                             EPOCHS_TO_NMI_CENSORED, *CHANCE_READOUTS})
-LABEL_METRICS = frozenset({VAL_LATENT_NMI, VAL_LATENT_ARI})
+LABEL_METRICS = frozenset({VAL_LATENT_NMI, VAL_LATENT_ARI, VAL_LATENT_AMI})
+# The label metrics a label-less dataset replaces rather than refuses: the synthetic task's
+# defaults and a dataset's (SweepSpec._dataset_defaults).
+_DEFAULT_OBJECTIVES = ([DEFAULT_OBJECTIVE_METRIC], [VAL_LATENT_AMI])
+_DEFAULT_ANALYSIS_METRICS = ("latent_nmi", LATENT_AMI)
 
 
 def _previous_sha256(previous: Path | None, name: str) -> str | None:
@@ -62,7 +70,7 @@ def _label_updates(spec: SweepSpec, name: str) -> dict:
     """Objective and analysis of a label-less dataset (module doc); raises on a named metric."""
     metrics = spec.objective.metrics
     updates: dict = {}
-    if metrics == [DEFAULT_OBJECTIVE_METRIC]:
+    if metrics in _DEFAULT_OBJECTIVES:
         updates["objective"] = spec.objective.model_copy(update={"metrics": [TEST_ELBO],
                                                                  "modes": None})
     else:
@@ -74,7 +82,7 @@ def _label_updates(spec: SweepSpec, name: str) -> dict:
     analysis = spec.analysis
     changes: dict = {}
     if analysis.metric in LABEL_READOUTS:
-        if analysis.metric != "latent_nmi":  # the default one is replaced, any other refused
+        if analysis.metric not in _DEFAULT_ANALYSIS_METRICS:  # a default is replaced, any other refused
             raise DatasetResolutionError(
                 "analysis.metric", f"{analysis.metric!r} needs a label: dataset {name!r} "
                 f"{NO_LABEL}; use {ELBO}")

@@ -7,9 +7,22 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from workers.contract import LATENT_METRICS, METRIC_NAMES, VAL, VAL_LATENT_NMI, metric_name
+from workers.contract import (
+    ACTIVE_UNITS,
+    KL,
+    LATENT_AMI,
+    LATENT_METRICS,
+    LATENT_NMI_SHUFFLED,
+    METRIC_NAMES,
+    MUTUAL_INFO,
+    USED_CATEGORIES,
+    VAL,
+    VAL_LATENT_NMI,
+    metric_name,
+)
 
 __all__ = [
+    "DEFAULT_LATENT_IN_USE_NATS",
     "DEFAULT_OBJECTIVE_METRIC",
     "MAXIMISED_METRICS",
     "METRIC_NAMES",
@@ -142,11 +155,12 @@ class ObjectiveSpec(BaseModel):
         min_length=1,
         max_length=4,
         description="Metric names (see METRIC_NAMES); the first is the primary one. Several "
-        "metrics make a multi-objective Optuna search.",
+        "metrics make a multi-objective Optuna search. Unset: val/latent_nmi on the synthetic "
+        "task, val/latent_ami on a dataset with a label column, test/elbo on one without.",
     )
     modes: list[Literal["max", "min"]] | None = Field(
         None,
-        description="'max' or 'min' per metric. Unset: 'max' for latent recovery (nmi, ari, "
+        description="'max' or 'min' per metric. Unset: 'max' for latent recovery (nmi, ari, ami, "
         "mutual_info, active_units), 'min' for everything else.",
     )
 
@@ -226,10 +240,12 @@ class TrackingSpec(BaseModel):
 
 
 READOUT_METRICS: tuple[str, ...] = (
-    "latent_nmi", "latent_ari", "nmi_auc", "mutual_info", "active_units", "kl", "loss",
-    "recon_uniform", "kappa_mean",
+    "latent_nmi", LATENT_AMI, LATENT_NMI_SHUFFLED, "latent_ari", "nmi_auc", MUTUAL_INFO,
+    ACTIVE_UNITS, USED_CATEGORIES, KL, "loss", "recon_uniform", "kappa_mean",
 )
 """Read-outs (names without split and kind) the report summarises by default."""
+DEFAULT_LATENT_IN_USE_NATS = 0.05
+"""The test I(x; z) below which the report calls a cell's latent collapsed (docs/science/index.md)."""
 
 
 class ContrastSpec(BaseModel):
@@ -253,7 +269,9 @@ class AnalysisSpec(BaseModel):
 
     metric: str = Field(
         "latent_nmi",
-        description="The read-out (name without split) the primary family compares on test.",
+        description="The read-out (name without split) the primary family compares on test. "
+        "Unset: latent_nmi on the synthetic task; latent_ami (chance-corrected) on a dataset "
+        "with a label column; elbo on a dataset without one.",
     )
     metrics: list[str] = Field(
         default_factory=lambda: list(READOUT_METRICS), min_length=1, max_length=40,
@@ -278,4 +296,10 @@ class AnalysisSpec(BaseModel):
     collapse_threshold: float = Field(
         0.9, gt=0, le=1, allow_inf_nan=False,
         description="Collapse beta of a stack: the largest beta whose mean val NMI is >= this.",
+    )
+    latent_in_use_nats: float = Field(
+        DEFAULT_LATENT_IN_USE_NATS, ge=0, allow_inf_nan=False,
+        description="A cell's latent is in use when its mean test I(x; z) (mutual_info, nats) is "
+        "at least this; below it the report calls the latent collapsed and words no contrast "
+        "on a latent read-out as higher or lower when both sides are collapsed (or at chance).",
     )

@@ -26,9 +26,9 @@ def _words(renderable) -> set[str]:
     if isinstance(renderable, str):
         return set(renderable.split())
     assert isinstance(renderable, Table), type(renderable)
-    words = set(str(renderable.title or "").split())
+    words = _words(renderable.title or "")
     for column in renderable.columns:
-        words |= set(str(column.header).split())
+        words |= _words(column.header)
         for cell in column._cells:
             words |= _words(cell)
     return words
@@ -106,7 +106,8 @@ def test_columns_leave_whole_and_labels_shorten():
                Column("wide", ["0.123 [0.100, 0.200]", "0.5 [0.4, 0.6]"], whole=True),
                Column("drop me first", ["a", "b"], rank=-1), Column("last", ["words words", "w"])]
     table, notes = fit_table("t", columns, 30)
-    assert table.title == "t (same x)" and [c.header for c in table.columns] == ["name", "wide"]
+    assert str(table.title) == "t (same x)" and [str(c.header) for c in table.columns] == [
+        "name", "wide"]
     assert notes == ["not shown at 30 columns: drop me first, last (a wider terminal or "
                      "--format md shows them)"]
     table, notes = fit_table("t", columns, 200)

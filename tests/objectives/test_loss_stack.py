@@ -42,6 +42,9 @@ def _inputs(seed: int = 0, dtype=torch.float64, **extra) -> LossInputs:
     return LossInputs(token_nll=token.to(dtype), base_nll=base.to(dtype), mask=mask, **extra)
 
 
+TRAIN_KAPPA = {0.0: 1.0, 1.0: 1.37, 2.5: 2.21}  # a train split's mean kappa per alpha, for train_kappa_corrected
+
+
 def _active_mean(per_example: torch.Tensor, mask: torch.Tensor) -> float:
     active = mask.any(-1)
     return math.fsum(per_example[active].tolist()) / int(active.sum())
@@ -58,6 +61,8 @@ def _expected_term(ref, name: str, inputs: LossInputs, alpha: float, c_base: flo
         return _active_mean(expected["r_tok"], mask)
     if name == "concentration_corrected":
         return _active_mean(expected["r_tilde"], mask)
+    if name == "train_kappa_corrected":
+        return _active_mean(expected["r_tok"], mask) / TRAIN_KAPPA[alpha]
     if name == "normalized_concentration_corrected":
         assert c_base is not None
         return float(expected["loss"])
@@ -73,7 +78,7 @@ def _assert_total_is_weighted_sum(out) -> None:
 @pytest.mark.parametrize("preset", list(PRESETS))
 def test_every_preset_builds_runs_and_matches_reference(ref, preset, alpha):
     inputs = _inputs(seed=1)
-    out = LossStackSpec(preset=preset, alpha=alpha).build(c_base=C_BASE)(inputs)
+    out = LossStackSpec(preset=preset, alpha=alpha).build(c_base=C_BASE, train_kappa=TRAIN_KAPPA)(inputs)
     described = {p["name"]: p for p in describe_presets()}[preset]
     assert set(out.terms) == set(described["terms"])
     assert out.total.shape == ()
@@ -86,7 +91,7 @@ def test_every_preset_builds_runs_and_matches_reference(ref, preset, alpha):
     for name, term in described["terms"].items():
         assert out.weights[name] == pytest.approx(term.get("weight", 1.0))
     # Same through preset_spec, and through a c_base given in the spec itself.
-    again = preset_spec(preset, alpha=alpha, c_base=C_BASE).build()(inputs)
+    again = preset_spec(preset, alpha=alpha, c_base=C_BASE).build(train_kappa=TRAIN_KAPPA)(inputs)
     assert float(again.total) == pytest.approx(float(out.total), rel=1e-12)
 
 

@@ -198,8 +198,8 @@ def test_objectives_health_and_readiness(paused_service):
         objectives = client.get("/objectives").json()
         terms = {t["name"]: t for t in objectives["terms"]}
         assert set(terms) == {"uniform", "normalized_uniform", "token_weighted",
-                              "concentration_corrected", "normalized_concentration_corrected",
-                              "kl", "bag_of_words"}
+                              "concentration_corrected", "train_kappa_corrected",
+                              "normalized_concentration_corrected", "kl", "bag_of_words"}
         assert "free_bits" in terms["kl"]["options"]["properties"] and terms["kl"]["weight"] == "beta"
         assert {p["name"] for p in objectives["presets"]} >= {"uniform", "ncc", "raw_plus_ncc"}
         assert "val/latent_nmi" in objectives["metrics"]

@@ -49,3 +49,21 @@ def register(root: Path | str, table: pa.Table, name: str, owner: str = "local",
 
     store = DatasetStore(Path(root))
     return store.add(canonicalize(table, f"{name}.parquet"), name=name, owner=owner, replace=replace)
+
+
+def label_in_first_token_table(rows: int = 480, *, classes: int = 4, length: int = 12,
+                               seed: int = 0) -> pa.Table:
+    """A known answer for latent recovery: y_1 is the label's own token, the rest is fixed.
+
+    x is empty and every row's body is the same sequence, so y's only uncertainty is its
+    label: a latent that carries it saves exactly H(label) nats (log K, balanced) on y_1, and
+    no other information about y is worth a latent's capacity.
+    """
+    rng = np.random.default_rng(seed)
+    labels = rng.permutation(np.arange(rows) % classes)  # balanced
+    body = list(range(2_000, 2_000 + length - 1))
+    ys = [[1_000 + int(c)] + body for c in labels]
+    return pa.table({"y": pa.array(ys, type=pa.list_(pa.int64())),
+                     "x": pa.array([[] for _ in ys], type=pa.list_(pa.int64())),
+                     "label": pa.array([f"class{c}" for c in labels], type=pa.string()),
+                     "base_nll": pa.array([[1.0] * length for _ in ys], type=pa.list_(pa.float32()))})

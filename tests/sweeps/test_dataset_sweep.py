@@ -42,13 +42,21 @@ def test_a_labelled_dataset_resolves_to_its_hash_and_keeps_the_spec(store):
     spec = resolve_spec_data(_spec(), store)
     data = spec.template.data
     assert len(data.sha256) == 64 and data.root == str(store.resolve())
-    assert spec.primary_metric == "val/latent_nmi" and spec.analysis.metric == "latent_nmi"
+    # On a dataset the default primary metric is chance-corrected: AMI, NMI and its shuffled-label
+    # chance level beside it in the cells.
+    assert spec.primary_metric == "val/latent_ami" and spec.primary_mode == "max"
+    assert spec.analysis.metric == "latent_ami"
+    assert {"latent_nmi", "latent_nmi_shuffled", "mutual_info"} <= set(spec.analysis.metrics)
 
 
 def test_a_label_less_dataset_defaults_to_test_elbo_and_refuses_label_metrics(store):
     spec = resolve_spec_data(_spec(**{"template.data.dataset": "unlabelled"}), store)
     assert spec.primary_metric == TEST_ELBO and spec.primary_mode == "min"
     assert spec.analysis.metric == "elbo" and "latent_nmi" not in spec.analysis.metrics
+    named_nmi = resolve_spec_data(_spec(**{"template.data.dataset": "unlabelled",
+                                           "analysis.metric": "latent_nmi"}), store)
+    assert named_nmi.analysis.metric == "elbo" and named_nmi.primary_metric == TEST_ELBO
+    assert "mutual_info" in spec.analysis.metrics and "latent_ami" not in spec.analysis.metrics
     refused = {
         "objective.metrics": {"objective.metrics": ["val/latent_ari"]},
         "analysis.metric": {"analysis.metric": "mi_zs"},
@@ -84,3 +92,23 @@ def test_a_resumed_sweep_keeps_the_hash_it_started_with(store, tmp_path):
     with pytest.raises(DatasetResolutionError, match="template.data.sha256"):
         resolve_spec_data(_spec(), store, previous)  # the name moved on: refused, not mixed
     assert resolve_spec_data(_spec(), store).template.data.sha256 != first.template.data.sha256
+
+
+def test_a_learned_prior_on_a_dataset_without_context_is_flagged(tmp_path):
+    """x empty on every row and model.prior learned: the report says the KL reads about 0 there
+    and to read I(x; z); a standard prior, or a dataset with context, gets no such words."""
+    from sweeps.report.build import build_report
+
+    table = strategy_table(80)
+    register(tmp_path, table.drop(["x"]), "no_context")  # a missing x column: empty contexts
+    register(tmp_path, table, "with_context")
+    words = "has no context (x is empty on every row)"
+
+    def limits(dataset: str, prior: str) -> list[str]:
+        spec = resolve_spec_data(_spec(**{"template.data.dataset": dataset,
+                                          "template.model.prior": prior}), tmp_path)
+        return build_report(spec, "p", [])["limitations"]
+
+    assert any(words in line and "'no_context'" in line for line in limits("no_context", "learned"))
+    assert not any(words in line for line in limits("no_context", "standard"))
+    assert not any(words in line for line in limits("with_context", "learned"))

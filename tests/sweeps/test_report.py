@@ -333,20 +333,106 @@ def test_claim_words_say_what_the_numbers_support() -> None:
 
 def test_chance_level_and_collapse_are_said() -> None:
     """A test NMI inside its shuffled-label NMI's interval is counted as chance level; one above
-    it is not; a mean KL under 0.01 nats is counted as collapse; val cells are not read."""
-    from sweeps.report.build import chance_and_collapse
+    it is not; a mean test I(x; z) under the threshold is a collapsed latent (whatever its KL);
+    val cells are not read."""
+    from sweeps.report.latent_use import latent_limitations, latent_use
 
     def cell(metric: str, mean: float, high: float, stack: str = "ncc", split: str = "test"):
         return {"alpha": 2.0, "loss_stack": stack, "model": "discrete", "beta": 1.0,
-                "free_bits": 0.0, "kind": "all", "split": split, "metric": metric,
-                "mean": mean, "ci_low": 0.0, "ci_high": high}
+                "free_bits": 0.0, "kind": "all", "split": split, "metric": metric, "n": 3,
+                "mean": mean, "ci_low": 0.0, "ci_high": high, "values": [mean] * 3}
 
     cells = [cell("latent_nmi", 0.032, 0.057), cell("latent_nmi_shuffled", 0.027, 0.052),
              cell("latent_nmi", 0.40, 0.45, "uniform"),
              cell("latent_nmi_shuffled", 0.03, 0.05, "uniform"),
-             cell("kl", 0.0007, 0.001), cell("kl", 2.5, 2.9, "uniform"),
-             cell("kl", 0.0001, 0.0002, "uniform", split="val")]
-    words = chance_and_collapse(cells, "test")
+             cell("kl", 0.3, 0.31), cell("mutual_info", 0.0004, 0.001),  # free bits: KL, no I
+             cell("kl", 2.5, 2.9, "uniform"), cell("mutual_info", 1.1, 1.2, "uniform"),
+             cell("mutual_info", 0.0001, 0.0002, "uniform", split="val")]
+    use = latent_use(cells, "test", 0.05)
+    assert {(row["loss_stack"], row["in_use"], row["seeds_in_use"]) for row in use["cells"]} == {
+        ("ncc", False, 0), ("uniform", True, 3)}
+    words = latent_limitations(cells, use)
     assert words[0].startswith("1 of 2 test latent_nmi cell(s) are at chance level")
-    assert words[1].startswith("1 of 2 cell(s) have a mean test KL below 0.01 nats")
-    assert chance_and_collapse([cell("latent_nmi", 0.4, 0.5)], "test") == []
+    assert words[1].startswith("1 of 2 cell(s) have a collapsed latent (mean test I(x; z) < 0.05 nats")
+    assert latent_limitations([cell("latent_nmi", 0.4, 0.5)], latent_use([], "test", 0.05)) == []
+
+
+def _latent_outcomes(spec: SweepSpec, values: dict[str, tuple[list[float], list[float], list[float]]]):
+    """Per stack, per seed: (test NMI, test I(x; z), test AMI); val equal to test."""
+    outcomes = []
+    for index, trial in enumerate(build_plan(spec).trials):
+        seed, stack = trial["seed"], trial["loss_stack"]
+        nmi, info, ami = (column[SEEDS.index(seed)] for column in values[stack])
+        final: dict[str, float] = {"c_base": 2.0, "selected/epoch": 3}
+        for split in ("val", "test"):
+            final.update({f"selected/{split}/latent_nmi": nmi, f"selected/{split}/mutual_info": info,
+                          f"selected/{split}/latent_ami": ami, f"selected/{split}/kl": info + 0.2,
+                          f"selected/{split}/active_units": 4.0 if info > 0.05 else 0.0,
+                          f"selected/{split}/used_categories": 4.0})
+        params = {k: trial[k] for k in ("alpha", "loss_stack", "model", "seed")}
+        outcomes.append(TrialOutcome(str(index), params, "done", final, {}))
+    return outcomes
+
+
+def test_a_contrast_between_collapsed_or_chance_sides_is_never_higher_or_lower():
+    """Both sides collapsed (I < 0.05 nats) or both at chance (AMI interval contains 0) on a
+    significant NMI difference: the claim says which, never "higher"; the headline makes no
+    claim; the ELBO-free latent-use table says collapsed per cell."""
+    spec = SweepSpec.model_validate({
+        "name": "gate", "template": {"data": {"num_strategies": 2}}, "alpha": [1],
+        "loss_stacks": ["uniform", "raw_token_weighted"], "seeds": list(SEEDS)})
+    collapsed = {"uniform": ([0.01, 0.02, 0.03], [0.001, 0.0, 0.002], [0.0, 0.01, -0.01]),
+                 "raw_token_weighted": ([0.31, 0.32, 0.33], [0.01, 0.02, 0.0], [0.3, 0.32, 0.31])}
+    report = build_report(spec, "g", _latent_outcomes(spec, collapsed))
+    contrast = _find(report["contrasts"], family="primary")
+    assert contrast["p_adjusted"] < 0.05 and contrast["mean_diff"] == pytest.approx(0.3)
+    assert contrast["treated_latent"] == contrast["baseline_latent"] == "collapsed"
+    assert contrast["treated_mutual_info"] == pytest.approx(0.01) and contrast["latent_gated"]
+    assert contrast["claim"].startswith("both collapsed (mean test I(x; z) < 0.05 nats on each side)")
+    assert headline(report).startswith("No claim: in every primary contrast")
+    assert {row["in_use"] for row in report["latent_use"]["cells"]} == {False}
+    markdown = report_markdown(report)
+    assert "## Latent use (test; in use: mean I(x; z) >= 0.05 nats)" in markdown
+    assert "collapsed (0 of 3 seeds in use)" in markdown and "higher than" not in markdown
+    # In use on both sides but the AMI at chance on both: "both at chance".
+    chance = {"uniform": ([0.01, 0.02, 0.03], [0.5, 0.6, 0.7], [0.01, -0.02, 0.0]),
+              "raw_token_weighted": ([0.31, 0.32, 0.33], [0.5, 0.6, 0.7], [0.02, -0.01, 0.0])}
+    contrast = _find(build_report(spec, "g", _latent_outcomes(spec, chance))["contrasts"], family="primary")
+    assert contrast["claim"].startswith("both at chance")
+    # A declared threshold of 0: nothing is collapsed, the AMI decides.
+    spec0 = spec.model_copy(update={"analysis": spec.analysis.model_copy(update={"latent_in_use_nats": 0.0})})
+    contrast = _find(build_report(spec0, "g", _latent_outcomes(spec0, collapsed))["contrasts"], family="primary")
+    assert contrast["treated_latent"] == "in use" and contrast["claim"].startswith("higher")
+
+
+def test_a_contrast_against_a_constant_latent_baseline_is_flagged():
+    """uniform's latent is constant (I = 0, NMI exactly 0 in every seed: zero variance) and R_tok's
+    is in use: the contrast is higher, and flagged as against a constant-latent baseline."""
+    spec = SweepSpec.model_validate({
+        "name": "flag", "template": {"data": {"num_strategies": 2}}, "alpha": [1],
+        "loss_stacks": ["uniform", "raw_token_weighted"], "seeds": list(SEEDS)})
+    values = {"uniform": ([0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]),
+              "raw_token_weighted": ([0.61, 0.62, 0.64], [0.5, 0.6, 0.55], [0.6, 0.62, 0.63])}
+    report = build_report(spec, "f", _latent_outcomes(spec, values))
+    contrast = _find(report["contrasts"], family="primary")
+    assert contrast["baseline_constant"] and not contrast["latent_gated"]
+    assert contrast["treated_latent"] == "in use" and contrast["baseline_latent"] == "collapsed"
+    assert contrast["claim"].startswith("higher than uniform (Holm p = ")
+    assert "flagged: uniform's latent is constant" in contrast["claim"]
+    assert "[flagged: constant-latent baseline]" in headline(report)
+    uniform = _find(report["latent_use"]["cells"], loss_stack="uniform")
+    assert uniform["in_use"] is False and uniform["mutual_info"]["mean"] == 0.0
+    assert uniform["active_units"]["mean"] == 0.0 and uniform["at_chance"]
+    assert any("1 of 2 cell(s) have a collapsed latent" in words for words in report["limitations"])
+    # ksweep report's terminal view draws the same table, the estimators named under it.
+    import io
+
+    from rich.console import Console
+
+    from service.cli.report_view import render_report
+
+    console = Console(file=io.StringIO(), width=600)
+    render_report(report, console)
+    shown = console.file.getvalue()
+    assert "Latent use (test; in use: mean I(x; z) >= 0.05 nats)" in shown
+    assert "collapsed (0 of 3 seeds in use); AMI at chance" in shown and "paired mixture estimate" in shown

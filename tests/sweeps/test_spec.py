@@ -201,9 +201,27 @@ def test_defaults():
 
 
 def test_metric_names_follow_design():
-    assert len(METRIC_NAMES) == 27 and len(set(METRIC_NAMES)) == 27
-    assert {"train/loss", "val/kappa_p90", "val/cv2_mean", "val/latent_ari", "val/elbo",
-            "test/elbo"} <= set(METRIC_NAMES)
+    assert len(METRIC_NAMES) == 28 and len(set(METRIC_NAMES)) == 28
+    assert {"train/loss", "val/kappa_p90", "val/cv2_mean", "val/latent_ari", "val/latent_ami",
+            "val/elbo", "test/elbo"} <= set(METRIC_NAMES)
+
+
+def test_a_dataset_spec_defaults_to_ami_and_keeps_a_metric_it_names():
+    """On a dataset the unset objective and analysis metrics are AMI (max); the synthetic task
+    keeps NMI; a metric the spec names is kept; the choice survives the spec's JSON dump."""
+    on_data = spec(template={"data": {"dataset": "toy"}})
+    assert on_data.objective.metrics == ["val/latent_ami"] and on_data.primary_mode == "max"
+    assert on_data.analysis.metric == "latent_ami"
+    again = SweepSpec.model_validate_json(on_data.canonical_json())
+    assert again.objective.metrics == ["val/latent_ami"] and again.analysis.metric == "latent_ami"
+    named = spec(template={"data": {"dataset": "toy"}}, objective={"metrics": ["val/latent_nmi"]},
+                 analysis={"metric": "latent_nmi"})
+    assert named.objective.metrics == ["val/latent_nmi"] and named.analysis.metric == "latent_nmi"
+    synthetic = spec()
+    assert synthetic.objective.metrics == ["val/latent_nmi"] and synthetic.analysis.metric == "latent_nmi"
+    assert synthetic.analysis.latent_in_use_nats == 0.05
+    with pytest.raises(ValidationError, match="latent_in_use_nats"):
+        spec(analysis={"latent_in_use_nats": -0.1})
 
 
 def test_default_modes():

@@ -108,6 +108,33 @@ def test_members_match_lone_trials_in_float64(family, model, float64, tmp_path):
     assert len({round(m.step_losses[-1], 6) for m in result}) == len(configs)
 
 
+@pytest.mark.parametrize("estimator,target_encoder", [
+    ("enumerate", "forward"), ("gumbel", "forward"), ("enumerate", "bidirectional")])
+def test_mutual_info_credit_members_match_lone_trials(estimator, target_encoder, float64, tmp_path):
+    """The KL's credit reads q, a bidirectional posterior reads y both ways, R_tok / mean kappa reads
+    the member's own train split: a member's steps and parameters equal its lone trial's."""
+    config = base_config("discrete", discrete_estimator=estimator, prior="standard",
+                         target_encoder=target_encoder)
+    credit = lambda gamma, free_bits=0.0: {"kl": {"weight": 0.5, "options": {  # noqa: E731
+        "mutual_info_credit": gamma, "free_bits": free_bits}}}
+    configs = [variant(config, 0, {"preset": "uniform", "terms": credit(1.0)}, 3e-3),
+               variant(config, 1, {"preset": "ncc", "alpha": 1.0, "terms": credit(0.5, 0.2)}, 5e-3),
+               variant(config, 2, {"preset": "uniform", "terms": credit(0.0)}, 3e-3),
+               variant(config, 3, {"preset": "train_kappa_corrected", "alpha": 2.0, "terms": credit(0.0)}, 3e-3)]
+    result = Cohort.create(configs, tmp_path).run()
+    lead = result[3].trainer
+    assert lead.train_kappa(configs[3].loss_stack) == {2.0: pytest.approx(
+        float(lead.kappa_values["train"].mean()), rel=1e-12)}
+    for member, config in zip(result, configs, strict=True):
+        assert member.status == "finished", member.error
+        lone, losses = lone_run(config, tmp_path)
+        assert member.step_losses == pytest.approx(losses, abs=1e-9, rel=0)
+        for (name, mine), theirs in zip(member.trainer.model.named_parameters(),
+                                        lone.model.parameters(), strict=True):
+            assert torch.allclose(mine, theirs, atol=1e-9, rtol=0), name
+    assert len({round(m.step_losses[-1], 6) for m in result}) == len(configs)
+
+
 def test_diverging_member_fails_alone_and_the_others_go_on(tmp_path):
     config = base_config("discrete", epochs=3)
     configs = members(config)[:3]

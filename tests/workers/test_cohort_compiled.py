@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from tests.workers.test_cohort import base_config, members
+from tests.workers.test_cohort import base_config, members, variant
 from workers.cohort import compiled as compiled_module
 from workers.cohort.compiled import CompiledStep, compile_problem, length_buckets, wants_compile
 from workers.cohort.trainer import Cohort
@@ -59,8 +59,10 @@ def assert_same_training(eager, compiled, rtol: float) -> None:
 def cases():
     discrete = members(base_config("discrete"))
     discrete[3] = discrete[3].model_copy(update={"data": discrete[3].data.model_copy(update={"seed": 7})})
-    return {"discrete": discrete, "continuous": members(base_config("continuous")),
-            "gumbel": members(base_config("discrete", discrete_estimator="gumbel", num_layers=2))}
+    gumbel = members(base_config("discrete", discrete_estimator="gumbel", num_layers=2))
+    credit = {"kl": {"weight": 0.5, "options": {"free_bits": 0.3, "mutual_info_credit": 0.5}}}
+    gumbel[0] = variant(gumbel[0], 0, {"preset": "raw_plus_ncc", "alpha": 1.0, "terms": credit}, 3e-3)
+    return {"discrete": discrete, "continuous": members(base_config("continuous")), "gumbel": gumbel}
 
 
 @pytest.mark.parametrize("case", ["discrete", "continuous", "gumbel"])

@@ -224,3 +224,37 @@ def test_free_bits_at_log_k_of_the_label_count_is_refused(tmp_path):
         "kl": {"weight": 1.0, "options": {"free_bits": 1.2}}}})
     with pytest.raises(ValueError, match=r"free_bits \(1.2\) must be below log K = 1.099"):
         Trainer.create(config, tmp_path)
+
+
+def test_a_label_sorted_tables_train_readout_sees_every_class(tmp_path):
+    """On a table sorted by label, the train read-outs' rows (``readouts.train_subset``) hold every
+    class, in the lone trainer and a cohort alike, so a constant latent reads train NMI 0 and
+    shuffled-label NMI 0 there (its first rows, one class, would read 1.0 and 1.0)."""
+    from workers.cohort.evaluation import member_outputs
+    from workers.cohort.trainer import Cohort
+    from workers.readouts.evaluate import Collected, readout_split
+
+    table = strategy_table(240, base_nll=True)
+    data = _resolved(tmp_path, table.sort_by("label"))
+    config = _trial(data, base="precomputed", readouts={"gradient_batch": 0, "train_subset": 40})
+    trainer = Trainer.create(config, tmp_path)
+    train = trainer.train_data.split.strategy
+    assert len(set(train[:40].tolist())) == 1 and len(set(train.tolist())) == 3  # sorted by label
+    rows = readout_split(trainer.train_data, "train", 40)
+    assert len(rows.split) == 40 and set(rows.split.strategy.tolist()) == {0, 1, 2}
+    n = len(rows.split)
+    constant = Collected(token_nll=torch.ones(n, rows.split.target.shape[1]), kl=torch.zeros(n),
+                         bow_logits=torch.zeros(n, 4), posterior_probs=torch.full((n, 3), 1 / 3),
+                         posterior_mean=None, posterior_logvar=None)
+    values = trainer.evaluate_split("train", constant)
+    assert values["train/latent_nmi"] == 0.0 and values["train/latent_nmi_shuffled"] == 0.0
+    assert values["train/mutual_info"] == 0.0 and values["train/active_units"] == 0.0
+    # A cohort's batched epoch end reads the same rows (two members on the same data).
+    seeds = [config.model_copy(update={"seed": seed}) for seed in (0, 1)]
+    cohort = Cohort.create(seeds, tmp_path / "cohort")
+    members = [member.trainer for member in cohort.active]
+    outputs = member_outputs(cohort.params, cohort.model_config, cohort.num_categories, members, {})
+    for member, out in zip(members, outputs, strict=True):
+        assert out["train"].token_nll.shape[0] == 40
+        lone = readout_split(member.train_data, "train", 40).split.strategy
+        assert torch.equal(lone, rows.split.strategy)

@@ -15,6 +15,7 @@ from workers.metrics import (
     gaussian_mutual_information,
     kmeans_labels,
     latent_recovery,
+    used_categories,
 )
 
 
@@ -100,12 +101,18 @@ class TestDiscreteMutualInformation:
 
 
 class TestGaussianMutualInformation:
-    def test_prior_like_posteriors_give_near_zero(self):
-        # The analytic entropy term against a one-sample-per-x Monte Carlo term: the
-        # noise is about sqrt(D / 2N) = 0.03 nats here.
-        mean = torch.zeros(1000, 2)
-        logvar = torch.zeros(1000, 2)
-        assert gaussian_mutual_information(mean, logvar, seed=0) == pytest.approx(0.0, abs=0.1)
+    def test_a_constant_latent_gives_exactly_zero(self):
+        # Every posterior the same: each paired term log q(z_n|x_n) - log q_agg(z_n) cancels.
+        for mean, logvar in ((torch.zeros(1000, 2), torch.zeros(1000, 2)),
+                             (torch.full((300, 8), 3.0), torch.full((300, 8), -4.0))):
+            assert gaussian_mutual_information(mean, logvar, seed=0) == pytest.approx(0.0, abs=1e-12)
+
+    def test_k_separated_groups_give_log_k(self):
+        # 4 groups of 100 identical posteriors, far apart: q_agg(z_n) = q(z_n|x_n) / 4.
+        groups = torch.arange(4).repeat_interleave(100)
+        mean = 30.0 * torch.eye(4, 3)[groups]
+        estimate = gaussian_mutual_information(mean, torch.zeros(400, 3), seed=2)
+        assert estimate == pytest.approx(math.log(4), abs=1e-9)
 
     def test_separated_tiny_variance_posteriors_give_log_n(self):
         num_examples = 512  # Monte Carlo noise about sqrt(D / 2N) = 0.044 nats
@@ -153,7 +160,7 @@ class TestActiveUnits:
     def test_gaussian_single_example_has_no_active_units(self):
         assert active_units_gaussian(torch.ones(1, 3)) == 0
 
-    def test_discrete_counts_categories_with_aggregate_mass(self):
+    def test_used_categories_counts_aggregate_mass(self):
         posteriors = torch.tensor(
             [
                 [0.7, 0.3, 0.0, 0.0],
@@ -163,14 +170,34 @@ class TestActiveUnits:
             ]
         )
         # Aggregate mass: [0.65, 0.3475, 0.0025, 0.0].
-        assert active_units_discrete(posteriors) == 2
-        assert active_units_discrete(posteriors, threshold=0.002) == 3
-        assert active_units_discrete(posteriors, threshold=0.0) == 4
+        assert used_categories(posteriors) == 2
+        assert used_categories(posteriors, threshold=0.002) == 3
+        assert used_categories(posteriors, threshold=0.0) == 4
+        assert used_categories(torch.tensor([[1.0, 0.0, 0.0]]).repeat(8, 1)) == 1
 
-    def test_discrete_collapsed_posterior_uses_one_category(self):
-        posteriors = torch.tensor([[1.0, 0.0, 0.0]]).repeat(8, 1)
-        assert active_units_discrete(posteriors) == 1
-
+    def test_discrete_active_units_read_zero_under_collapse_and_k_when_used(self):
+        # Collapsed, spread evenly: every category used, none active, I(x; z) = 0.
+        collapsed = torch.full((400, 4), 0.25)
+        assert used_categories(collapsed) == 4
+        assert active_units_discrete(collapsed) == 0
+        # Winner-take-all (every example on one category, both labels alike): none active, one
+        # category used, I(x; z) ~ 0.
+        winner = torch.tensor([[0.0001, 0.9999], [0.0002, 0.9998]]).repeat(200, 1)
+        assert active_units_discrete(winner) == 0 and used_categories(winner) == 1
+        assert discrete_mutual_information(winner) < 1e-4
+        # Collapsed on one category, or jittering around uniform (Var = 1e-4): none active.
+        assert active_units_discrete(torch.tensor([[1.0, 0.0, 0.0]]).repeat(8, 1)) == 0
+        jitter = torch.tensor([[0.26, 0.24, 0.25, 0.25], [0.24, 0.26, 0.25, 0.25]]).repeat(50, 1)
+        assert active_units_discrete(jitter) == 0
+        # One-hot over K balanced categories: Var_x q(k|x) = (K-1)/K^2 (unbiased: x N/(N-1)).
+        one_hot = torch.eye(4).repeat(100, 1)
+        assert active_units_discrete(one_hot) == 4
+        assert active_units_discrete(one_hot, threshold=0.1875 * 400 / 399 - 1e-9) == 4
+        assert active_units_discrete(one_hot, threshold=0.1875 * 400 / 399 + 1e-9) == 0
+        # Two groups told apart by categories 0 and 1 only: 2 active, 2 idle.
+        halves = torch.tensor([[0.9, 0.1, 0.0, 0.0], [0.1, 0.9, 0.0, 0.0]]).repeat(50, 1)
+        assert active_units_discrete(halves) == 2
+        assert active_units_discrete(torch.eye(3)[:1]) == 0  # one example: no variance
 
 def test_latent_recovery_equals_scikit_learn_on_random_labelings():
     """The contingency-table NMI/ARI equal scikit-learn's, limit cases included."""

@@ -213,3 +213,60 @@ def test_gradient_shares_are_measured_on_the_posteriors_own_parameters(family) -
     assert not chosen & {id(p) for p in [*model.embedding.parameters(), *model.decoder.parameters()]}
     # The target encoder's module holds the shared embedding too: its .parameters() would not do.
     assert {id(p) for p in model.target_encoder.parameters()} - chosen == {id(model.embedding.weight)}
+
+
+def _readouts_of(posterior_probs=None, mean=None, logvar=None, labels=None) -> dict[str, float]:
+    """``model_readouts`` of a split whose model outputs are given (tokens and losses fixed)."""
+    from workers.data import SyntheticSplit
+    from workers.readouts.evaluate import Collected, SplitData, diagnostic_stack, model_readouts
+
+    n = len(labels)
+    split = SyntheticSplit(context=torch.zeros(n, 1, dtype=torch.long),
+                           target=torch.ones(n, 2, dtype=torch.long), mask=torch.ones(n, 2, dtype=torch.bool),
+                           strategy=labels, kind=torch.zeros(n, dtype=torch.long))
+    data = SplitData(split, split.target, torch.ones(n, 2), None, None, torch.ones(n, dtype=torch.float64), {})
+    collected = Collected(token_nll=torch.ones(n, 2), kl=torch.zeros(n), bow_logits=torch.zeros(n, 3),
+                          posterior_probs=posterior_probs, posterior_mean=mean, posterior_logvar=logvar)
+    stack = LossStackSpec(preset="uniform", alpha=0.0).build(c_base=1.0)
+    return model_readouts(collected, data, stack, diagnostic_stack(0.0, 1.0), step=0,
+                          num_strategies=4, seed=0, alpha=0.0)
+
+
+def test_latent_use_known_cases() -> None:
+    """A posterior that is a one-hot relabelling of a balanced 4-class label reads I(x; z) = log 4,
+    AMI = 1 and 4 active units; a constant latent (discrete: the same spread posterior for every
+    x; continuous: the same Gaussian) reads I = 0 and 0 active units, while the discrete one's
+    ``used_categories`` still reads 4 (what the old discrete ``active_units`` counted)."""
+    labels = torch.arange(4).repeat(100)
+    relabelled = _readouts_of(
+        torch.nn.functional.one_hot((labels + 1) % 4, 4).float(), labels=labels)
+    assert relabelled["mutual_info"] == pytest.approx(math.log(4), abs=1e-12)
+    assert relabelled["latent_ami"] == pytest.approx(1.0, abs=1e-12)
+    assert relabelled["latent_nmi"] == pytest.approx(1.0, abs=1e-12)
+    assert relabelled["active_units"] == 4 and relabelled["used_categories"] == 4
+    constant = _readouts_of(torch.full((400, 4), 0.25), labels=labels)
+    assert constant["mutual_info"] == 0.0 and constant["active_units"] == 0
+    assert constant["used_categories"] == 4
+    assert constant["latent_ami"] == pytest.approx(0.0, abs=1e-12)
+    gaussian = _readouts_of(mean=torch.full((400, 3), 0.5), logvar=torch.full((400, 3), -1.0), labels=labels)
+    assert gaussian["mutual_info"] == pytest.approx(0.0, abs=1e-12) and gaussian["active_units"] == 0
+    assert "used_categories" not in gaussian
+    separated = _readouts_of(mean=30.0 * torch.eye(4, 3)[(labels + 1) % 4], logvar=torch.zeros(400, 3),
+                             labels=labels)
+    assert separated["mutual_info"] == pytest.approx(math.log(4), abs=1e-9)
+    assert separated["active_units"] == 3 and separated["latent_ami"] == pytest.approx(1.0, abs=1e-12)
+
+
+def test_train_readout_rows_are_a_fixed_random_subset() -> None:
+    """A label-sorted train split's read-out rows see every class (its first rows would see one),
+    are the same on every call, come in row order, and are every row when the subset is larger."""
+    from workers.readouts.evaluate import train_readout_rows
+
+    labels = torch.arange(4).repeat_interleave(250)  # sorted: the first 256 rows are class 0 and 1
+    assert set(labels[:256].tolist()) == {0, 1}
+    rows = train_readout_rows(1000, 256)
+    assert rows.shape == (256,) and len(set(rows.tolist())) == 256
+    assert torch.equal(rows, train_readout_rows(1000, 256)) and torch.equal(rows, rows.sort().values)
+    counts = torch.bincount(labels[rows], minlength=4)
+    assert (counts >= 40).all(), counts
+    assert torch.equal(train_readout_rows(100, 256), torch.arange(100))

@@ -68,10 +68,32 @@ def test_epoch_metrics_have_the_design_names(discrete_example, tmp_path):
         assert all(v == v for v in trainer.history[name]), f"{name} has NaN"
     # kappa depends on b and alpha only; at alpha = 1 it is 1 + CV(b)^2 per example.
     assert trainer.history["val/kappa_mean"][0] > 1.5
+    # The latent's use, every epoch on every split: the rate, I(x; z) and the (discrete) units.
+    for split in ("train", "val", "test"):
+        for name in ("kl", "mutual_info", "active_units", "used_categories"):
+            values = trainer.history[f"{split}/{name}"]
+            assert len(values) == 2 and all(v >= 0 for v in values), (split, name)
+        assert all(0 <= v <= trainer.view.num_strategies
+                   for v in trainer.history[f"{split}/active_units"])
     assert trainer.history["val/kappa_p50"][0] <= trainer.history["val/kappa_p90"][0]
     assert trainer.history["val/kappa_p90"][0] <= trainer.history["val/kappa_max"][0]
     assert trainer.history["val/cv2_mean"][0] == pytest.approx(trainer.history["val/kappa_mean"][0] - 1)
     assert max(trainer.history["val/baseline_self_check"]) < 1e-5
+
+
+def test_test_read_once_at_the_selected_checkpoint_equals_the_per_epoch_read(discrete_example, tmp_path):
+    config = small(discrete_example, epochs=3)
+    every = Trainer.create(config, tmp_path)
+    every.run()
+    once_config = config.model_copy(update={"readouts": config.readouts.model_copy(update={"test_every_epoch": False})})
+    once = Trainer.create(once_config, tmp_path)
+    once.run()
+    assert not any(key.startswith("test/") for key in once.history)
+    tested = {key: value for key, value in once.final_metrics.items() if key.startswith("selected/test/")}
+    assert "selected/test/latent_nmi" in tested and "selected/test/loss" in tested
+    for key, value in tested.items():
+        assert value == pytest.approx(every.final_metrics[key], rel=1e-9, abs=1e-12, nan_ok=True), key
+    assert once.final_metrics["selected/epoch"] == every.final_metrics["selected/epoch"]
 
 
 def test_nan_loss_stops_with_step_and_terms(discrete_example, tmp_path):

@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from objectives import LossInputs
-from workers.cohort.member import per_member
+from workers.cohort.member import POSTERIOR_PROBS, per_member
 from workers.cohort.optim import clip_per_member
 from workers.contract import PERF_COMPILE_SECONDS, TrainingStatus
 from workers.models import CVAEOutput
@@ -44,7 +44,6 @@ from workers.train.loop import Trainer
 
 log = logging.getLogger(__name__)
 
-OUTPUTS = ("token_nll", "kl", "bow_logits")
 TARGET_SIDE = ("target", "decoder_input", "mask", "base_nll")  # cut to a length bucket; context is not
 BUCKETS = 4  # length buckets per split: a warm-up compile each
 # Device types where the compiled step measured faster than eager ('auto' compiles there).
@@ -166,11 +165,12 @@ class CompiledStep:
         for index, positions, _ in self.cohort._loss_groups(self.rows):
             stack, diagnostics = self.rows[positions[0]].trainer._stacks()
 
-            def member_loss(token_nll, base_nll, mask, kl, bow_logits, targets, weights,
+            def member_loss(token_nll, base_nll, mask, kl, bow_logits, targets, weights, posterior_probs,
                             stack=stack, diagnostics=diagnostics):
                 """Member's weighted loss, unweighted terms and batch metrics (vmapped)."""
                 out = stack(LossInputs(token_nll=token_nll, base_nll=base_nll, mask=mask, kl=kl,
-                                       bow_logits=bow_logits, targets=targets, step=0))
+                                       bow_logits=bow_logits, targets=targets,
+                                       posterior_probs=posterior_probs, step=0))
                 total = torch.zeros((), dtype=token_nll.dtype, device=token_nll.device)
                 for i, value in enumerate(out.terms.values()):  # the eager stack's sum, in its order
                     total = total + torch.where(weights[i] != 0, weights[i] * value.to(total.dtype), 0.0)
@@ -192,14 +192,15 @@ class CompiledStep:
             out = cvae_forward(params, cohort.model_config, cohort.num_categories, data["context"],
                                data["decoder_input"], data["target"], data["mask"],
                                cohort._noise([generator], 2), 1.0)
-        leaves = {key: upcast(out[key])[0].detach().requires_grad_() for key in OUTPUTS}
+        outputs = cohort.outputs
+        leaves = {key: upcast(out[key])[0].detach().requires_grad_() for key in outputs}
         terms = stack(LossInputs(token_nll=leaves["token_nll"], base_nll=data["base_nll"][0],
                                  mask=data["mask"][0], kl=leaves["kl"], bow_logits=leaves["bow_logits"],
-                                 targets=data["target"][0])).terms
+                                 targets=data["target"][0], posterior_probs=leaves.get(POSTERIOR_PROBS))).terms
         reaches = {}
         for name, value in terms.items():
-            grads = torch.autograd.grad(value, [leaves[k] for k in OUTPUTS], allow_unused=True, retain_graph=True)
-            reaches[name] = frozenset(k for k, g in zip(OUTPUTS, grads, strict=True) if g is not None)
+            grads = torch.autograd.grad(value, [leaves[k] for k in outputs], allow_unused=True, retain_graph=True)
+            reaches[name] = frozenset(k for k, g in zip(outputs, grads, strict=True) if g is not None)
         return reaches
 
     # -- the compiled functions -------------------------------------------------------------
@@ -210,13 +211,16 @@ class CompiledStep:
         cohort = self.cohort
         out = cvae_forward(params, cohort.model_config, cohort.num_categories, context, decoder_input,
                            target, mask, noise, temperature)
-        outputs = {key: upcast(out[key]) for key in OUTPUTS}
+        outputs = {key: upcast(out[key]) for key in cohort.outputs}
+        probs = outputs.get(POSTERIOR_PROBS)
         loss, per_group = None, []
         for group, group_weights in zip(self._groups, weights, strict=True):
             index = group["index"]
-            total, terms, values, count = torch.func.vmap(group["fn"], in_dims=(0,) * 6 + (None,))(
+            total, terms, values, count = torch.func.vmap(
+                group["fn"], in_dims=(0,) * 6 + (None, None if probs is None else 0))(
                 outputs["token_nll"][index], base_nll[index], mask[index], outputs["kl"][index],
-                outputs["bow_logits"][index], target[index], group_weights)
+                outputs["bow_logits"][index], target[index], group_weights,
+                None if probs is None else probs[index])
             total = total * scale[index]
             values["loss"] = total.detach()
             part = torch.where(alive[index], total, 0.0).sum()
@@ -244,7 +248,7 @@ class CompiledStep:
         """Per parameter ``[K]``: member k is running and a term with a nonzero weight reached it."""
         key = (tuple(weights), alive)
         if key not in self._used:
-            reached = {o: [False] * len(self.rows) for o in OUTPUTS}
+            reached = {o: [False] * len(self.rows) for o in self.cohort.outputs}
             for group, values in zip(self._groups, weights, strict=True):
                 hit = set().union(*(group["reaches"][n] for n, w in zip(group["reaches"], values, strict=True) if w))
                 for k in group["positions"]:

@@ -22,17 +22,10 @@ import torch
 from objectives import LossInputs
 from workers.contract import GRAD_NORM_NAME, grad_share_name
 from workers.models.functional import cvae_forward
-from workers.readouts.evaluate import Collected, SplitData
+from workers.readouts.evaluate import Collected, SplitData, readout_split
 from workers.readouts.gradients import POSTERIOR_PARAMS, settled_share
 
 MAX_MEMBER_ROWS = 1 << 20  # rows of all members in one eval batch (bounds a K = 1,024 cohort's memory)
-
-
-def eval_split(data: SplitData, name: str, train_subset: int) -> SplitData:
-    """The rows the lone ``evaluate_split(name)`` reads (train: its fixed leading subset)."""
-    if name == "train":
-        return data.subset(torch.arange(min(len(data.split), train_subset)))
-    return data
 
 
 def stack_splits(datas: list[SplitData]) -> dict[str, torch.Tensor]:
@@ -85,22 +78,22 @@ def member_outputs(params: dict[str, torch.Tensor], model_config, num_categories
     """Per running member (``trainers[k]``, row k of ``params``): its outputs on each split its
     lone ``evaluate`` reads, from one batched forward per split and row count.
 
-    Members whose read-out settings differ (``readouts.test``, ``readouts.train_subset``) are
+    Members whose read-out settings differ (``readouts.epoch_splits()``, ``readouts.train_subset``) are
     grouped by what they read. ``cache`` keeps the stacked splits (fixed while the members
     are); the caller empties it when the running members change.
     """
     wanted: dict[tuple, list[int]] = {}
     for k, trainer in enumerate(trainers):
         readouts = trainer.config.readouts
-        for name in ("train", "val", "test") if readouts.test else ("train", "val"):
-            rows = len(eval_split(trainer.splits[name], name, readouts.train_subset).split)
+        for name in readouts.epoch_splits():
+            rows = len(readout_split(trainer.splits[name], name, readouts.train_subset).split)
             wanted.setdefault((name, rows), []).append(k)
     outputs: list[dict[str, Collected]] = [{} for _ in trainers]
     training = trainers[0].config.training
     for (name, rows), members in wanted.items():
         key = (name, rows, tuple(members))
         if key not in cache:
-            cache[key] = stack_splits([eval_split(trainers[k].splits[name], name, rows) for k in members])
+            cache[key] = stack_splits([readout_split(trainers[k].splits[name], name, rows) for k in members])
         index = torch.tensor(members, device=next(iter(params.values())).device)
         chosen = params if len(members) == len(trainers) else {n: p[index] for n, p in params.items()}
         for k, collected in zip(members, collect_members(chosen, model_config, num_categories, cache[key],
@@ -141,7 +134,7 @@ def _shares_together(params: dict[str, torch.Tensor], model_config, num_categori
     whose ``gradient_batch()`` is ``batches[i]``)."""
     inputs = {name: value.detach() for name, value in params.items()}
     leaves = [inputs[name].requires_grad_() for name in inputs if name.startswith(POSTERIOR_PARAMS)]
-    stacks = [recon.build(c_base=t.c_base) for t, (_, _, recon) in zip(trainers, batches, strict=True)]
+    stacks = [t.build_stack(recon) for t, (_, _, recon) in zip(trainers, batches, strict=True)]
     results: list[dict[str, float]] = [{} for _ in trainers]
     with torch.enable_grad():
         with _autocast(trainers[0].config.training.bf16, stacked["target"].device):

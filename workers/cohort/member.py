@@ -13,8 +13,17 @@ import torch
 
 from workers.cohort.grouping import cohort_key, cohort_problem
 from workers.contract import TrainingStatus
+from workers.models.config import ModelConfig
 from workers.train.config import TrialConfig
 from workers.train.loop import Trainer
+
+OUTPUTS = ("token_nll", "kl", "bow_logits")  # the forward's outputs every loss stack may read
+POSTERIOR_PROBS = "posterior_probs"  # a discrete latent's q, read by the KL's mutual_info_credit
+
+
+def loss_outputs(config: ModelConfig) -> tuple[str, ...]:
+    """The forward's outputs a loss stack may read (and backpropagate through) under ``config``."""
+    return (*OUTPUTS, POSTERIOR_PROBS) if config.family == "discrete" else OUTPUTS
 
 
 @dataclass

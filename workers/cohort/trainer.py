@@ -26,7 +26,17 @@ from objectives import LossInputs
 from workers.cohort.compiled import CompiledStep
 from workers.cohort.evaluation import member_gradient_shares, member_outputs
 from workers.cohort.grouping import fingerprint
-from workers.cohort.member import Member, MemberCallback, capture, check_cohort, own_rng, per_member
+from workers.cohort.member import (
+    OUTPUTS,
+    POSTERIOR_PROBS,
+    Member,
+    MemberCallback,
+    capture,
+    check_cohort,
+    loss_outputs,
+    own_rng,
+    per_member,
+)
 from workers.cohort.optim import StackedAdamW, clip_per_member
 from workers.contract import PERF_EPOCH_SECONDS, PERF_TOKENS_PER_SECOND, VAL_LOSS, TrainingStatus
 from workers.models import CVAEOutput
@@ -35,7 +45,6 @@ from workers.models.functional import cvae_forward
 from workers.train.config import TrialConfig
 from workers.train.loop import Trainer, TrialCheckFailed
 
-OUTPUTS = ("token_nll", "kl", "bow_logits")
 SPLIT_FIELDS = ("context", "target", "mask")
 
 
@@ -57,6 +66,7 @@ class Cohort:
         lead = members[0].trainer
         self.device, self.model_config = lead.device, lead.model.config
         self.num_categories = lead.model.num_categories
+        self.outputs = loss_outputs(self.model_config)  # what the members' losses may read
         self.step = lead.step
         self._deps: dict[str, frozenset[str]] | None = None
         self._compiled: CompiledStep | None = None  # from_members() sets it when training.compile asks
@@ -160,7 +170,7 @@ class Cohort:
                                self._noise([torch.Generator(self.device)], 2), 1.0)
             names = list(probe)
             self._deps = {}
-            for key in OUTPUTS:
+            for key in self.outputs:
                 grads = torch.autograd.grad(out[key].sum(), [probe[n] for n in names],
                                             allow_unused=True, retain_graph=True)
                 self._deps[key] = frozenset(n for n, g in zip(names, grads, strict=True) if g is not None)
@@ -172,7 +182,7 @@ class Cohort:
         if key not in self._used_cache:
             deps = self._dependencies()
             self._used_cache[key] = {
-                name: torch.tensor([any(reached[o][k] and name in deps[o] for o in OUTPUTS)
+                name: torch.tensor([any(reached[o][k] and name in deps[o] for o in self.outputs)
                                     for k in range(len(reached[OUTPUTS[0]]))], device=self.device)
                 for name in self.params
             }
@@ -197,17 +207,19 @@ class Cohort:
         """Members with one loss stack (and c_base) share one vmapped loss: ``(index, positions, fn)``."""
         groups: dict[tuple, list[int]] = {}
         for k, member in enumerate(active):
-            key = (member.config.loss_stack.model_dump_json(), member.trainer.c_base)
+            spec = member.config.loss_stack
+            key = (spec.model_dump_json(), member.trainer.c_base, tuple(member.trainer.train_kappa(spec).items()))
             groups.setdefault(key, []).append(k)
         result = []
         for indices in groups.values():
             stack, diagnostics = active[indices[0]].trainer._stacks()
 
-            def member_loss(token_nll, base_nll, mask, kl, bow_logits, targets, step, stack=stack,
-                            diagnostics=diagnostics):
+            def member_loss(token_nll, base_nll, mask, kl, bow_logits, targets, step, posterior_probs,
+                            stack=stack, diagnostics=diagnostics):
                 """The lone train step's loss and batch metrics for one member (vmapped)."""
                 inputs = LossInputs(token_nll=token_nll, base_nll=base_nll, mask=mask, kl=kl,
-                                    bow_logits=bow_logits, targets=targets, step=step)
+                                    bow_logits=bow_logits, targets=targets,
+                                    posterior_probs=posterior_probs, step=step)
                 out = stack(inputs)
                 diag_out = diagnostics(LossInputs(token_nll.detach(), base_nll, mask))
                 output = CVAEOutput(token_nll, kl, bow_logits)
@@ -242,13 +254,15 @@ class Cohort:
                                    batch["context"], batch["decoder_input"], batch["target"],
                                    batch["mask"], self._noise([m.generator for m in active], indices.shape[1]),
                                    lead.gumbel_temperature())
-            leaves = [{key: upcast(out[key])[index].detach().requires_grad_() for key in OUTPUTS}
+            leaves = [{key: upcast(out[key])[index].detach().requires_grad_() for key in self.outputs}
                       for index, _, _ in groups]
             totals = []
             for g, (index, positions, member_loss) in enumerate(groups):
-                total, term_values, values, count = torch.func.vmap(member_loss, in_dims=(0,) * 6 + (None,))(
+                probs = leaves[g].get(POSTERIOR_PROBS)
+                total, term_values, values, count = torch.func.vmap(
+                    member_loss, in_dims=(0,) * 6 + (None, None if probs is None else 0))(
                     leaves[g]["token_nll"], batch["base_nll"][index], batch["mask"][index], leaves[g]["kl"],
-                    leaves[g]["bow_logits"], batch["target"][index], self.step)
+                    leaves[g]["bow_logits"], batch["target"][index], self.step, probs)
                 if any(inject[k] == self.step for k in positions):
                     total = total * torch.tensor([math.nan if inject[k] == self.step else 1.0
                                                   for k in positions], dtype=total.dtype, device=total.device)
@@ -267,7 +281,7 @@ class Cohort:
     def _backward(self, out, groups, leaves, members: int) -> None:
         """Backpropagate the members' output gradients through the model, clip, step."""
         reached, tensors, grads = {}, [], []
-        for key in OUTPUTS:
+        for key in self.outputs:
             grad = torch.zeros_like(out[key], dtype=upcast(out[key]).dtype)
             reached[key] = [False] * members
             for (index, positions, _), leaf in zip(groups, leaves, strict=True):

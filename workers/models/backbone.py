@@ -14,10 +14,28 @@ def upcast(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.float() if tensor.dtype in (torch.float16, torch.bfloat16) else tensor
 
 
-class SequenceEncoder(nn.Module):
-    """Encodes a padded token sequence to one vector: the GRU state at each row's last token."""
+def reversed_active(tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Each row's leading active run reversed in place (padding stays at the end)."""
+    count = mask.sum(dim=-1, keepdim=True)
+    position = torch.arange(tokens.shape[-1], device=tokens.device)
+    return tokens.gather(-1, torch.where(position < count, count - 1 - position, position))
 
-    def __init__(self, embedding: nn.Embedding, hidden_dim: int, num_layers: int, dropout: float):
+
+def state_at_last_active(outputs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``outputs [..., L, H]`` at each row's last active position (the first for an empty row)."""
+    # Index arithmetic instead of pack_padded_sequence: no host sync for the lengths.
+    last = (mask.sum(dim=-1) - 1).clamp_min(0)
+    index = last.view(*last.shape, 1, 1).expand(*last.shape, 1, outputs.shape[-1])
+    return outputs.gather(-2, index).squeeze(-2)
+
+
+class SequenceEncoder(nn.Module):
+    """Encodes a padded token sequence to one vector: the GRU state at each row's last token,
+    and with ``bidirectional`` also a second GRU's state after reading the row backwards (it
+    ends on the first token, which a forward GRU's last state may have forgotten)."""
+
+    def __init__(self, embedding: nn.Embedding, hidden_dim: int, num_layers: int, dropout: float,
+                 bidirectional: bool = False):
         super().__init__()
         self.embedding = embedding
         self.dropout = nn.Dropout(dropout)
@@ -25,16 +43,23 @@ class SequenceEncoder(nn.Module):
             embedding.embedding_dim, hidden_dim, num_layers=num_layers, batch_first=True,
             dropout=dropout if num_layers > 1 else 0.0,
         )
+        self.reverse_gru = nn.GRU(
+            embedding.embedding_dim, hidden_dim, num_layers=num_layers, batch_first=True,
+            dropout=dropout if num_layers > 1 else 0.0,
+        ) if bidirectional else None
 
     def forward(self, tokens: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """``tokens [B, L]`` -> ``[B, H]``. With ``mask`` (a leading run per row), the state at the
-        last active position; rows without an active token get the state after the first token."""
+        """``tokens [B, L]`` -> ``[B, H]`` (``[B, 2H]`` bidirectional). With ``mask`` (a leading run
+        per row), the state at the last active position; rows without an active token get the
+        state after the first token."""
         outputs, _ = self.gru(self.dropout(self.embedding(tokens)))
         if mask is None:
             return outputs[:, -1]
-        # Index arithmetic instead of pack_padded_sequence: no host sync for the lengths.
-        last = (mask.sum(dim=-1) - 1).clamp_min(0)
-        return outputs.gather(1, last.view(-1, 1, 1).expand(-1, 1, outputs.shape[-1])).squeeze(1)
+        state = state_at_last_active(outputs, mask)
+        if self.reverse_gru is None:
+            return state
+        backwards, _ = self.reverse_gru(self.dropout(self.embedding(reversed_active(tokens, mask))))
+        return torch.cat([state, state_at_last_active(backwards, mask)], dim=-1)
 
 
 class ConditionalDecoder(nn.Module):

@@ -46,6 +46,13 @@ class ModelConfig(BaseModel):
     gumbel_anneal_steps: int = Field(
         2000, ge=1, description="Steps of exponential decay from the start to the end temperature."
     )
+    target_encoder: Literal["forward", "bidirectional"] = Field(
+        "forward",
+        description="How q(z | x, y) reads y: 'forward', a GRU's state at y's last token; "
+        "'bidirectional', that state beside a second GRU's after reading y backwards, so the "
+        "posterior sees y's first tokens as directly as its last (a forward GRU's final state may "
+        "have forgotten them over a long y).",
+    )
     prior: Literal["learned", "standard"] = Field(
         "learned",
         description="'learned': p(z | x) from the context encoder. 'standard': uniform categorical "

@@ -51,13 +51,16 @@ class CVAE(nn.Module):
         hidden, latent = config.hidden_dim, config.latent_dim
         self.embedding = nn.Embedding(vocab_size, config.embedding_dim)
         self.context_encoder = SequenceEncoder(self.embedding, hidden, config.num_layers, config.dropout)
-        self.target_encoder = SequenceEncoder(self.embedding, hidden, config.num_layers, config.dropout)
+        bidirectional = config.target_encoder == "bidirectional"
+        self.target_encoder = SequenceEncoder(self.embedding, hidden, config.num_layers, config.dropout,
+                                              bidirectional)
+        posterior_width = (3 if bidirectional else 2) * hidden  # [context; target (both ways)]
         if self.family == "discrete":
-            self.posterior_head = nn.Linear(2 * hidden, self.num_categories)
+            self.posterior_head = nn.Linear(posterior_width, self.num_categories)
             self.prior_head = nn.Linear(hidden, self.num_categories)
             self.latent_embedding = nn.Embedding(self.num_categories, latent)
         else:
-            self.posterior_head = nn.Linear(2 * hidden, 2 * latent)
+            self.posterior_head = nn.Linear(posterior_width, 2 * latent)
             self.prior_head = nn.Linear(hidden, 2 * latent)
         self.decoder = ConditionalDecoder(
             self.embedding, hidden + latent, hidden, config.num_layers, config.dropout

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from workers.data import PAD_ID
-from workers.models.backbone import upcast
+from workers.models.backbone import reversed_active, state_at_last_active, upcast
 from workers.models.config import ModelConfig
 
 Params = dict[str, torch.Tensor]
@@ -75,13 +75,16 @@ def gru(params: Params, prefix: str, inputs: torch.Tensor | None, num_layers: in
 
 def encode(params: Params, prefix: str, config: ModelConfig, tokens: torch.Tensor,
            mask: torch.Tensor | None = None) -> torch.Tensor:
-    """``SequenceEncoder.forward``: ``tokens [K, B, L]`` -> ``[K, B, H]``."""
+    """``SequenceEncoder.forward``: ``tokens [K, B, L]`` -> ``[K, B, H]`` (``2H`` with a reverse GRU)."""
     outputs = gru(params, f"{prefix}.gru", embed(params["embedding.weight"], tokens), config.num_layers)
     if mask is None:
         return outputs[:, :, -1]
-    last = (mask.sum(dim=-1) - 1).clamp_min(0)
-    index = last.view(*last.shape, 1, 1).expand(*last.shape, 1, outputs.shape[-1])
-    return outputs.gather(2, index).squeeze(2)
+    state = state_at_last_active(outputs, mask)
+    if f"{prefix}.reverse_gru.weight_hh_l0" not in params:
+        return state
+    backwards = gru(params, f"{prefix}.reverse_gru",
+                    embed(params["embedding.weight"], reversed_active(tokens, mask)), config.num_layers)
+    return torch.cat([state, state_at_last_active(backwards, mask)], dim=-1)
 
 
 def token_nll(params: Params, config: ModelConfig, decoder_input: torch.Tensor,

@@ -7,11 +7,18 @@ Names (``{name}`` overall, ``{kind}/{name}`` per kind; the caller prefixes the s
 number of strategies fitted on the whole split, against s), ``mi_zs`` (I(z; s), see
 ``latent.py``), ``kl_kappa_spearman``, and for the continuous family ``active_units``
 (dimensions whose posterior mean varies over the group's examples by more than 0.01, the
-diagonal of Cov_x(E_q[z|x]); Burda et al. 2016). Overall only: ``mutual_info`` (I(x; z))
-and, for the discrete family, ``active_units`` (categories with aggregate mass >= 0.01);
-``latent_ami`` and ``latent_nmi_shuffled`` (recovery beside its chance level:
-``workers.metrics.chance_readouts``). ``elbo``: the mean over examples of ``sum_t l_t + KL`` (the negative ELBO in nats, lower is
-better), the same for every stack, so stacks on different loss scales stay comparable.
+diagonal of Cov_x(E_q[z|x]); Burda et al. 2016). Overall only: ``mutual_info`` (I(x; z) in
+nats: exact for the discrete family, a paired mixture estimate for the continuous one:
+``workers.metrics``), for the discrete family ``active_units`` (Burda's definition on the
+one-hot coordinates: categories whose probability varies over x by more than 0.01) and
+``used_categories`` (categories with aggregate mass >= 0.01, which a collapsed posterior
+fills); ``latent_ami`` and ``latent_nmi_shuffled`` (recovery beside its chance level:
+``workers.metrics.chance_readouts``). ``elbo``: the mean over examples of ``sum_t l_t + KL``
+(the negative ELBO in nats, lower is better), the same for every stack, so stacks on
+different loss scales stay comparable.
+
+The train split is read on :func:`readout_split`'s fixed, seeded random subset of its rows
+(``readouts.train_subset``), not its first rows: a table sorted by label would give one class.
 
 On a registered dataset the kinds are its groups (``SplitData.kinds``), and without a
 label column (``SplitData.has_label`` False) the latent-recovery read-outs (NMI, ARI,
@@ -28,6 +35,7 @@ import torch
 
 from objectives import LossInputs, LossStackSpec, token_weight_stats
 from workers import metrics as latent_metrics
+from workers.contract import ACTIVE_UNITS, KL, MUTUAL_INFO, TRAIN, USED_CATEGORIES
 from workers.data import (
     KINDS,
     SyntheticSplit,
@@ -35,6 +43,7 @@ from workers.data import (
     kind_layout,
     oracle_conditional_nll,
 )
+from workers.readouts.confounds import confound_readouts
 from workers.readouts.latent import discrete_mi_zs, gaussian_mixture_mi_zs, kl_kappa_spearman
 from workers.readouts.surprisal import by_kind, surprisal_readouts
 
@@ -107,6 +116,25 @@ class SplitData:
                          self.surprisal, self.kinds, self.has_label)
 
 
+TRAIN_SUBSET_SEED = 0  # fixed: every epoch, and every trial on the same data, reads the same rows
+
+
+def train_readout_rows(count: int, size: int) -> torch.Tensor:
+    """``min(size, count)`` of ``count`` train rows, drawn once with a fixed seed, in row order."""
+    if size >= count:
+        return torch.arange(count)
+    generator = torch.Generator().manual_seed(TRAIN_SUBSET_SEED)
+    return torch.randperm(count, generator=generator)[:size].sort().values
+
+
+def readout_split(data: SplitData, name: str, train_subset: int) -> SplitData:
+    """The rows the epoch end reads of split ``name``: train, :func:`train_readout_rows` (a
+    random subset, so a label-sorted table's read-out sees every class); val and test, all."""
+    if name == TRAIN:
+        return data.subset(train_readout_rows(len(data.split), train_subset))
+    return data
+
+
 @dataclass
 class Collected:
     """A model's outputs on every example of a split (``kl`` as the model returns it)."""
@@ -154,15 +182,17 @@ def _group_readouts(collected: Collected, data: SplitData, rows: torch.Tensor, l
     token_nll, base = collected.token_nll[device_rows], data.base_nll[device_rows]
     out = {"loss": float(stack(LossInputs(
         token_nll, base, mask, kl=collected.kl[device_rows], bow_logits=collected.bow_logits[device_rows],
-        targets=data.split.target[device_rows], step=step)).total)}
+        targets=data.split.target[device_rows], step=step,
+        posterior_probs=None if collected.posterior_probs is None else collected.posterior_probs[device_rows],
+    )).total)}
     terms = diagnostics(LossInputs(token_nll, base, mask)).terms
     out.update({name: float(terms[term]) for name, term in DIAGNOSTIC_TERMS.items()})
     kl = collected.kl_per_example[device_rows].cpu()
-    out["kl"] = float(kl.mean())
+    out[KL] = float(kl.mean())
     out["elbo"] = float(((token_nll.double() * mask).sum(-1).cpu() + kl.double()).mean())
     if collected.posterior_probs is None:
         mean = collected.posterior_mean[device_rows]
-        out["active_units"] = float(latent_metrics.active_units_gaussian(mean))
+        out[ACTIVE_UNITS] = float(latent_metrics.active_units_gaussian(mean))
     out["kl_kappa_spearman"] = kl_kappa_spearman(kl, data.kappa[rows])
     if not data.has_label:
         return out
@@ -190,6 +220,7 @@ def model_readouts(collected: Collected, data: SplitData, stack, diagnostics, *,
     out = _group_readouts(collected, data, everything, labels, *args, sampled=sampled)
     if data.has_label and len(data.split):
         out.update(latent_metrics.chance_readouts(labels, data.split.strategy.cpu()))
+        out.update(confound_readouts(labels, data.split.mask, data.kappa))
     if alpha == 0:
         out["kl_kappa_spearman"] = math.nan
     kind = data.split.kind.cpu()
@@ -199,10 +230,12 @@ def model_readouts(collected: Collected, data: SplitData, stack, diagnostics, *,
             group = _group_readouts(collected, data, rows, labels, *args)
             out.update({f"{name}/{key}": value for key, value in group.items()})
     if collected.posterior_probs is not None:
-        out["mutual_info"] = latent_metrics.discrete_mutual_information(collected.posterior_probs)
-        out["active_units"] = float(latent_metrics.active_units_discrete(collected.posterior_probs))
+        probs = collected.posterior_probs
+        out[MUTUAL_INFO] = latent_metrics.discrete_mutual_information(probs)
+        out[ACTIVE_UNITS] = float(latent_metrics.active_units_discrete(probs))
+        out[USED_CATEGORIES] = float(latent_metrics.used_categories(probs))
     else:
-        out["mutual_info"] = latent_metrics.gaussian_mutual_information(
+        out[MUTUAL_INFO] = latent_metrics.gaussian_mutual_information(
             collected.posterior_mean, collected.posterior_logvar, seed=seed, sampled=sampled)
     return out
 

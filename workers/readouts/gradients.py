@@ -47,7 +47,7 @@ from workers.data import KINDS
 POSTERIOR_PARAMS = ("target_encoder.", "posterior_head.")
 
 LINEAR_TERMS = ("uniform", "normalized_uniform", "token_weighted", "concentration_corrected",
-                "normalized_concentration_corrected")
+                "train_kappa_corrected", "normalized_concentration_corrected")
 
 
 def posterior_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:

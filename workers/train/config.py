@@ -84,8 +84,10 @@ class ReadoutConfig(BaseModel):
     )
     train_subset: int = Field(
         256, ge=1, le=10_000_000,
-        description="Per-kind train read-outs are computed on the first this-many train examples "
-        "(a fixed subset); the overall train losses are the running means of the epoch's steps.",
+        description="The train read-outs (but the overall losses, the running means of the "
+        "epoch's steps) are computed on this many train examples, drawn once with a fixed seed "
+        "(the same rows every epoch and for every trial on the same data; not the first rows, "
+        "which on a table sorted by label are one class).",
     )
     gradient_batch: int = Field(
         64, ge=0, le=65_536,
@@ -94,6 +96,17 @@ class ReadoutConfig(BaseModel):
     test: bool = Field(
         True, description="Evaluate the test split every epoch (logged, never read by selection)."
     )
+    test_every_epoch: bool = Field(
+        True,
+        description="With `test`: read the test split at every epoch end (its curves in MLflow). "
+        "False: read it once, at the checkpoint val chose (the `selected/test/...` values the "
+        "report reads, the same numbers), for a fraction of the evaluation's cost when the test "
+        "split is large; the per-epoch test curves and test speed read-outs are then absent.",
+    )
+
+    def epoch_splits(self) -> tuple[str, ...]:
+        """The splits every epoch end reads out."""
+        return ("train", "val", "test") if self.test and self.test_every_epoch else ("train", "val")
 
 
 def _data_kind(value: Any) -> str:
@@ -145,6 +158,15 @@ class TrialConfig(BaseModel):
         "pressure and every stack recovers it for free (docs/science/index.md, rules of evidence: "
         "free bits below log K or none).",
     )
+
+    @model_validator(mode="after")
+    def _check_mutual_info_credit(self) -> TrialConfig:
+        kl = self.loss_stack.resolved_terms().get("kl")
+        if kl is not None and kl.options.get("mutual_info_credit") and self.model.family != "discrete":
+            raise ValueError(
+                "loss_stack.terms.kl.options.mutual_info_credit needs a discrete latent (its I(x; z) "
+                "is the plug-in estimate of q's categories); set model.family: discrete or the credit to 0")
+        return self
 
     @model_validator(mode="after")
     def _check_free_bits(self) -> TrialConfig:

@@ -20,7 +20,12 @@ import numpy as np
 import torch
 
 from objectives import KappaSummaryAccumulator, LossInputs, LossStackSpec, baseline_self_check
-from workers.contract import PERF_EPOCH_SECONDS, PERF_TOKENS_PER_SECOND, VAL_BASELINE_SELF_CHECK
+from workers.contract import (
+    PERF_EPOCH_SECONDS,
+    PERF_TOKENS_PER_SECOND,
+    VAL_BASELINE_SELF_CHECK,
+    selected_name,
+)
 from workers.models import CVAE, CVAEOutput
 from workers.models.backbone import upcast
 from workers.models.zfree_base import BaseSurprisal
@@ -32,6 +37,7 @@ from workers.readouts.evaluate import (
     diagnostic_stack,
     model_readouts,
     position_profiles,
+    readout_split,
 )
 from workers.readouts.gradients import (
     gradient_shares,
@@ -99,6 +105,7 @@ class Trainer:
     final_metrics: dict[str, float] = field(default_factory=dict)
     profiles: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     _kappa_metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+    _train_kappa_means: dict[float, float] = field(default_factory=dict)  # alpha -> train mean kappa
     _generator: torch.Generator | None = None
 
     @classmethod
@@ -127,8 +134,22 @@ class Trainer:
     def c_base(self) -> float:
         return self.base.c_base
 
+    def build_stack(self, spec: LossStackSpec):
+        """``spec`` built with this trial's reference scales (c_base, the train split's mean kappa)."""
+        return spec.build(c_base=self.c_base, train_kappa=self.train_kappa(spec))
+
+    def train_kappa(self, spec: LossStackSpec) -> dict[float, float]:
+        """The train split's mean kappa at each alpha of ``spec``'s terms (only if a term needs it)."""
+        if not spec.needs_train_kappa:
+            return {}
+        for alpha in spec.term_alphas() - self._train_kappa_means.keys():
+            accumulator = KappaSummaryAccumulator(alpha)
+            accumulator.update(self.train_data.base_nll, self.train_data.split.mask)
+            self._train_kappa_means[alpha] = float(accumulator.compute()["kappa_mean"])
+        return {alpha: self._train_kappa_means[alpha] for alpha in sorted(spec.term_alphas())}
+
     def _stacks(self):
-        stack = self.config.loss_stack.build(c_base=self.c_base)
+        stack = self.build_stack(self.config.loss_stack)
         return stack, diagnostic_stack(self.config.alpha, self.c_base)
 
     @property
@@ -160,7 +181,7 @@ class Trainer:
         inputs = LossInputs(
             token_nll=upcast(output.token_nll), base_nll=data.base_nll[indices],
             mask=split.mask[indices], kl=upcast(output.kl), bow_logits=output.bow_logits,
-            targets=split.target[indices], step=self.step,
+            targets=split.target[indices], posterior_probs=output.posterior_probs, step=self.step,
         )
         return output, inputs
 
@@ -244,8 +265,7 @@ class Trainer:
         self.model.eval()
         stack, diagnostics = self._stacks()
         data = self.splits[name]
-        if name == "train":
-            data = data.subset(torch.arange(min(len(data.split), self.config.readouts.train_subset)))
+        data = readout_split(data, name, self.config.readouts.train_subset)
         if collected is None:
             collected = collect(lambda idx: self._forward(data, idx)[0], len(data.split),
                                 self.config.training.eval_batch_size, self.device)
@@ -283,17 +303,17 @@ class Trainer:
         with torch.backends.cudnn.flags(enabled=False):
             shares = gradient_shares(
                 lambda: self._forward(data, torch.arange(len(data.split), device=self.device))[0].token_nll,
-                params, recon.build(c_base=self.c_base), data.base_nll, data.split.mask, groups,
+                params, self.build_stack(recon), data.base_nll, data.split.mask, groups,
             )
         return {f"val/{key}": value for key, value in shares.items()}
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Epoch-end read-outs of train (fixed subset), val and test, and the baseline self-check.
+        """Epoch-end read-outs of train (fixed random subset), val and test, and the baseline self-check.
 
         Nothing that selects reads a ``test/`` value; the evaluation consumes no RNG state.
         """
-        names = ["train", "val", "test"] if self.config.readouts.test else ["train", "val"]
+        names = self.config.readouts.epoch_splits()
         result: dict[str, float] = {}
         for name in names:
             result.update(self.evaluate_split(name))
@@ -335,6 +355,10 @@ class Trainer:
         horizon = self.config.readouts.nmi_auc_horizon or self.config.training.epochs
         final = selected_metrics(self.history, self.selection.best_epoch)
         final.update(speed_metrics(self.history, horizon, self.epoch, self.view.kinds))
+        readouts = self.config.readouts
+        if self.epoch > 0 and readouts.test and not readouts.test_every_epoch:
+            with torch.no_grad():  # test read once, at the checkpoint val chose
+                final.update({selected_name(key): value for key, value in self.evaluate_split("test").items()})
         if self.epoch > 0:
             self.model.eval()
             data = self.val_data
