@@ -118,7 +118,7 @@ def test_grow_reuse_and_compare(make_service, tmp_path):
     new_contrast = _contrast(report, "raw_token_weighted", 0.5)
     assert new_contrast["family"] == "exploratory" and new_contrast["added_by_extension"] == 1
     assert _contrast(first_report, "raw_token_weighted", 1.0)["n_pairs"] == 3
-    assert {t["trial_id"] for t in client.trials(first)} == {
+    assert {t.trial_id for t in client.trials(first)} == {
         r.data.tags["ksweep.trial_id"] for r in after}
 
     # A second sweep with R~ beside uniform on seeds 0-3, reusing the first's trials: its four
