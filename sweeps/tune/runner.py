@@ -245,7 +245,7 @@ def run_sweep(
     segments = SegmentRun(sweep_id, folder, context, status, all_sinks, reuse_from)
     try:
         while True:
-            outcomes = run_segments(spec, plan, segments)
+            outcomes, environment_notes = run_segments(spec, plan, segments)
             grown = refresh(len(extensions)) if refresh is not None else None
             if grown is None:
                 break
@@ -256,6 +256,7 @@ def run_sweep(
             parent.log_dict_json(json.loads(spec.canonical_json()), "spec.json")
             parent.log_dict_json(extensions, "extensions.json")
         report = build_report(spec, sweep_id, outcomes, plan, extensions=extensions)
+        report["limitations"] += environment_notes
         # Run again whole after a failure: it replaces the summary runs it had made.
         report["mlflow_views"] = retrying(lambda: publish_summary(
             tracking_uri, experiment_name, parent.run_id, parent.experiment_id, report,

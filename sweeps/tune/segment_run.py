@@ -33,7 +33,7 @@ from sweeps.tune.status import ProgressSink, SweepStatus, TrialState, finished_s
 from sweeps.tune.trial_entry import train_sweep_trial
 from workers.contract import HISTORY_METRICS
 
-__all__ = ["SegmentRun", "run_segments", "tune_outcomes"]
+__all__ = ["SegmentRun", "environment_words", "run_segments", "tune_outcomes"]
 
 
 def _member_outcomes(result, epochs: int) -> list[TrialOutcome]:
@@ -170,9 +170,25 @@ class SegmentRun:
         return segment
 
 
-def run_segments(spec: SweepSpec, plan: SweepPlan, run: SegmentRun) -> list[TrialOutcome]:
+def environment_words(segments: list[Segment]) -> list[str]:
+    """What the report says when a sweep's segments trained under different environments (a
+    torch upgrade or changed training code between a sweep and its extension)."""
+    trained = [s for s in segments if s.trials and s.environment]
+    differing = [key for key in ("torch_version", "device_type", "precision", "code_digest",
+                                 "compat_version")
+                 if len({str(s.environment.get(key)) for s in trained}) > 1]
+    if not differing:
+        return []
+    return [f"The sweep's segments trained under different environments ({', '.join(differing)}"
+            f" differ between segments {', '.join(str(s.number) for s in trained)}): its trials "
+            "are not all the same computation; compare across segments with care."]
+
+
+def run_segments(spec: SweepSpec, plan: SweepPlan, run: SegmentRun
+                 ) -> tuple[list[TrialOutcome], list[str]]:
     """Every trial of the plan: trained in its segment (earlier segments' outcomes are read
-    back, an unfinished one resumed, new trials made a new segment) or reused."""
+    back, an unfinished one resumed, new trials made a new segment) or reused; and the words
+    of :func:`environment_words`."""
     environment = training_environment(spec)
     hash_trials(spec, plan.trials, environment)
     run.status.total = plan.trial_count
@@ -189,5 +205,5 @@ def run_segments(spec: SweepSpec, plan: SweepPlan, run: SegmentRun) -> list[Tria
         known = run.known(spec, segments)
         segment = run.next_segment(spec, plan, segments, known, asdict(environment))
         if segment is None:
-            return known
+            return known, environment_words(segments)
         segments.append(segment)

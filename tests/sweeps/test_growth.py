@@ -216,3 +216,15 @@ def test_segment_files_round_trip_and_a_segment_plan_regroups_its_trials(tmp_pat
     (again,) = load_segments(tmp_path)
     assert again.finished and again.outcomes[0].trial_hash == "h"
     assert tune_folder(0) == "tune" and tune_folder(2) == "tune-2"
+
+
+def test_segments_trained_under_different_environments_are_named():
+    from sweeps.tune.segment_run import environment_words
+
+    same = {"torch_version": "2.13.0", "code_digest": "a"}
+    segments = [Segment(0, [{}], environment=same), Segment(1, [{}], environment=same)]
+    assert environment_words(segments) == []
+    segments.append(Segment(2, [{}], environment={**same, "torch_version": "2.14.0"}))
+    segments.append(Segment(3, [], environment={**same, "code_digest": "b"}))  # reused only
+    (words,) = environment_words(segments)
+    assert "(torch_version differ between segments 0, 1, 2)" in words
