@@ -14,6 +14,7 @@ from sqlalchemy import insert
 
 from service.store.db import SweepRow, TrialRow
 from service.store.queries import Store
+from sweeps.plan.build import build_plan
 from sweeps.report.build import TrialOutcome, build_report
 from sweeps.spec import SweepSpec, load_sweep_spec
 from workers.contract import METRIC_NAMES
@@ -35,7 +36,7 @@ def stored_spec() -> dict[str, Any]:
     data = load_sweep_spec(QUICKSTART).model_dump(mode="json")
     data.update(alpha=[0.0, 0.5, 1.0, 1.5, 2.0], loss_stacks=["ncc", "raw_plus_ncc"], seeds=1)
     spec = SweepSpec.model_validate(data)
-    assert spec.trial_count() == TRIALS_PER_SWEEP
+    assert build_plan(spec).trial_count == TRIALS_PER_SWEEP
     return json.loads(spec.canonical_json())
 
 

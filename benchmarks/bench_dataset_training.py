@@ -30,10 +30,10 @@ import pyarrow as pa
 import torch
 
 from workers.data.config import DatasetDataConfig
-from workers.data.dataset_resolve import resolve_dataset
-from workers.data.dataset_source import load_task
-from workers.data.dataset_store import DatasetStore
-from workers.data.dataset_table import canonicalize
+from workers.datasets.resolve import resolve_dataset
+from workers.datasets.source import load_task
+from workers.datasets.store import DatasetStore
+from workers.datasets.table import canonicalize
 
 
 def big_table(rows: int, seed: int = 0) -> pa.Table:

@@ -29,8 +29,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from workers.data.dataset_store import DatasetStore
-from workers.data.dataset_table import canonicalize, read_table
+from workers.datasets.store import DatasetStore
+from workers.datasets.table import canonicalize, read_table
 
 GOAL_S = 60.0
 ROOT = Path(__file__).resolve().parents[1]
@@ -163,14 +163,14 @@ def first_batch_seconds(root: Path, sha256: str, whole: bool, batch: int = 256) 
 
 
 def validation_peak_mb(path: Path, root: Path) -> float:
-    """Peak RSS of ``workers.data.dataset_check`` on ``path`` (as the service runs it)."""
+    """Peak RSS of ``workers.datasets.check`` on ``path`` (as the service runs it)."""
     import subprocess
     import sys
 
-    from workers.data.dataset_check import CHILD_ENV
+    from workers.datasets.check import CHILD_ENV
 
     out = subprocess.run(
-        [sys.executable, "-m", "workers.data.dataset_check", "--input", str(path), "--format",
+        [sys.executable, "-m", "workers.datasets.check", "--input", str(path), "--format",
          "parquet", "--source-name", path.name, "--root", str(root), "--memory-bytes",
          str(4 << 30)], capture_output=True, text=True, env={**os.environ, **CHILD_ENV},
         timeout=600)

@@ -26,10 +26,10 @@ import torch
 
 from benchmarks._timing import interleaved_medians, print_ratios
 from benchmarks.bench_cohort import sweep_configs
-from workers import metrics
 from workers.cohort.evaluation import member_outputs
 from workers.cohort.trainer import Cohort
 from workers.readouts import latent
+from workers.readouts import recovery as metrics
 from workers.train import Trainer
 
 

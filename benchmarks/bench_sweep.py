@@ -47,7 +47,7 @@ from service.orchestrator.driver_env import TUNE_ENV
 from sweeps.plan.build import build_plan
 from sweeps.spec import SweepSpec, load_sweep_spec
 from sweeps.tune.runner import run_sweep
-from workers.tracking import ensure_experiment
+from workers.tracking.runs import ensure_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "sweeps" / "examples" / "quickstart.yaml"
@@ -109,7 +109,7 @@ def run_bare(spec: SweepSpec, root: Path, profile: bool = False) -> SweepTiming:
     results = tuner.fit()
     wall = time.perf_counter() - started
     cpu = time.process_time() - cpu
-    if results.errors or len(results) != spec.trial_count():
+    if results.errors or len(results) != build_plan(spec).trial_count:
         raise RuntimeError(f"bare sweep: {len(results.errors)} of {len(results)} trials failed: "
                            f"{results.errors[:1]}")
     return SweepTiming(wall, [float(r.metrics["time_total_s"]) for r in results],
@@ -170,7 +170,7 @@ def run_ksweep(spec: SweepSpec, root: Path, tracking_uri: str, sweep_id: str,
         wall = time.perf_counter() - started
         cpu = time.process_time() - cpu
     states = [o.state for o in outcome.outcomes]
-    if outcome.status.state != "succeeded" or states.count("done") != spec.trial_count():
+    if outcome.status.state != "succeeded" or states.count("done") != build_plan(spec).trial_count:
         raise RuntimeError(f"ksweep sweep {sweep_id}: {outcome.status.state}, trials {states}")
     # A cohort's members carry no Tune time of their own (NaN: --cohort-size auto or > 1).
     return SweepTiming(wall, [o.final.get("time_total_s", float("nan")) for o in outcome.outcomes],
@@ -205,7 +205,7 @@ def _print_results(samples: dict[str, list[SweepTiming]], trials: int, slots: in
 
 def sweep_overhead(rounds: int = 2, cohort_size: Any = 1, profile: bool = False) -> None:
     spec = bench_spec(cohort_size=cohort_size)
-    trials, slots = spec.trial_count(), spec.budget.max_concurrent_trials or NUM_CPUS
+    trials, slots = build_plan(spec).trial_count, spec.budget.max_concurrent_trials or NUM_CPUS
     saved_uri = os.environ.get("MLFLOW_TRACKING_URI")
     saved_profile_dir = os.environ.get(sweep_profile.PROFILE_DIR_ENV)
     loads = [os.getloadavg()[0]]

@@ -18,8 +18,8 @@ the outer one), and the rest of the wall is ``other``. Phases:
 - ``eval forward`` (the batched or lone forwards over the splits), ``eval read-outs``
   (``Trainer.evaluate_split`` less its forward), ``gradient shares``
   (``Trainer.gradient_readouts``);
-- ``logging``: ``TrialRun.log_epoch`` (queueing the batch); ``metrics wait``: waiting for
-  the writer thread (``TrialRun.settle``); ``checkpoints``: ``Cohort.save_checkpoint``;
+- ``logging``: ``TrialRunner.log_epoch`` (queueing the batch); ``metrics wait``: waiting for
+  the writer thread (``TrialRunner.settle``); ``checkpoints``: ``Cohort.save_checkpoint``;
 - ``finalize``: ``Trainer.finalize``; ``plots + close``: ``finish_member_run``.
 
 ``python -m benchmarks.cohort_profile [--sizes 1 32 128] [--eval batched lone] [--trial-plots]
@@ -97,7 +97,7 @@ def profile(size: int, cache: Path, *, epochs: int, train_size: int, batched: bo
     from workers.cohort.member import own_rng
     from workers.cohort.trainer import Cohort
     from workers.cohort.trial import finish_member_run
-    from workers.trial import TrialRun, default_run_name
+    from workers.trial import TrialRunner, default_run_name
 
     configs = sweep_configs(size, epochs, train_size, device="cpu")
     configs = [c.model_copy(update={"data": c.data.model_copy(update={"val_size": 128, "test_size": 128})})
@@ -112,8 +112,8 @@ def profile(size: int, cache: Path, *, epochs: int, train_size: int, batched: bo
         timer.wrap(loop.Trainer, "gradient_readouts", "gradient shares"),  # member by member
         timer.wrap(cohort_trainer, "member_gradient_shares", "gradient shares"),  # batched
         timer.wrap(loop.Trainer, "finalize", "finalize"),
-        timer.wrap(TrialRun, "log_epoch", "logging"),
-        timer.wrap(TrialRun, "settle", "metrics wait"),
+        timer.wrap(TrialRunner, "log_epoch", "logging"),
+        timer.wrap(TrialRunner, "settle", "metrics wait"),
         timer.wrap(Cohort, "save_checkpoint", "checkpoints"),
     ]
     forward = "eval forward"
@@ -139,7 +139,7 @@ def profile(size: int, cache: Path, *, epochs: int, train_size: int, batched: bo
         created[0] = True
         cohort.batched_eval = batched
         with timer.phase("mlflow start"):
-            runs = [TrialRun.start(m.trainer, uri, "cohort-profile", default_run_name(m.config),
+            runs = [TrialRunner.start(m.trainer, uri, "cohort-profile", default_run_name(m.config),
                                    plots=trial_plots, deferred=True) for m in cohort.members]
 
         while cohort.active:  # Cohort.run's loop in the cohort trainable's order (its epoch, report)

@@ -68,7 +68,7 @@ def count_flops(cohort) -> dict[str, float]:
     from torch.utils.flop_counter import FlopCounterMode
 
     from workers.models.functional import cvae_forward
-    from workers.readouts.evaluate import readout_split
+    from workers.readouts.split_data import readout_split
 
     data, training = cohort._data, cohort.members[0].config.training
     rows = torch.arange(training.batch_size, device=cohort.device)
@@ -100,7 +100,7 @@ def compiled_check(cohort) -> dict[str, float | bool]:
     dtype = torch.float32
     alive = tuple(m.status == "running" for m in step.rows)
     args = (cohort.params, batch["context"], batch["decoder_input"], batch["target"], batch["mask"],
-            batch["base_nll"], step._noise(alive, len(rows), len(rows)), torch.tensor(1.0, device=cohort.device),
+            batch["base_nll"], step._draws(alive, len(rows), len(rows)), torch.tensor(1.0, device=cohort.device),
             step._step_weights(cohort.step, dtype), torch.ones(len(step.rows), device=cohort.device),
             torch.tensor(alive, device=cohort.device))
     autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if cohort.device.type == "cuda"

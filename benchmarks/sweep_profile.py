@@ -42,9 +42,9 @@ _KSWEEP_PHASES = (
     ("workers.train.loop", "Trainer.save_checkpoint", "checkpoint file"),
     ("workers.train.loop", "Trainer.load_checkpoint", "checkpoint load"),
     ("sweeps.tune.trainable", "open_trial_run", "mlflow: start the run"),
-    ("workers.tracking", "RunLogger.log_metrics", "mlflow: epoch metrics"),
+    ("workers.tracking.runs", "RunLogger.log_metrics", "mlflow: epoch metrics"),
     ("workers.trial", "log_trial_plots", "five PNGs"),
-    ("workers.tracking", "RunLogger.finish", "mlflow: end the run"),
+    ("workers.tracking.runs", "RunLogger.finish", "mlflow: end the run"),
 )
 PHASES = tuple(phase for *_, phase in _TRAINER_PHASES + _KSWEEP_PHASES)
 COLD_PHASES = ("trainer create", "mlflow: start the run", "five PNGs")

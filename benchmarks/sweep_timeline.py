@@ -48,7 +48,7 @@ from benchmarks.bench_member_overhead import ROOT, write_spec
 _PROCESS_NAMES = (
     ("default_worker.py", "Ray worker (the trial actor)"),
     ("ray::", "Ray worker (the trial actor)"),  # a worker that has renamed itself
-    ("workers.log_batch_process", "the cohort's metric writer"),
+    ("workers.tracking.writer_process", "the cohort's metric writer"),
     ("dashboard/agent.py", "Ray dashboard agent"),
     ("runtime_env/agent", "Ray runtime-env agent"),
     ("dashboard/dashboard.py", "Ray API server (dashboard)"),

@@ -84,12 +84,10 @@ class Client:
 
     def __init__(self, url: str | None = None, token: str | None = None, *,
                  timeout: float = 60.0) -> None:
-        from service.settings import Settings
+        from ksweep.settings import ClientSettings
 
-        settings = Settings()
-        token = token or settings.token
-        if not token and settings.local_token_path.is_file():
-            token = settings.local_token_path.read_text().strip()
+        settings = ClientSettings()
+        token = token or settings.bearer_token()
         self.url = (url or settings.url).rstrip("/")
         self.base = self.url + "/api/v1"
         headers = {"Authorization": f"Bearer {token}"} if token else {}

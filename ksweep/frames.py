@@ -16,8 +16,8 @@ from dataclasses import asdict
 
 from ksweep.tables import Frames, build_frames
 from service.api.schemas import Report
-from workers import run_reads
 from workers.contract import SWEEP_ID_TAG
+from workers.tracking import reads
 
 __all__ = ["Frames", "from_mlflow"]
 
@@ -37,18 +37,18 @@ def from_mlflow(tracking_uri: str, experiment_or_sweep_id: str,
             or the sweep has no report.json yet (it has not ended).
         ValueError: a metric no trial logged (named).
     """
-    parent = run_reads.find_parent_run(tracking_uri, experiment_or_sweep_id)
+    parent = reads.find_parent_run(tracking_uri, experiment_or_sweep_id)
     sweep_id = parent.data.tags[SWEEP_ID_TAG]
-    report = run_reads.load_report(tracking_uri, parent.info.run_id)
+    report = reads.load_report(tracking_uri, parent.info.run_id)
     if report is None:
-        raise run_reads.SweepNotInMlflow(
-            f"sweep {sweep_id} has no {run_reads.REPORT_ARTIFACT} on its parent run "
+        raise reads.SweepNotInMlflow(
+            f"sweep {sweep_id} has no {reads.REPORT_ARTIFACT} on its parent run "
             f"{parent.info.run_id}: it has not ended (or its driver was killed before writing it)")
-    names = list(dict.fromkeys(metrics or run_reads.DEFAULT_HISTORY_METRICS))
-    runs = run_reads.trial_runs(tracking_uri, sweep_id, parent.info.experiment_id)
-    runs += run_reads.runs_by_id(tracking_uri, run_reads.reused_trials(report))
-    unknown = run_reads.unknown_metrics(runs, names)
+    names = list(dict.fromkeys(metrics or reads.DEFAULT_HISTORY_METRICS))
+    runs = reads.trial_runs(tracking_uri, sweep_id, parent.info.experiment_id)
+    runs += reads.runs_by_id(tracking_uri, reads.reused_trials(report))
+    unknown = reads.unknown_metrics(runs, names)
     if unknown:
         raise ValueError(f"metrics: not logged by sweep {sweep_id}'s trials: {', '.join(unknown)}")
-    points = run_reads.metric_points(tracking_uri, runs, names)
+    points = reads.metric_points(tracking_uri, runs, names)
     return build_frames(Report.model_validate(report), [asdict(run) for run in runs], points)

@@ -14,10 +14,10 @@ from pydantic import ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 # One problem: the path of the field inside the model being validated, and what is wrong.
-Problem = tuple[tuple[str | int, ...], str]
+LocatedProblem = tuple[tuple[str | int, ...], str]
 
 
-def located_errors(title: str, problems: Sequence[Problem], input_value: object = None) -> ValidationError:
+def located_errors(title: str, problems: Sequence[LocatedProblem], input_value: object = None) -> ValidationError:
     """A ``ValidationError`` with one ``invalid_combination`` error per problem (raise it)."""
     return ValidationError.from_exception_data(title, [
         InitErrorDetails(type=PydanticCustomError("invalid_combination", "{reason}", {"reason": message}),

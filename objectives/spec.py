@@ -1,4 +1,4 @@
-"""The declarative side of the objective library: loss-stack specs, presets, term options.
+"""The declarative side of the objective library: loss-stack specs, presets, the terms' declarations.
 
 Pure pydantic (no torch), so the service can validate a sweep's loss stacks without the
 training stack. The registry of term *descriptions* (:data:`TERM_INFO`: name, options
@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from objectives.field_errors import Problem, located_errors
+from objectives.field_errors import LocatedProblem, located_errors
+from objectives.options import BagOfWordsOptions, KLOptions, NoOptions, WeightingOptions
 
 if TYPE_CHECKING:
     from objectives.stack import LossStack
@@ -23,104 +24,18 @@ if TYPE_CHECKING:
 __all__ = [
     "PRESETS",
     "TERM_INFO",
-    "BagOfWordsOptions",
-    "KLOptions",
     "LossStackSpec",
-    "NoOptions",
     "Preset",
-    "TermInfo",
+    "TermDeclaration",
     "TermSpec",
-    "WeightingOptions",
     "describe_presets",
     "describe_terms",
-    "kl_anneal_factor",
     "preset_spec",
 ]
 
 
-class NoOptions(BaseModel):
-    """This term takes no options."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-class WeightingOptions(BaseModel):
-    """Options of the token-weighted reconstruction terms."""
-
-    model_config = ConfigDict(extra="forbid")
-    alpha: float | None = Field(
-        None,
-        ge=0,
-        allow_inf_nan=False,
-        description="Override the stack's alpha for this term only (e.g. a raw term at alpha = 1 "
-        "beside a corrected one at alpha = 2). Unset: the stack's alpha.",
-    )
-
-
-class KLOptions(BaseModel):
-    """Options of the KL term. Its weight is beta."""
-
-    model_config = ConfigDict(extra="forbid")
-    free_bits: float = Field(
-        0.0,
-        ge=0,
-        allow_inf_nan=False,
-        description="Free bits lambda in nats: KL below lambda is not penalised (0 = off).",
-    )
-    free_bits_mode: Literal["example", "dimension"] = Field(
-        "example",
-        description="'example': mean_b max(lambda, sum_d KL_bd). 'dimension' (Kingma et al. 2016): "
-        "sum_d max(lambda, mean_b KL_bd), which needs kl of shape [B, D].",
-    )
-    anneal: Literal["none", "linear", "cyclical"] = Field(
-        "none",
-        description="Schedule of the factor multiplying beta: 'linear' ramps from `anneal_start` to 1 "
-        "over `warmup_steps`; 'cyclical' (Fu et al. 2019) repeats, every `cycle_steps`, a ramp over "
-        "the first `cycle_ratio` of the cycle and then holds 1.",
-    )
-    anneal_start: float = Field(
-        0.0, ge=0, le=1, allow_inf_nan=False, description="The factor at step 0 of a ramp."
-    )
-    warmup_steps: int = Field(1000, ge=1, description="Length of the linear ramp, in steps.")
-    cycle_steps: int = Field(1000, ge=1, description="Length of one cyclical period, in steps.")
-    cycle_ratio: float = Field(
-        0.5, gt=0, le=1, allow_inf_nan=False, description="Fraction of a cycle spent ramping up."
-    )
-    mutual_info_credit: float = Field(
-        0.0, ge=0, le=1, allow_inf_nan=False,
-        description="gamma: the term penalises mean_x KL(q(z|x) || p) - gamma * I(x; z), I estimated "
-        "on the batch as H(mean q) - mean H(q) (discrete latent only). 0: the per-example KL. 1 with "
-        "`model.prior: standard`: the KL of the batch's aggregate posterior from the prior (batch "
-        "prior regularisation, Zhao et al. 2018), which keeps every category in use and leaves the "
-        "information z carries unpenalised; between, information costs (1 - gamma) beta per nat.",
-    )
-
-
-class BagOfWordsOptions(BaseModel):
-    """Options of the kgCVAE bag-of-words auxiliary loss."""
-
-    model_config = ConfigDict(extra="forbid")
-    reduction: Literal["mean", "sum"] = Field(
-        "mean",
-        description="Per example, 'mean' averages -log p_bow(y_t) over active tokens (the scale of "
-        "the uniform reconstruction); 'sum' adds them up as Zhao et al. (2017) do.",
-    )
-
-
-def kl_anneal_factor(options: KLOptions, step: int) -> float:
-    """The schedule factor in [anneal_start, 1] that multiplies beta at ``step``."""
-    if options.anneal == "none":
-        return 1.0
-    if options.anneal == "linear":
-        progress = min(1.0, max(0, step) / options.warmup_steps)
-    else:
-        position = (max(0, step) % options.cycle_steps) / options.cycle_steps
-        progress = min(1.0, position / options.cycle_ratio)
-    return options.anneal_start + (1.0 - options.anneal_start) * progress
-
-
 @dataclass(frozen=True)
-class TermInfo:
+class TermDeclaration:
     """What a loss spec may say about a term (the torch function is registered separately).
 
     Attributes:
@@ -154,32 +69,32 @@ class TermInfo:
         }
 
 
-TERM_INFO: dict[str, TermInfo] = {
+TERM_INFO: dict[str, TermDeclaration] = {
     info.name: info
     for info in (
-        TermInfo("uniform", "Uniform token mean of l per example (the ordinary reconstruction NLL).",
-                 NoOptions),
-        TermInfo("normalized_uniform",
-                 "Uniform token mean of l divided by c_base: the alpha = 0 endpoint of the "
-                 "normalized family.", NoOptions, needs_c_base=True),
-        TermInfo("token_weighted",
-                 "R_tok,alpha = sum_t pi_t l_t: raw tempered surprisal-share token weighting.",
-                 WeightingOptions),
-        TermInfo("concentration_corrected",
-                 "R~ = R_tok / kappa_alpha: token weighting with the concentration inflation "
-                 "removed.", WeightingOptions),
-        TermInfo("train_kappa_corrected",
-                 "R_tok / mean_train(kappa_alpha): token weighting with one global correction, the "
-                 "train split's mean concentration (R~ divides each example by its own); at beta it "
-                 "trains like R_tok at beta * mean kappa.", WeightingOptions, needs_train_kappa=True),
-        TermInfo("normalized_concentration_corrected",
-                 "R^ = R~ / c_base: concentration-corrected and in z-free-relative units "
-                 "(baseline mean 1).", WeightingOptions, needs_c_base=True),
-        TermInfo("kl", "KL(q(z|x,y) || p(z|x)) with free bits and an optional annealing schedule "
-                 "on beta.", KLOptions, weight_name="beta", needs=("kl",)),
-        TermInfo("bag_of_words",
-                 "kgCVAE bag-of-words loss: -log p_bow(y_t | z, x) over the active target tokens.",
-                 BagOfWordsOptions, needs=("bow_logits", "targets")),
+        TermDeclaration("uniform", "Uniform token mean of l per example (the ordinary reconstruction NLL).",
+                        NoOptions),
+        TermDeclaration("normalized_uniform",
+                        "Uniform token mean of l divided by c_base: the alpha = 0 endpoint of the "
+                        "normalized family.", NoOptions, needs_c_base=True),
+        TermDeclaration("token_weighted",
+                        "R_tok,alpha = sum_t pi_t l_t: raw tempered surprisal-share token weighting.",
+                        WeightingOptions),
+        TermDeclaration("concentration_corrected",
+                        "R~ = R_tok / kappa_alpha: token weighting with the concentration inflation "
+                        "removed.", WeightingOptions),
+        TermDeclaration("train_kappa_corrected",
+                        "R_tok / mean_train(kappa_alpha): token weighting with one global correction, the "
+                        "train split's mean concentration (R~ divides each example by its own); at beta it "
+                        "trains like R_tok at beta * mean kappa.", WeightingOptions, needs_train_kappa=True),
+        TermDeclaration("normalized_concentration_corrected",
+                        "R^ = R~ / c_base: concentration-corrected and in z-free-relative units "
+                        "(baseline mean 1).", WeightingOptions, needs_c_base=True),
+        TermDeclaration("kl", "KL(q(z|x,y) || p(z|x)) with free bits and an optional annealing schedule "
+                        "on beta.", KLOptions, weight_name="beta", needs=("kl",)),
+        TermDeclaration("bag_of_words",
+                        "kgCVAE bag-of-words loss: -log p_bow(y_t | z, x) over the active target tokens.",
+                        BagOfWordsOptions, needs=("bow_logits", "targets")),
     )
 }
 
@@ -302,7 +217,7 @@ class LossStackSpec(BaseModel):
     @field_validator("terms")
     @classmethod
     def _known_terms_and_options(cls, terms: dict[str, TermSpec]) -> dict[str, TermSpec]:
-        problems: list[Problem] = []
+        problems: list[LocatedProblem] = []
         for name, term in terms.items():
             if name not in TERM_INFO:
                 problems.append(((name,), str(_unknown("loss term", name, list(TERM_INFO)))))
@@ -361,16 +276,17 @@ class LossStackSpec(BaseModel):
 
     def term_alphas(self) -> set[float]:
         """The alphas the stack's terms weight at (a term's own ``alpha`` option, else the stack's)."""
-        return {float(term.options.get("alpha") if term.options.get("alpha") is not None else self.alpha)
-                for term in self.resolved_terms().values()}
+        own = [term.options.get("alpha") for term in self.resolved_terms().values()]
+        return {float(self.alpha if alpha is None else alpha) for alpha in own}
 
-    def build(self, c_base: float | None = None,
-              train_kappa: Mapping[float, float] | None = None) -> LossStack:
+    def build(self, c_base: float | None = None, train_kappa: Mapping[float, float] | None = None,
+              total_steps: int | None = None) -> LossStack:
         """The callable (torch) stack; ``c_base`` (if given) overrides the spec's; ``train_kappa``:
-        alpha -> the train split's mean kappa, for the terms that need it."""
+        alpha -> the train split's mean kappa, for the terms that need it; ``total_steps`` (the
+        trial's optimizer steps) resolves schedules given relative to the run."""
         from objectives.stack import LossStack
 
-        return LossStack(self, c_base=c_base, train_kappa=train_kappa)
+        return LossStack(self, c_base=c_base, train_kappa=train_kappa, total_steps=total_steps)
 
 
 def preset_spec(name: str, alpha: float = 1.0, c_base: float | None = None, **extra: Any) -> LossStackSpec:

@@ -19,6 +19,7 @@ from objectives.spec import (
 )
 from objectives.terms import TERMS, LossInputs, TermContext
 from objectives.token_weighting import TokenWeightStats
+from objectives.units import trained_kl_weight
 
 __all__ = [
     "TermSpec",
@@ -51,14 +52,20 @@ class LossOutput:
 class LossStack:
     """A built loss stack. Call it with :class:`LossInputs`; no host sync happens inside.
 
+    ``total_steps``: the trial's whole run in optimizer steps, which schedules given relative
+    to the run (``warmup_fraction``, ``cycles``) resolve against.
+
     Raises (at construction):
-        ValueError: a normalized term without a positive c_base.
+        ValueError: a normalized term without a positive c_base; a run-relative schedule
+            without ``total_steps``.
     """
 
     def __init__(self, spec: LossStackSpec, c_base: float | None = None,
-                 train_kappa: Mapping[float, float] | None = None) -> None:
+                 train_kappa: Mapping[float, float] | None = None,
+                 total_steps: int | None = None) -> None:
         self.spec = spec
         self.alpha = spec.alpha
+        self.total_steps = total_steps
         if spec.needs_train_kappa:
             missing = sorted(spec.term_alphas() - set(train_kappa or {}))
             if missing:
@@ -81,10 +88,17 @@ class LossStack:
                 )
             chosen = check_c_base(chosen)
         self.c_base = chosen
+        trained_beta = trained_kl_weight(spec, chosen)  # effective beta turned into beta here
         self._terms = [
-            (name, TERMS[name], term.weight, TERMS[name].options_model.model_validate(term.options))
+            (name, TERMS[name], trained_beta if name == "kl" and trained_beta is not None else term.weight,
+             TERMS[name].options_model.model_validate(term.options))
             for name, term in spec.resolved_terms().items()
         ]
+        for name, _, _, options in self._terms:
+            if getattr(options, "relative", False) and total_steps is None:
+                raise ValueError(
+                    f"loss term {name!r} has a schedule relative to the run (warmup_fraction or "
+                    "cycles): build the stack with total_steps=... (the trial's optimizer steps)")
 
     @property
     def term_names(self) -> list[str]:
@@ -93,7 +107,8 @@ class LossStack:
 
     def weights_at(self, step: int) -> dict[str, float]:
         """Each term's effective weight at ``step`` (its weight times its schedule factor)."""
-        return {name: weight * (definition.weight_factor(options, step) if definition.weight_factor else 1.0)
+        return {name: weight * (definition.weight_factor(options, step, self.total_steps)
+                                if definition.weight_factor else 1.0)
                 for name, definition, weight, options in self._terms}
 
     def __call__(self, inputs: LossInputs) -> LossOutput:

@@ -15,15 +15,9 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel
 
-from objectives.spec import (
-    TERM_INFO,
-    BagOfWordsOptions,
-    KLOptions,
-    NoOptions,
-    TermInfo,
-    WeightingOptions,
-    kl_anneal_factor,
-)
+from objectives.options import BagOfWordsOptions, KLOptions, NoOptions, WeightingOptions
+from objectives.schedules import kl_anneal_factor
+from objectives.spec import TERM_INFO, TermDeclaration
 from objectives.token_weighting import (
     TokenWeightStats,
     _divide_by_kappa,
@@ -108,13 +102,14 @@ TermFunction = Callable[[LossInputs, TermContext, Any], torch.Tensor]
 
 @dataclass(frozen=True)
 class TermDefinition:
-    """A registered loss term: its description (:class:`~objectives.spec.TermInfo`) and its
+    """A registered loss term: its description (:class:`~objectives.spec.TermDeclaration`) and its
     torch function.
 
     Attributes:
-        name, summary, options_model, weight_name, needs, needs_c_base: as in ``TermInfo``.
+        name, summary, options_model, weight_name, needs, needs_c_base: as in ``TermDeclaration``.
         compute: ``(inputs, context, options) -> scalar`` unweighted term value.
-        weight_factor: optional ``(options, step) -> float`` schedule multiplying the weight.
+        weight_factor: optional ``(options, step, total_steps) -> float`` schedule multiplying
+            the weight (``total_steps``: the run's, for lengths relative to it; may be None).
     """
 
     name: str
@@ -124,20 +119,20 @@ class TermDefinition:
     weight_name: str = "weight"
     needs: tuple[str, ...] = ()
     needs_c_base: bool = False
-    weight_factor: Callable[[Any, int], float] | None = None
+    weight_factor: Callable[[Any, int, int | None], float] | None = None
 
     @classmethod
-    def from_info(cls, info: TermInfo, compute: TermFunction,
-                  weight_factor: Callable[[Any, int], float] | None = None) -> TermDefinition:
+    def from_info(cls, info: TermDeclaration, compute: TermFunction,
+                  weight_factor: Callable[[Any, int, int | None], float] | None = None) -> TermDefinition:
         """The definition of a described term."""
         return cls(info.name, info.summary, info.options_model, compute, info.weight_name,
                    info.needs, info.needs_c_base, weight_factor)
 
     @property
-    def info(self) -> TermInfo:
+    def info(self) -> TermDeclaration:
         """The torch-free description of the term."""
-        return TermInfo(self.name, self.summary, self.options_model, self.weight_name,
-                        self.needs, self.needs_c_base)
+        return TermDeclaration(self.name, self.summary, self.options_model, self.weight_name,
+                               self.needs, self.needs_c_base)
 
     def describe(self) -> dict[str, Any]:
         """A JSON-serialisable description: name, summary, weight meaning, inputs, options schema."""
@@ -201,10 +196,14 @@ def _kl(inputs: LossInputs, context: TermContext, options: KLOptions) -> torch.T
         raise ValueError(
             f"kl must have shape [B] or [B, D] with B = {inputs.mask.shape[0]}, got {tuple(kl.shape)}"
         )
-    per_dim = kl if kl.dim() == 2 else kl.unsqueeze(-1)
     has_active = inputs.mask.any(dim=-1)
+    # Rows without an active token count for nothing, whatever their KL (no NaN leaks in).
+    per_dim = torch.where(has_active.unsqueeze(-1), kl if kl.dim() == 2 else kl.unsqueeze(-1), 0.0)
     count = has_active.sum().clamp_min(1).to(per_dim.dtype)
-    weights = has_active.to(per_dim.dtype) / count  # each example with an active token once
+    once = has_active.to(per_dim.dtype) / count  # each example with an active token once
+    weights = once
+    if options.scale == "token":  # each example's KL per active target token (docs: KL units)
+        weights = once / inputs.mask.sum(dim=-1).clamp_min(1).to(per_dim.dtype)
     free_bits = options.free_bits
     if options.free_bits_mode == "dimension":
         if kl.dim() != 2:
@@ -213,19 +212,30 @@ def _kl(inputs: LossInputs, context: TermContext, options: KLOptions) -> torch.T
                 f"{tuple(kl.shape)} (use free_bits_mode='example' for per-example KL)"
             )
         per_dimension_mean = (weights.unsqueeze(-1) * per_dim).sum(dim=0)
-        return per_dimension_mean.clamp_min(free_bits).sum() if free_bits else per_dimension_mean.sum()
+        if not free_bits:
+            return per_dimension_mean.sum()
+        # Per token, the floor is lambda on the same 1/n-weighted mean: lambda * mean_b 1/n_b.
+        floor = free_bits * weights.sum() if options.scale == "token" else free_bits
+        return per_dimension_mean.clamp_min(floor).sum()
     per_example = per_dim.sum(dim=-1)
     if free_bits:
-        per_example = per_example.clamp_min(free_bits)
+        per_example = per_example.clamp_min(free_bits)  # nats per example, before any 1/n
     value = (weights * per_example).sum()
     if options.mutual_info_credit:
-        value = value - options.mutual_info_credit * batch_mutual_information(inputs, weights)
+        # The credit is each example's share KL(q_b || mean q) of I, on the KL's own scale.
+        value = value - options.mutual_info_credit * batch_mutual_information(
+            inputs, once, weights if options.scale == "token" else None)
     return value
 
 
-def batch_mutual_information(inputs: LossInputs, weights: torch.Tensor) -> torch.Tensor:
+def batch_mutual_information(inputs: LossInputs, weights: torch.Tensor,
+                             shares: torch.Tensor | None = None) -> torch.Tensor:
     """I(x; z) of the batch under q: ``H(sum_b w_b q_b) - sum_b w_b H(q_b)`` (``weights``: each
-    example with an active token once), differentiable; the plug-in estimate of a discrete latent."""
+    example with an active token once), differentiable; the plug-in estimate of a discrete latent.
+
+    ``shares``: weigh each example's part of it, KL(q_b || sum_c w_c q_c) (whose ``weights``-mean
+    is I), by ``shares`` instead (the per-token KL passes ``weights / n_b``).
+    """
     probs = inputs.posterior_probs
     if probs is None:
         raise ValueError("kl option mutual_info_credit needs LossInputs.posterior_probs, the posterior "
@@ -233,9 +243,13 @@ def batch_mutual_information(inputs: LossInputs, weights: torch.Tensor) -> torch
     if probs.dim() != 2 or probs.shape[0] != weights.shape[0]:
         raise ValueError(f"posterior_probs must have shape [B, C] with B = {weights.shape[0]}, "
                          f"got {tuple(probs.shape)}")
-    probs = probs.to(weights.dtype)
+    # Rows of weight 0 (no active token) count for nothing, whatever their posterior.
+    probs = torch.where((weights > 0).unsqueeze(-1), probs.to(weights.dtype), 1.0 / probs.shape[-1])
     aggregate = (weights.unsqueeze(-1) * probs).sum(dim=0)
-    return _entropy(aggregate) - (weights * _entropy(probs)).sum()
+    if shares is None:
+        return _entropy(aggregate) - (weights * _entropy(probs)).sum()
+    cross = -(probs * aggregate.clamp_min(torch.finfo(probs.dtype).tiny).log()).sum(dim=-1)
+    return (shares * (cross - _entropy(probs))).sum()
 
 
 def _entropy(probs: torch.Tensor) -> torch.Tensor:
@@ -263,7 +277,7 @@ def _bag_of_words(inputs: LossInputs, context: TermContext, options: BagOfWordsO
     return masked_example_mean(per_example, mask)
 
 
-_COMPUTE: dict[str, tuple[TermFunction, Callable[[Any, int], float] | None]] = {
+_COMPUTE: dict[str, tuple[TermFunction, Callable[[Any, int, int | None], float] | None]] = {
     "uniform": (_uniform, None),
     "normalized_uniform": (_normalized_uniform, None),
     "token_weighted": (_token_weighted, None),

@@ -1,25 +1,10 @@
 """Tempered surprisal-share token weights and the reconstructions built on them.
 
 Notation follows docs/concepts/objectives.md: for one example with active tokens S (n = |S|),
-``b_t`` is the z-free base surprisal, ``l_t`` the CVAE token loss,
-``m_r = (1/n) sum_S b_t^r``, ``pi_t = b_t^alpha / sum_S b_s^alpha`` and
-``kappa = m_{alpha+1} / (m_alpha m_1)``.
-
-Every statistic of ``b`` is computed in log space (``xlogy`` plus a masked
-logsumexp) and in float64, whatever the input dtype: ``b ** alpha`` overflows
-float32 at b = 100, alpha = 20 and underflows for b < 1e-20, while the [B, T]
-tensors involved are tiny next to the decoder's logits, so the extra precision
-costs nothing measurable. Results are cast back to the inputs' dtype.
-
-Conventions (docs/concepts/objectives.md, "Numerical conventions"):
-  * alpha = 0 is exactly uniform, also where b_t = 0 (``xlogy(0, 0) = 0``).
-  * alpha > 0 and b_t = 0: that token gets weight 0. If every active b_t of a
-    row is 0 the row falls back to uniform weights and kappa = 1, the limit of
-    a row of equal tiny surprisals.
-  * A row with no active token gives 0 for every per-example value (weights,
-    kappa, b_u, R_tok, ...), is left out of batch means, and produces no NaN in
-    values or gradients.
-  * Gradients flow only through ``token_nll``; ``base_nll`` is detached.
+``b_t`` is the z-free base surprisal, ``l_t`` the CVAE token loss, ``m_r = (1/n) sum_S b_t^r``,
+``pi_t = b_t^alpha / sum_S b_s^alpha`` and ``kappa = m_{alpha+1} / (m_alpha m_1)``. Statistics
+of ``b`` are computed in log space and float64 (:func:`token_weight_stats` gives the
+conventions for zeros and empty rows); gradients flow through ``token_nll`` only.
 """
 
 from __future__ import annotations
@@ -154,6 +139,22 @@ def token_weight_stats(
     base_nll: torch.Tensor, mask: torch.Tensor, alpha: float, *, validate: bool = False
 ) -> TokenWeightStats:
     """Tempered surprisal-share weights pi and the concentration factor kappa.
+
+    Every statistic of ``b`` is computed in log space (``xlogy`` plus a masked
+    logsumexp) and in float64, whatever the input dtype: ``b ** alpha`` overflows
+    float32 at b = 100, alpha = 20 and underflows for b < 1e-20, while the [B, T]
+    tensors involved are tiny next to the decoder's logits, so the extra precision
+    costs nothing measurable. Results are cast back to the inputs' dtype.
+
+    Conventions (docs/concepts/objectives.md, "Numerical conventions"):
+      * alpha = 0 is exactly uniform, also where b_t = 0 (``xlogy(0, 0) = 0``).
+      * alpha > 0 and b_t = 0: that token gets weight 0. If every active b_t of a
+        row is 0 the row falls back to uniform weights and kappa = 1, the limit of
+        a row of equal tiny surprisals.
+      * A row with no active token gives 0 for every per-example value (weights,
+        kappa, b_u, R_tok, ...), is left out of batch means, and produces no NaN in
+        values or gradients.
+      * Gradients flow only through ``token_nll``; ``base_nll`` is detached.
 
     Args:
         base_nll: ``[B, T]`` float z-free surprisal b_t (no gradient is taken through it).

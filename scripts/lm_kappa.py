@@ -25,8 +25,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from kappa_distributions import describe, kappas  # scripts/ is on sys.path when run as a script
 
-from workers.data.dataset_store import DatasetStore
-from workers.data.dataset_table import canonicalize, tokenizer_of
+from workers.datasets.store import DatasetStore
+from workers.datasets.table import canonicalize, tokenizer_of
 from workers.lm.loading import fingerprint_files
 from workers.lm.registry import ModelStore, check_dataset_tokenizer
 from workers.lm.surprisal import cached_lm_base_nll

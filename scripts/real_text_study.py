@@ -132,7 +132,7 @@ def check(work: Path, gguf: Path) -> None:
 
 
 def _stores(work: Path):  # noqa: ANN202 - imported late: --dry-run needs none of this
-    from workers.data.dataset_store import DatasetStore
+    from workers.datasets.store import DatasetStore
     from workers.lm.registry import ModelStore
 
     env = environment(work)
@@ -146,7 +146,7 @@ def register_dataset(work: Path, gguf: Path) -> None:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from workers.data.dataset_table import canonicalize, tokenizer_of
+    from workers.datasets.table import canonicalize, tokenizer_of
     from workers.lm.registry import check_dataset_tokenizer
     from workers.lm.tokenizer import ModelTextTokenizer
 

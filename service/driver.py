@@ -5,7 +5,7 @@ The driver lives in :mod:`service.orchestrator.sweep_process`; this module only 
 
 import sys
 
-from workers.heap import heavy_imports
+from workers.imports import heavy_imports
 
 with heavy_imports():  # Ray, Tune and MLflow
     from service.orchestrator.sweep_process import main

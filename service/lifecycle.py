@@ -7,7 +7,7 @@ Pure Python, so the light modules (the API, the store, the REST client) may impo
 
 from __future__ import annotations
 
-from sweeps.tune.status import SweepState
+from sweeps.status import SweepState
 
 __all__ = ["ACTIVE_SWEEP_STATES", "TERMINAL_SWEEP_STATES"]
 

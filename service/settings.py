@@ -1,4 +1,4 @@
-"""Every setting of the service, its drivers and the CLI client: read once from the environment.
+"""Every setting of the service and its drivers: read once from the environment.
 
 Each field is one environment variable (``KSWEEP_<FIELD>`` unless an alias says otherwise);
 docs/operations.md ("Settings") lists them all. Defaults are the embedded set-up: a SQLite store and the local
@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from workers.contract import LOCAL_MLFLOW_UI, default_tracking_uri
 
 ADMIN_OWNER = "admin"
+LOCAL_OWNER = "local"  # the owner of a service without KSWEEP_API_TOKENS, and of the local stores
 LOCAL_TOKEN_FILE = "api-token"
 
 
@@ -131,8 +132,6 @@ class Settings(BaseSettings):
     dataset_validate_timeout_s: float = Field(
         300.0, gt=0, description="The validation subprocess is killed after this long (422).",
     )
-    url: str = Field("http://127.0.0.1:8000", description="Service URL for the CLI client.")
-    token: str | None = Field(None, repr=False, description="Bearer token for the CLI client.")
 
     @field_validator("sweep_root", "model_root")
     @classmethod

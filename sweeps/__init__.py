@@ -1,8 +1,8 @@
-"""Sweeps: the spec (``spec/``), its plan (``plan/``), the Ray Tune driver (``tune/``) and the
-report (``report/``).
+"""Sweeps: the spec (``spec/``), its plan (``plan/``), the Ray Tune driver (``tune/``), the
+report (``report/``) and the progress record they share (``status.py``).
 
 Names load on first use (``lazy_loader``), so importing one subpackage (the API imports
-``sweeps.spec`` and ``sweeps.tune.status``) does not import the others.
+``sweeps.spec`` and ``sweeps.status``) does not import the others.
 """
 
 import lazy_loader

@@ -130,13 +130,16 @@ def test_nothing_points_outside_the_repository() -> None:
 
 
 def test_every_setting_is_in_the_operations_settings_table() -> None:
-    """Each Settings field is documented by the name users set (its first alias, or KSWEEP_*)."""
+    """Each field of the service's and the client's settings is documented by the name users set
+    (its first alias, or KSWEEP_*)."""
+    from ksweep.settings import ClientSettings
     from service.settings import Settings
 
     page = (ROOT / "docs" / "operations.md").read_text()
     table = page[page.index("## Settings"):]
     missing = []
-    for name, field in Settings.model_fields.items():
+    fields = [*Settings.model_fields.items(), *ClientSettings.model_fields.items()]
+    for name, field in fields:
         alias = field.validation_alias
         env = alias.choices[0] if alias is not None else f"KSWEEP_{name.upper()}"
         if f"`{env}`" not in table:

@@ -1,24 +1,32 @@
-"""One definition per name: no package module spells a contract metric, tag or state value.
+"""One definition per name: no package module spells a contract metric, tag or state value,
+and no class, type alias or constant is defined by two modules.
 
 Every string constant of ``objectives/``, ``workers/``, ``sweeps/`` and ``service/`` is read
 with ``ast`` (docstrings and the messages of logging/print calls excluded); one equal to a
 metric name of :mod:`workers.contract`, a tag (a module-level ``*_TAG`` constant of any
 package module) or a state of the state enums fails the test outside the value's home (the
 module that defines it) unless ``tests/name_scan_allowlist.txt`` lists that value for that
-file, with the reason.
+file, with the reason. The module-level classes, type aliases and constants of those packages
+and ``ksweep/`` are read the same way: a name two modules define fails (import it from its home),
+and so does a private name (``_name``) one package imports from another.
 """
 
 from __future__ import annotations
 
 import ast
 import inspect
+import sys
 from pathlib import Path
 
-from sweeps.tune.status import SweepState, TrialState
+from sweeps.status import SweepState, TrialState
 from workers import contract
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("objectives", "workers", "sweeps", "service")
+PACKAGES = ("objectives", "workers", "sweeps", "service", "ksweep")
+DEFINING_PACKAGES = (*PACKAGES, "ksweep")
+# Python 3.12's `type X = ...` (none on 3.11, where `X: TypeAlias = ...` is an annotated assignment).
+TYPE_STATEMENT = getattr(ast, "TypeAlias", ())
+MIGRATIONS = "service/store/migrations"  # frozen history: each revision names its own constants
 CONTRACT = "workers/contract.py"
 STATE_ENUMS = (contract.TrainingStatus, SweepState, TrialState)
 ALLOWLIST = Path(__file__).with_name("name_scan_allowlist.txt")
@@ -128,12 +136,12 @@ def test_no_module_spells_a_contract_name_outside_its_home() -> None:
 
 def test_each_value_has_its_home() -> None:
     values = contract_values()
-    assert values["ksweep.state"] == ("STATE_TAG", {"sweeps/tune/status.py"})
+    assert values["ksweep.state"] == ("STATE_TAG", {"sweeps/status.py"})
     assert values["ksweep.cohort"] == ("COHORT_TAG", {"sweeps/tune/cohort_trainable.py"})
     assert values["val/loss"][1] == {CONTRACT}
     assert values["finished"] == ("TrainingStatus", {CONTRACT})
-    assert values["running"][1] == {CONTRACT, "sweeps/tune/status.py"}
-    assert values["queued"] == ("SweepState", {"sweeps/tune/status.py"})
+    assert values["running"][1] == {CONTRACT, "sweeps/status.py"}
+    assert values["queued"] == ("SweepState", {"sweeps/status.py"})
 
 
 def test_the_scan_sees_a_spelled_name(tmp_path: Path) -> None:
@@ -142,3 +150,82 @@ def test_the_scan_sees_a_spelled_name(tmp_path: Path) -> None:
                       'STATE = "running"\nTAG = "ksweep.state"\nlogging.info("failed")\n'
                       'def f():\n    """queued"""\n    return "val/loss"\n')
     assert spelled(module, contract_values()) == {"running", "ksweep.state", "val/loss"}
+
+
+def _is_type_variable(value: ast.expr | None) -> bool:
+    func = value.func if isinstance(value, ast.Call) else None
+    return isinstance(func, ast.Name | ast.Attribute) and (
+        getattr(func, "id", None) or getattr(func, "attr", None)) in ("TypeVar", "ParamSpec")
+
+
+def defined_names(path: Path) -> set[str]:
+    """The classes, type aliases and constants (a name starting with a capital) ``path`` defines
+    at module level; type variables (``T = TypeVar("T")``) are local to their module."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, TYPE_STATEMENT):
+            names.add(node.name.id)
+        elif isinstance(node, ast.Assign | ast.AnnAssign) and not _is_type_variable(node.value):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(target.id for target in targets
+                         if isinstance(target, ast.Name) and target.id[:1].isupper())
+    return names
+
+
+def definitions() -> dict[str, set[str]]:
+    """Name -> the package modules that define it (see :func:`defined_names`)."""
+    homes: dict[str, set[str]] = {}
+    for path in (path for package in DEFINING_PACKAGES for path in sorted((ROOT / package).rglob("*.py"))):
+        relative = _relative(path)
+        if not relative.startswith(MIGRATIONS):
+            for name in defined_names(path):
+                homes.setdefault(name, set()).add(relative)
+    return homes
+
+
+def test_each_class_alias_and_constant_has_one_definition() -> None:
+    twice = {name: sorted(homes) for name, homes in definitions().items() if len(homes) > 1}
+    assert not twice, "defined by more than one module (keep one, import it elsewhere; a name " \
+        f"that means another thing gets another name): {twice}"
+
+
+def test_the_definition_scan_sees_classes_aliases_and_constants(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text('from typing import TypeAlias, TypeVar\nT = TypeVar("T")\nLIMIT = 3\n'
+                      'Rows = list[int]\nCells: TypeAlias = dict[str, int]\nWIDTH: int = 4\nlog = None\n'
+                      'class Shape:\n    SIDES = 4\ndef helper():\n    INNER = 1\n')
+    assert defined_names(module) == {"LIMIT", "Rows", "Cells", "WIDTH", "Shape"}
+
+
+def private_imports(path: Path) -> set[str]:
+    """``module.name`` for each private name (``_name``) ``path`` imports from another package
+    of the project (a package is a folder: a module's own folder may share its private names)."""
+    own = ".".join(Path(_relative(path)).parent.parts)
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.split(".")[0] in DEFINING_PACKAGES:
+            package = node.module if (ROOT / node.module.replace(".", "/")).is_dir() \
+                else node.module.rpartition(".")[0]
+            found.update(f"{node.module}.{alias.name}" for alias in node.names
+                         if alias.name.startswith("_") and not alias.name.startswith("__")
+                         and package != own)
+    return found
+
+
+def test_no_private_name_is_imported_across_packages() -> None:
+    crossing = {_relative(path): sorted(names) for package in DEFINING_PACKAGES
+                for path in sorted((ROOT / package).rglob("*.py")) if (names := private_imports(path))}
+    assert not crossing, f"make these public, or move the user beside them: {crossing}"
+
+
+def test_the_private_import_scan_sees_a_crossing(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    for folder in ("workers/tracking", "service/cli"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "service/cli/a.py").write_text("from workers.tracking.writer import _THREAD, log\n")
+    (tmp_path / "workers/tracking/b.py").write_text("from workers.tracking.writer import _THREAD\n")
+    assert private_imports(tmp_path / "service/cli/a.py") == {"workers.tracking.writer._THREAD"}
+    assert private_imports(tmp_path / "workers/tracking/b.py") == set()

@@ -1,5 +1,5 @@
 """Calls retried with exponential backoff while their dependency is away (tenacity): the one
-retry policy of MLflow writes (``workers/mlflow_retry.py``) and store writes
+retry policy of MLflow writes (``workers/tracking/retry.py``) and store writes
 (``service/store/retry.py``). Plain Python, no MLflow, torch or Ray."""
 
 from __future__ import annotations

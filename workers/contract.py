@@ -3,7 +3,7 @@
 Nothing else in the project spells these strings; the trainer, the tracking code, the
 Tune driver, the report, the service and the CLI all import them from here. A name only the
 layers above use lives there instead (the progress record and its states in
-:mod:`sweeps.tune.status`, the driver's environment in :mod:`service.orchestrator.driver_env`).
+:mod:`sweeps.status`, the driver's environment in :mod:`service.orchestrator.driver_env`).
 The module is pure Python (no torch, Ray or MLflow), so the light service modules may import it.
 
 Layout (add new names to the group they belong to):
@@ -79,7 +79,7 @@ METRIC_NAMES: tuple[str, ...] = (
     TEST_ELBO,
 )
 # Latent recovery beside its chance level (labelled data, overall only, every epoch): AMI and
-# the NMI against shuffled labels (workers.metrics.chance_readouts).
+# the NMI against shuffled labels (workers.readouts.recovery.chance_readouts).
 # The latent's assignment against the quartiles of target length and of kappa (workers.readouts.
 # confounds): what its clusters share with nuisance variables, beside the NMI against the label.
 LATENT_NMI_LENGTH, LATENT_NMI_KAPPA = "latent_nmi_length", "latent_nmi_kappa"
@@ -127,6 +127,18 @@ def runs_with_tag_filter(**tags: str) -> str:
 # --- params on every trial run ------------------------------------------------------------
 
 C_BASE_PARAM = "c_base"
+TRAIN_TARGET_LENGTH_PARAM = "train_target_length"
+"""The train split's mean number of active target tokens (what beta in ELBO units multiplies)."""
+TOTAL_STEPS_PARAM = "total_steps"
+"""The trial's budget in optimizer steps: epochs x ceil(train rows / batch_size)."""
+ELBO_BETA_PARAM = "elbo_beta"
+"""Beta in ELBO units (objectives/units.py): effective beta x the mean target length under the
+per-example KL, effective beta under the per-token KL."""
+TRAINED_BETA_PARAM = "trained_beta"
+"""The KL weight the trial trained at: its beta, or effective beta x S (kl weight_units: effective)."""
+RUN_CONSTANT_PARAMS: tuple[str, ...] = (
+    C_BASE_PARAM, TRAIN_TARGET_LENGTH_PARAM, TOTAL_STEPS_PARAM, ELBO_BETA_PARAM, TRAINED_BETA_PARAM)
+"""What a trial's whole run is measured in: params of its run, and in its last results."""
 
 # --- a trial's identity -------------------------------------------------------------------
 
@@ -167,7 +179,7 @@ class TrainingStatus(StrEnum):
     """How a trial's training stands in its worker: a cohort member's ``status`` and ``state``
     in the cohort's checkpoint (``members.json``), and how a resumed lone trial's run ended.
 
-    Not the progress record's trial state (:class:`sweeps.tune.status.TrialState`), which the
+    Not the progress record's trial state (:class:`sweeps.status.TrialState`), which the
     driver derives from it and the epochs reached: a member that stopped early at its last
     epoch is a ``done`` trial. The values are stored in checkpoints: never rename one.
     """

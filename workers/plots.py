@@ -1,17 +1,9 @@
 """Figures for trial and sweep runs, rendered headless to PNG files.
 
-Each function writes one PNG to ``path`` and returns the path so the caller can hand it
-straight to ``RunLogger.log_png``. Empty or degenerate inputs give a figure that says so
-instead of raising: a plot is a read-out, and a missing one should never fail a trial.
-
-Trials render five of these at their end, so they are drawn cheaply (measured in
-``benchmarks/bench_plots.py``): plain :class:`~matplotlib.figure.Figure` objects on the Agg
-canvas (no pyplot figure manager, nothing to close, safe off the main thread), fixed
-margins instead of ``tight_layout`` (which lays every tick label out once more before the
-draw), fixed title heights (else placed by one more tick layout per draw), one filled step
-polygon per histogram instead of a patch per bin, and a fast zlib level for the PNG. A kappa
-histogram is drawn once per process for the same values, alpha and title (the trials of a
-sweep that share data and alpha share them) and its bytes written again.
+Each function writes one PNG to ``path`` and returns the path, for ``RunLogger.log_png``. Empty
+or degenerate inputs give a figure that says so instead of raising: a plot is a read-out, and a
+missing one should never fail a trial. Trials draw five at their end, so drawing is kept cheap
+(:func:`_figure` says how; ``benchmarks/bench_plots.py`` measures it).
 """
 
 from __future__ import annotations
@@ -61,7 +53,17 @@ _TITLE_Y = 1.0
 
 
 def _figure(width: float, height: float, columns: int = 1) -> tuple[Figure, Any]:
-    """A figure on the Agg canvas (headless, no pyplot state) and its ``columns`` axes."""
+    """A figure on the Agg canvas (headless, no pyplot state) and its ``columns`` axes.
+
+    Trials render five of these at their end, so they are drawn cheaply (measured in
+    ``benchmarks/bench_plots.py``): plain :class:`~matplotlib.figure.Figure` objects on the Agg
+    canvas (no pyplot figure manager, nothing to close, safe off the main thread), fixed
+    margins instead of ``tight_layout`` (which lays every tick label out once more before the
+    draw), fixed title heights (else placed by one more tick layout per draw), one filled step
+    polygon per histogram instead of a patch per bin, and a fast zlib level for the PNG. A kappa
+    histogram is drawn once per process for the same values, alpha and title (the trials of a
+    sweep that share data and alpha share them) and its bytes written again.
+    """
     figure = Figure(figsize=(width, height))
     FigureCanvasAgg(figure)
     return figure, figure.subplots(1, columns)

@@ -1,15 +1,10 @@
-"""One trial's lifecycle with its MLflow run: the one runner ``ksweep train`` and the Tune
-trainable share.
+"""One trial's run in MLflow, from its first epoch (or a checkpoint) to its end: the one runner
+``ksweep train`` and the Tune trainables share (:class:`TrialRunner`).
 
-A :class:`TrialRun` owns the run of one :class:`~workers.train.Trainer`: the params when the
-run starts, one metric point per epoch (an epoch the run already holds, after a resume, is
-not logged twice, and one the checkpoint holds but the run lacks is logged from the restored
-history; epochs are buffered while the MLflow server is down, and the run ends once
-they are written: :mod:`workers.mlflow_retry`), the PNG artifacts at the end when asked
-(``plots``; a sweep's ``tracking.trial_plots``), and how the run ends: ``FINISHED``;
-``FINISHED`` with ``ksweep.stopped_early`` when a scheduler stopped it before its budget
-(Tune ends such a trial with ``SystemExit`` inside ``tune.report``); ``FAILED`` with the
-reason in ``ksweep.failure`` when training raised.
+The run gets the trial's params when it starts, one metric point per epoch (none twice after a
+resume, and those a checkpoint holds but the run lacks logged from the restored history), its
+PNGs at the end when asked, and how it ended: ``FINISHED``, ``FINISHED`` with
+``ksweep.stopped_early`` when a scheduler stopped it, or ``FAILED`` with ``ksweep.failure``.
 """
 
 from __future__ import annotations
@@ -23,14 +18,20 @@ from typing import TYPE_CHECKING, Any
 
 from mlflow.tracking import MlflowClient
 
+from objectives.units import elbo_beta, trained_kl_weight
 from workers.contract import (
     C_BASE_PARAM,
     DATASET_DIGEST_CHARS,
+    ELBO_BETA_PARAM,
     FAILURE_TAG,
     STOPPED_EARLY_TAG,
+    TOTAL_STEPS_PARAM,
+    TRAIN_TARGET_LENGTH_PARAM,
+    TRAINED_BETA_PARAM,
     failure_text,
 )
-from workers.tracking import NewRun, RunLogger, flatten_config, provenance_params
+from workers.tracking.params import flatten_config, provenance_params
+from workers.tracking.runs import NewRun, RunLogger
 from workers.train import Trainer, TrialConfig
 
 if TYPE_CHECKING:
@@ -39,12 +40,25 @@ if TYPE_CHECKING:
 EpochHook = Callable[[Trainer, int, dict[str, float]], None]
 
 
+def run_constants(trainer: Trainer) -> dict[str, float]:
+    """What the trial's whole run is measured in: c_base, the train split's mean number of
+    active target tokens, the run's optimizer steps and beta in ELBO units (objectives/units.py;
+    NaN without a kl or a reconstruction term). Params of its run, and in its last results."""
+    length = float(trainer.train_data.split.mask.sum(dim=-1).double().mean())
+    beta = elbo_beta(trainer.config.loss_stack, trainer.c_base, length)
+    trained = trained_kl_weight(trainer.config.loss_stack, trainer.c_base)
+    return {C_BASE_PARAM: trainer.c_base, TRAIN_TARGET_LENGTH_PARAM: length,
+            TOTAL_STEPS_PARAM: trainer.total_steps,
+            ELBO_BETA_PARAM: math.nan if beta is None else beta,
+            TRAINED_BETA_PARAM: math.nan if trained is None else trained}
+
+
 def trial_params(trainer: Trainer) -> dict[str, Any]:
     """The params of a trial run: the named ones (docs/concepts/design.md) plus the flattened config."""
     config = trainer.config
     params: dict[str, Any] = flatten_config(config.model_dump(mode="json"))
     params.update(config.summary_params())
-    params[C_BASE_PARAM] = trainer.c_base
+    params.update(run_constants(trainer))
     params["base_kind"] = trainer.base.kind
     params["device"] = str(trainer.device)
     params.update(provenance_params())
@@ -129,7 +143,7 @@ def default_run_name(config: TrialConfig) -> str:
     )
 
 
-class TrialRun:
+class TrialRunner:
     """A trainer and its MLflow run, from the first epoch (or a checkpoint) to the end.
 
     ``plots``: log :func:`log_trial_plots`'s PNGs when the run ends. ``deferred``: an epoch's
@@ -153,7 +167,7 @@ class TrialRun:
         cls, trainer: Trainer, tracking_uri: str, experiment_name: str, run_name: str,
         tags: Mapping[str, Any] | None = None, parent_run_id: str | None = None, *,
         plots: bool = True, deferred: bool = False,
-    ) -> TrialRun:
+    ) -> TrialRunner:
         """A new run carrying the trial's params (``plots``, ``deferred``: the class doc)."""
         new_run = cls.new_run(trainer, tracking_uri, experiment_name, run_name, tags, parent_run_id)
         return cls.created(trainer, tracking_uri, *new_run.create(), plots=plots, deferred=deferred)
@@ -162,20 +176,20 @@ class TrialRun:
     def new_run(trainer: Trainer, tracking_uri: str, experiment_name: str, run_name: str,
                 tags: Mapping[str, Any] | None = None, parent_run_id: str | None = None) -> NewRun:
         """What :meth:`start` creates: the run with the trial's params and dataset input (to be
-        created elsewhere, e.g. by :func:`workers.mlflow_retry.create_run_later`)."""
+        created elsewhere, e.g. by :func:`workers.tracking.writer.create_run_later`)."""
         return NewRun(tracking_uri, experiment_name, run_name, dict(tags or {}), parent_run_id,
                       params=trial_params(trainer), inputs=dataset_inputs(trainer))
 
     @classmethod
     def created(cls, trainer: Trainer, tracking_uri: str, run_id: str, experiment_id: str, *,
-                plots: bool = True, deferred: bool = False) -> TrialRun:
+                plots: bool = True, deferred: bool = False) -> TrialRunner:
         """The trial's run once its :meth:`new_run` is created (``run_id`` in ``experiment_id``)."""
         logger = RunLogger(MlflowClient(tracking_uri=tracking_uri), run_id, experiment_id, buffered=True)
         return cls(trainer, logger, plots=plots, deferred=deferred)
 
     @classmethod
     def attach(cls, trainer: Trainer, tracking_uri: str, run_id: str, *, plots: bool = True,
-               deferred: bool = False) -> TrialRun:
+               deferred: bool = False) -> TrialRunner:
         """Continue the run of a trainer restored from a checkpoint (its epochs are logged).
 
         The run may hold epochs past the checkpoint: a trial killed after logging an epoch
@@ -274,14 +288,14 @@ def run_logged_trial(
     on_start: Callable[[Trainer, RunLogger], None] | None = None,
     plots: bool = True,
 ) -> tuple[Trainer, RunLogger]:
-    """Build, train and log one trial (``ksweep train``); the run ends as :class:`TrialRun` says.
+    """Build, train and log one trial (``ksweep train``); the run ends as :class:`TrialRunner` says.
     ``plots``: its five PNGs (on by default here: one trial, looked at by hand).
 
     Raises:
         TrialDiverged, TrialCheckFailed: after tagging the run with the reason.
     """
     trainer = Trainer.create(config, cache_root)
-    run = TrialRun.start(trainer, tracking_uri, experiment_name, default_run_name(config),
+    run = TrialRunner.start(trainer, tracking_uri, experiment_name, default_run_name(config),
                          tags, parent_run_id, plots=plots)
     if on_start is not None:
         on_start(trainer, run.logger)

@@ -18,11 +18,10 @@ from service.api.links import add_links
 from service.api.routes import datasets, growth, health, history, objectives, sweeps
 from service.orchestrator.launchers import make_launcher
 from service.orchestrator.supervisor import Supervisor
-from service.settings import Settings, get_settings, hash_token
+from service.settings import LOCAL_OWNER, Settings, get_settings, hash_token
 from service.store.queries import Store
 
 API_PREFIX = "/api/v1"
-LOCAL_OWNER = "local"
 log = logging.getLogger("ksweep.service")
 
 

@@ -16,7 +16,7 @@ from service.api.errors import ProblemError
 from service.api.schemas import FieldProblem
 from service.store.db import SweepRow
 from sweeps.spec import SweepSpec
-from workers import run_reads
+from workers.tracking import reads
 
 __all__ = ["compare"]
 
@@ -35,8 +35,8 @@ def compare(rows: Sequence[SweepRow], tracking_uri: str) -> dict[str, Any]:
     try:
         outcomes = {}
         for row in rows:
-            runs = run_reads.trial_runs(tracking_uri, row.id, row.experiment_id)
-            runs += run_reads.runs_by_id(tracking_uri, run_reads.reused_trials(row.report))
+            runs = reads.trial_runs(tracking_uri, row.id, row.experiment_id)
+            runs += reads.runs_by_id(tracking_uri, reads.reused_trials(row.report))
             outcomes[row.id] = outcomes_of(row.report, [asdict(run) for run in runs])
     except Exception as error:  # noqa: BLE001  (any MLflow store failure is one 503)
         raise ProblemError(503, "MLflow unavailable", f"cannot read {tracking_uri}: "

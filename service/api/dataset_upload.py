@@ -3,7 +3,7 @@
 Order of the checks (each refusal leaves the registry unchanged): the format (Content-Type or
 ``format``; multipart and archives refused), ``Content-Length`` against
 ``KSWEEP_MAX_DATASET_BYTES``, the streamed bytes counted and the upload cut at limit + 1, then
-:mod:`workers.data.dataset_check` in a subprocess under ``RLIMIT_AS`` and a timeout. The service
+:mod:`workers.datasets.check` in a subprocess under ``RLIMIT_AS`` and a timeout. The service
 never parses the file itself; the child stages the canonical table, the route commits it.
 """
 
@@ -24,20 +24,11 @@ from starlette.requests import ClientDisconnect, Request
 from service.api.errors import ProblemError
 from service.api.schemas import FieldProblem
 from service.settings import Settings
-from workers.data.dataset_check import CHILD_ENV, EXIT_OUT_OF_MEMORY
-from workers.data.dataset_limits import DatasetError, DatasetLimits
-from workers.data.dataset_store import DatasetStore, StagedDataset
+from workers.datasets.formats import BY_NAME, MEDIA_FORMATS
+from workers.datasets.limits import CHILD_ENV, EXIT_OUT_OF_MEMORY, DatasetError, DatasetLimits
+from workers.datasets.store import DatasetStore, StagedDataset
 
-MEDIA_FORMATS = {
-    "application/vnd.apache.parquet": "parquet", "application/x-parquet": "parquet",
-    "application/parquet": "parquet",
-    "application/vnd.apache.arrow.file": "arrow", "application/vnd.apache.arrow.stream": "arrow",
-    "application/x-arrow": "arrow",
-    "application/x-ndjson": "jsonl", "application/jsonl": "jsonl", "application/jsonlines": "jsonl",
-    "application/x-jsonlines": "jsonl",
-}
 log = logging.getLogger("ksweep.service")
-FORMAT_SUFFIX = {"parquet": ".parquet", "arrow": ".arrow", "jsonl": ".jsonl"}
 WRITE_CHUNK = 1 << 20
 # One validation at a time per API process: each child may use its whole memory limit.
 _validations = asyncio.Semaphore(1)
@@ -122,8 +113,12 @@ def limits_of(settings: Settings) -> DatasetLimits:
                          max_line_bytes=settings.max_dataset_line_bytes)
 
 
-async def validate_in_child(settings: Settings, upload: Path, fmt: str, file: str) -> StagedDataset:
-    """Run :mod:`workers.data.dataset_check` on ``upload``; the staged table, or a problem.
+async def validate_in_child(settings: Settings, upload: Path, fmt: str, file: str,
+                            tokenizer_model: str | None = None) -> StagedDataset:
+    """Run :mod:`workers.datasets.check` on ``upload``; the staged table, or a problem.
+
+    ``tokenizer_model``: the text is tokenized by this model of ``KSWEEP_MODEL_ROOT`` (checked
+    to be registered before the upload is read: :func:`check_tokenizer_model`).
 
     Raises:
         ProblemError: 422 for a refused dataset (naming file, column, row, fix), for a child
@@ -131,10 +126,13 @@ async def validate_in_child(settings: Settings, upload: Path, fmt: str, file: st
     """
     memory = settings.dataset_validate_memory_bytes
     staging_id = uuid.uuid4().hex
-    args = [sys.executable, "-m", "workers.data.dataset_check", "--input", str(upload),
+    args = [sys.executable, "-m", "workers.datasets.check", "--input", str(upload),
             "--format", fmt, "--source-name", file, "--root", str(settings.dataset_root),
             "--limits", limits_of(settings).model_dump_json(), "--memory-bytes", str(memory),
             "--staging-id", staging_id]
+    if tokenizer_model is not None:
+        args += ["--tokenizer-model", tokenizer_model,
+                 "--model-root", str(settings.resolved_model_root)]
     async with _validations:
         proc = await asyncio.create_subprocess_exec(
             *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
@@ -172,7 +170,19 @@ async def validate_in_child(settings: Settings, upload: Path, fmt: str, file: st
         fix="register a smaller file, or raise KSWEEP_DATASET_VALIDATE_MEMORY_BYTES"))
 
 
+def check_tokenizer_model(settings: Settings, name: str) -> None:
+    """Refuse (422, field ``tokenizer``) a model that is not registered in the service's store."""
+    from workers.lm.registry import ModelError, ModelStore
+
+    try:
+        ModelStore(settings.resolved_model_root).get(name)
+    except ModelError as error:
+        raise dataset_problem(DatasetError(
+            str(error), file=None, column="tokenizer", row=None,
+            fix="name a model registered on the service (its KSWEEP_MODEL_ROOT)")) from None
+
+
 def temp_upload_path(settings: Settings, fmt: str) -> Path:
     folder = settings.dataset_root / "tmp" / "uploads"
     folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"{uuid.uuid4().hex}{FORMAT_SUFFIX[fmt]}"
+    return folder / f"{uuid.uuid4().hex}{BY_NAME[fmt].suffixes[0]}"

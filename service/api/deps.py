@@ -1,11 +1,16 @@
-"""FastAPI dependencies: the process's services, and who the caller is."""
+"""FastAPI dependencies: the process's services, and who the caller is.
+
+Routes take them as the annotated types named here once: ``services: ServicesDep``,
+``owner: OwnerDep`` (a valid bearer token, else 401), ``_reader: ReaderDep`` (reads are open
+unless ``KSWEEP_READ_AUTH``).
+"""
 
 from __future__ import annotations
 
 import hmac
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from cachetools import TTLCache
 from fastapi import Depends, Request
@@ -16,6 +21,8 @@ from service.orchestrator.launchers import Launcher
 from service.orchestrator.supervisor import Supervisor
 from service.settings import ADMIN_OWNER, Settings, hash_token
 from service.store.queries import Store
+from workers.datasets.store import DatasetStore
+from workers.lm.registry import ModelStore
 
 bearer = HTTPBearer(auto_error=False, description="An API token: KSWEEP_API_TOKENS owner:token.")
 
@@ -63,11 +70,24 @@ class Services:
     tokens: dict[str, str]  # sha256(token) -> owner
     pages: PageCache
 
+    @property
+    def datasets(self) -> DatasetStore:
+        """The dataset registry (``KSWEEP_DATA_ROOT``)."""
+        return DatasetStore(self.settings.dataset_root)
+
+    @property
+    def models(self) -> ModelStore:
+        """The model registry (``KSWEEP_MODEL_ROOT``)."""
+        return ModelStore(self.settings.resolved_model_root)
+
 
 # Dependencies are `async def` so FastAPI runs them on the event loop instead of handing each
 # to the thread pool (a pool round trip costs more than their work).
 async def get_services(request: Request) -> Services:
     return request.app.state.services
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
 
 
 def bearer_credentials(authorization: str) -> HTTPAuthorizationCredentials | None:
@@ -106,13 +126,14 @@ def _require_owner(credentials: HTTPAuthorizationCredentials | None, services: S
     return owner
 
 
-async def require_owner(credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
-                        services: Services = Depends(get_services)) -> str:
+async def require_owner(
+        services: ServicesDep,
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> str:
     """The caller's owner name; 401 without a valid bearer token."""
     return _require_owner(credentials, services)
 
 
-async def read_access(request: Request, services: Services = Depends(get_services)) -> str | None:
+async def read_access(request: Request, services: ServicesDep) -> str | None:
     """Reads are open unless KSWEEP_READ_AUTH is set; then they need a valid token too.
 
     The header is read by hand rather than through ``bearer`` so that the OpenAPI document
@@ -134,3 +155,7 @@ def may_read(authorization: str, services: Services) -> bool:
 
 def may_act_on(owner: str, sweep_owner: str) -> bool:
     return owner in (sweep_owner, ADMIN_OWNER)
+
+
+OwnerDep = Annotated[str, Depends(require_owner)]
+ReaderDep = Annotated[str | None, Depends(read_access)]

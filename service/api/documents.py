@@ -1,15 +1,9 @@
 """A stored sweep as the API shows it (:class:`~service.api.schemas.Sweep`), built from its row.
 
-Two ways out of one builder, :func:`_document`:
-
-* :func:`sweep_resource`, the :class:`Sweep` model (submission, cancel): the times go in as
-  UTC text or datetimes and pydantic validates them;
-* :func:`sweep_json` and :func:`page_json`, the JSON bytes of the hot reads (GET /sweeps/{id},
-  GET /sweeps): the times go in already as pydantic writes them, and the document is
-  serialised by pydantic-core's JSON writer without building models. A page of 50 sweeps
-  validated into models and serialised cost about 0.4 ms of CPU more than this; the bytes are
-  the same (``tests/service/test_documents.py`` compares them on a seeded store). Non-finite
-  floats are written ``null``, as the model writes them.
+One builder, two ways out: :func:`sweep_resource`, the :class:`Sweep` model (submission,
+cancel); :func:`sweep_json` and :func:`page_json`, the same JSON bytes for the hot reads,
+written by pydantic-core without building models (``tests/service/test_documents.py``
+compares the bytes). Non-finite floats are written ``null``, as the model writes them.
 """
 
 from __future__ import annotations
@@ -28,7 +22,7 @@ from service.api.schemas import Sweep, utc_time
 from service.lifecycle import ACTIVE_SWEEP_STATES
 from service.store.db import SweepRow
 from service.store.queries import DOCUMENT_COLUMNS
-from sweeps.tune.status import COUNTERS
+from sweeps.status import COUNTERS
 from workers.contract import mlflow_ui_url
 
 _DATETIME = TypeAdapter(datetime)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -12,11 +11,10 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.api.schemas import PROBLEM_MEDIA_TYPE, FieldProblem, Problem
-from service.api.strict_body import ProblemHTTPError
+from service.api.schemas import PROBLEM_BASE, PROBLEM_MEDIA_TYPE, FieldProblem, Problem
+from service.api.strict_body import ProblemHTTPError, field_problems
 
 log = logging.getLogger("ksweep.service")
-PROBLEM_BASE = "https://kappa-sweep.dev/problems/"
 
 
 class ProblemError(Exception):
@@ -37,21 +35,6 @@ def problem_response(problem: Problem, request: Request | None = None,
         problem.instance = request.url.path
     return JSONResponse(problem.model_dump(exclude_none=True), status_code=problem.status,
                         media_type=PROBLEM_MEDIA_TYPE, headers=headers)
-
-
-def field_problems(errors: list[dict[str, Any]], drop_prefix: tuple[str, ...] = ("body",)) -> list[FieldProblem]:
-    """Pydantic errors as dotted field paths (``alpha.low``), without the ``body`` prefix.
-
-    Cross-field checks raise pydantic errors with their own ``loc``
-    (:func:`objectives.field_errors.located_errors`), so every path comes from ``loc``.
-    """
-    problems = []
-    for error in errors:
-        loc = [str(part) for part in error.get("loc", ())]
-        if loc and loc[0] in drop_prefix:
-            loc = loc[1:]
-        problems.append(FieldProblem(field=".".join(loc) or "(body)", message=str(error.get("msg", ""))))
-    return problems
 
 
 def invalid_spec(errors: list[FieldProblem]) -> ProblemError:

@@ -1,26 +1,13 @@
 """The two hot reads, ``GET /api/v1/sweeps/{id}`` and ``GET /api/v1/sweeps``, served ahead of
 FastAPI's per-request layers.
 
-Dashboards and ``ksweep status``/``watch`` poll these two far more than anything else. Through
-FastAPI a small read spends about half of its server CPU in the layers around the endpoint
-(ten ASGI middleware and routing frames, dependency solving, request objects); here an ordinary
-request is recognised from its scope and answered directly, with the same bytes and headers
-the FastAPI routes give (both call the same body functions in :mod:`service.api.bodies`).
-
-The store is read off the event loop, by a few threads of this module's own
-(:class:`ReadThreads`) rather than through ``anyio.to_thread``: anyio's hand-off (capacity
-limiter, cancel scope, a ``queue.Queue`` per worker) cost ~0.15 ms of CPU per request at 300
-requests/s, where a ``SimpleQueue`` and ``call_soon_threadsafe`` cost ~0.05 ms (measured on a
-bare uvicorn app, open loop). A read that blocks (a locked SQLite file) holds one of these
-threads, never the loop; FastAPI's thread pool keeps serving everything else.
-
-Anything out of the ordinary goes to FastAPI unchanged, so every error is its problem document
-and every rule is its own: another method (HEAD), a sweep id that does not match the path
-pattern, any query string on a sweep's path, an unknown, repeated, blank or non-decimal query
-parameter of the list, a missing sweep (404), a token FastAPI would refuse with
-``KSWEEP_READ_AUTH`` on, and any exception raised by the read (FastAPI runs it again and
-answers with its 500 problem). The OpenAPI document is FastAPI's, from the routes, which stay
-registered.
+Dashboards and ``ksweep status``/``watch`` poll these far more than anything else, and a small
+read spends much of its CPU in FastAPI's layers. An ordinary request is recognised from its
+scope and answered here with the bytes and headers the routes give (both call
+:mod:`service.api.bodies`); the store is read by this module's own threads (:class:`ReadThreads`,
+a lighter hand-off than anyio's), never on the loop. Anything out of the ordinary (another
+method, an unexpected path or query, a missing sweep, a token to check, an error) goes to
+FastAPI unchanged, so every error is its problem document and the OpenAPI document its own.
 """
 
 from __future__ import annotations
@@ -39,13 +26,13 @@ from starlette.types import Scope, Send
 
 from service.api.bodies import list_page_body, sweep_body
 from service.api.deps import Services, may_read
-from service.api.schemas import SweepState
+from service.api.schemas import SweepStateValue
 
 log = logging.getLogger("ksweep.service")
 
 SWEEP_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")  # the path pattern of `SweepId`
 _DECIMAL = re.compile(r"[0-9]{1,9}")
-_STATES = frozenset(get_args(SweepState))
+_STATES = frozenset(get_args(SweepStateValue))
 LIST_DEFAULTS: dict[str, Any] = {"state": None, "owner": None, "limit": 50, "offset": 0}
 _HEADERS = b"content-type", b"application/json"
 

@@ -7,14 +7,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from sweeps.tune import status as progress
+from sweeps import status as progress
 from workers import contract
 
 # Literals of the progress record's enums' values: the OpenAPI document keeps its inline string enums.
-SweepState = Literal[tuple(s.value for s in progress.SweepState)]  # type: ignore[valid-type]
-TrialState = Literal[tuple(s.value for s in progress.TrialState)]  # type: ignore[valid-type]
+SweepStateValue = Literal[tuple(s.value for s in progress.SweepState)]  # type: ignore[valid-type]
+TrialStateValue = Literal[tuple(s.value for s in progress.TrialState)]  # type: ignore[valid-type]
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
+PROBLEM_BASE = "https://kappa-sweep.dev/problems/"  # + a kind: the type URI of a problem document
 
 
 def _as_utc(value: datetime) -> datetime:
@@ -47,7 +48,7 @@ class Problem(BaseModel):
     """An error, as RFC 9457 problem details."""
 
     model_config = ConfigDict(json_schema_extra={"examples": [{
-        "type": "https://kappa-sweep.dev/problems/invalid-spec", "title": "Invalid sweep spec",
+        "type": PROBLEM_BASE + "invalid-spec", "title": "Invalid sweep spec",
         "status": 422, "detail": "1 problem in the request",
         "errors": [{"field": "alpha.low", "message": "Input should be greater than or equal to 0"}],
     }]})
@@ -97,7 +98,7 @@ class Sweep(BaseModel):
     id: str
     name: str
     owner: str
-    state: SweepState
+    state: SweepStateValue
     counters: Counters
     progress: float = Field(..., ge=0, le=1, description="Finished trials / total.")
     best: BestSoFar
@@ -122,7 +123,7 @@ class SweepPage(BaseModel):
 
 class Trial(BaseModel):
     trial_id: str
-    state: TrialState
+    state: TrialStateValue
     config: dict[str, Any] = Field(..., description="alpha, loss_stack, model, seed.")
     metrics: dict[str, float] = Field(..., description="The latest value of every metric.")
     epochs: int
@@ -212,6 +213,10 @@ class ReportCell(BaseModel):
     beta: float | None = None
     free_bits: float | None = None
     beta_effective: float | None = None
+    beta_elbo: float | None = Field(
+        None, description="beta in ELBO units: effective beta x the train split's mean target "
+        "length under the per-example KL, effective beta under the per-token KL (None when the "
+        "trials did not log their mean target length).")
     kind: str
     metric: str
     split: str
@@ -249,7 +254,7 @@ class ReportTrial(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     trial_id: str
-    state: TrialState
+    state: TrialStateValue
     epochs: int
     error: str | None = None
     mlflow_run_id: str | None = None

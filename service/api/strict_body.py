@@ -2,16 +2,8 @@
 
 FastAPI's own ``json.loads`` keeps the last of two duplicated keys, reads ``NaN`` and
 ``Infinity``, and lets pydantic coerce ``"6"`` to 6 and ``true`` to 1. Every route of
-:data:`StrictRoute` reads its JSON body here instead:
-
-* duplicated keys, ``NaN``/``Infinity`` (and numbers that overflow to them), integers with
-  more than :data:`MAX_INT_DIGITS` digits, strings that are not valid Unicode (lone
-  surrogates) or hold NUL, nesting deeper than :data:`MAX_DEPTH`, lists longer than
-  :data:`MAX_LIST_ITEMS` and strings longer than :data:`MAX_STRING_CHARS` are refused;
-* :func:`strict_model` then validates with ``strict=True``: integers refuse floats, strings
-  are never read as numbers or booleans, booleans are not integers.
-
-Every refusal is a 422 problem document whose ``errors`` name the field (a dotted path).
+:data:`StrictRoute` reads its JSON body here instead (:func:`parse_strict_json`, then
+:func:`strict_model`); every refusal is a 422 problem document whose ``errors`` name the field.
 """
 
 from __future__ import annotations
@@ -25,13 +17,12 @@ from fastapi import HTTPException, Request
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 
-from service.api.schemas import FieldProblem, Problem
+from service.api.schemas import PROBLEM_BASE, FieldProblem, Problem
 
 MAX_DEPTH = 32
 MAX_LIST_ITEMS = 1000
 MAX_STRING_CHARS = 10_000
 MAX_INT_DIGITS = 30
-PROBLEM_BASE = "https://kappa-sweep.dev/problems/"
 BODY = "(body)"
 
 M = TypeVar("M", bound=BaseModel)
@@ -43,6 +34,21 @@ class ProblemHTTPError(HTTPException):
     def __init__(self, problem: Problem) -> None:
         super().__init__(status_code=problem.status, detail=problem.detail)
         self.problem = problem
+
+
+def field_problems(errors: list[dict[str, Any]], drop_prefix: tuple[str, ...] = ("body",)) -> list[FieldProblem]:
+    """Pydantic errors as dotted field paths (``alpha.low``), without the ``body`` prefix.
+
+    Cross-field checks raise pydantic errors with their own ``loc``
+    (:func:`objectives.field_errors.located_errors`), so every path comes from ``loc``.
+    """
+    problems = []
+    for error in errors:
+        loc = [str(part) for part in error.get("loc", ())]
+        if loc and loc[0] in drop_prefix:
+            loc = loc[1:]
+        problems.append(FieldProblem(field=".".join(loc) or BODY, message=str(error.get("msg", ""))))
+    return problems
 
 
 def invalid_body(errors: list[FieldProblem], title: str = "Invalid sweep spec") -> ProblemHTTPError:
@@ -142,7 +148,11 @@ def _walk(node: Any, path: list[str], problems: list[FieldProblem]) -> None:
 
 
 def parse_strict_json(raw: bytes) -> Any:
-    """The JSON value of ``raw``; :class:`ProblemHTTPError` (422) for anything refused above."""
+    """The JSON value of ``raw``; :class:`ProblemHTTPError` (422) for duplicated keys,
+    ``NaN``/``Infinity`` (and numbers that overflow to them), integers with more than
+    :data:`MAX_INT_DIGITS` digits, strings that are not valid Unicode (lone surrogates) or hold
+    NUL, nesting deeper than :data:`MAX_DEPTH`, lists longer than :data:`MAX_LIST_ITEMS` and
+    strings longer than :data:`MAX_STRING_CHARS`."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -166,9 +176,9 @@ def parse_strict_json(raw: bytes) -> Any:
 
 
 def strict_model(model: type[M], data: Any) -> M:
-    """``data`` (from :func:`parse_strict_json`) validated in strict mode, or a 422 naming fields."""
-    from service.api.errors import field_problems
-
+    """``data`` (from :func:`parse_strict_json`) validated in strict mode, or a 422 naming fields:
+    integers refuse floats, strings are never read as numbers or booleans, booleans are not
+    integers."""
     if not isinstance(data, dict):
         raise invalid_body([FieldProblem(
             field=BODY, message=f"the body must be a JSON object, got {type(data).__name__}")])

@@ -26,7 +26,7 @@ from rich.table import Table
 from ksweep import ApiError, Client, KsweepError, SpecError
 from ksweep.progress import best_text, counter_line, finished, format_eta
 from service.lifecycle import TERMINAL_SWEEP_STATES
-from sweeps.tune.status import SweepState
+from sweeps.status import SweepState
 
 console = Console()
 # `ksweep watch` exits with the outcome: scripts can tell success from failure or cancel.
@@ -91,7 +91,7 @@ def status_command(sweep_id: str = typer.Argument(None, help="A sweep id; omit t
                   f"[bold]{sweep.state}[/bold]")
     console.print(f"  trials: {counter_line(sweep)}")
     console.print(f"  best:   {best_text(sweep)}   ETA {format_eta(sweep.eta_seconds)}")
-    if sweep.mlflow.ui_url:
+    if sweep is not None and sweep.mlflow.ui_url:
         console.print(f"  MLflow: {sweep.mlflow.ui_url}")
     if sweep.error:
         console.print(f"  [red]error:[/red] {sweep.error}")
@@ -149,15 +149,10 @@ def report_command(
     as_json: bool = typer.Option(False, "--json", help="Same as --format json.", hidden=True),
 ) -> None:
     """The comparison: alpha x loss_stack x model, mean and 95% interval over seeds."""
-    if len(sweep_ids) > 1:
-        from service.cli.growth import compare_report_command
-
-        compare_report_command(sweep_ids, "json" if as_json else format.value)
-        return
-    sweep_id = sweep_ids[0]
     with _exits(), Client() as client:
-        report = client.report_json(sweep_id)
-        sweep = client.get(sweep_id)
+        # Several sweeps: one report over all of them (GET /sweeps:compare), no MLflow link.
+        report = client.compare(sweep_ids) if len(sweep_ids) > 1 else client.report_json(sweep_ids[0])
+        sweep = None if len(sweep_ids) > 1 else client.get(sweep_ids[0])
     if as_json or format is ReportFormat.json:
         print(json.dumps(report, indent=2))
         return
@@ -169,7 +164,7 @@ def report_command(
         from service.cli.report_view import render_report
 
         render_report(report, console)
-    if sweep.mlflow.ui_url:
+    if sweep is not None and sweep.mlflow.ui_url:
         console.print(f"MLflow: {sweep.mlflow.ui_url}", soft_wrap=True)
 
 

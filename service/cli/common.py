@@ -63,11 +63,13 @@ def load_spec_or_exit(path: Path) -> SweepSpec:
 
 def plan_or_exit(spec: SweepSpec, path: Path) -> SweepPlan:
     """The spec's plan, built once; a plan over ``budget.max_trials`` is printed as
-    :func:`load_spec_or_exit` prints an invalid spec (exit 2)."""
+    :func:`load_spec_or_exit` prints an invalid spec (exit 2). A dataset's train split is read
+    from KSWEEP_DATA_ROOT for the plan's steps and ELBO units."""
     from sweeps.plan.budget import build_plan_within_budget
+    from workers.datasets.train_facts import train_facts
 
     try:
-        return build_plan_within_budget(spec)
+        return build_plan_within_budget(spec, train_facts(spec.template.data, default_data_root()))
     except ValidationError as error:
         console.print(f"[red]invalid sweep spec {path}:[/red]\n{format_validation_error(error)}")
         raise typer.Exit(2) from None
@@ -77,7 +79,8 @@ def validate_command(
     spec_path: Path = typer.Argument(..., exists=True, dir_okay=False, help="Sweep spec YAML/JSON."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
 ) -> None:
-    """Validate a spec and print its trial plan (count, epoch budget, resources); runs nothing."""
+    """Validate a spec and print its trial plan (count, each trial's optimizer steps and beta in
+    ELBO units, the epoch budget, resources, schedules that do not finish); runs nothing."""
     from sweeps.plan.build import render_plan
 
     spec = load_spec_or_exit(spec_path)

@@ -1,10 +1,10 @@
-"""``ksweep extend ID`` (a sweep that grows) and ``ksweep report ID1 ID2 ...`` (sweeps compared),
-on :class:`ksweep.Client`. Torch-free, as every REST command."""
+"""``ksweep extend ID``: a sweep that grows (``--validate``: its dry run), on
+:class:`ksweep.Client`. Torch-free, as every REST command; ``ksweep report ID1 ID2`` (sweeps
+compared) is :mod:`.client`'s report command."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import typer
@@ -113,19 +113,3 @@ def extend_command(
     if record.primary:
         console.print("  its new contrasts are declared primary")
     console.print(f"  watch:  ksweep watch {sweep_id}")
-
-
-def compare_report_command(sweep_ids: Sequence[str], output: str) -> None:
-    """``ksweep report ID1 ID2 ...``: the joined report, printed as ``output`` (table, md, json)."""
-    with _exits(), Client() as client:
-        report = client.compare(list(sweep_ids))
-    if output == "json":
-        print(json.dumps(report, indent=2))
-    elif output == "md":
-        from sweeps.report.text import report_markdown
-
-        print(report_markdown(report), end="")
-    else:
-        from service.cli.report_view import render_report
-
-        render_report(report, console)

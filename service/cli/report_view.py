@@ -21,10 +21,10 @@ from sweeps.report.growth import describe_extensions
 from sweeps.report.text import (
     ALL,
     LATENT_COLUMNS,
-    _beta,
-    _interval,
     alpha_rows,
+    beta_text,
     headline,
+    interval_text,
     latent_note,
     latent_rows,
     latent_title,
@@ -55,9 +55,9 @@ def _alpha_columns(report: Mapping[str, Any], metric: str, label: Label) -> list
     for entry in rows:
         cell = entry["cell"]
         values = ", ".join("-" if v is None else f"{v:.2f}" for v in entry.get(ALL, cell)["values"])
-        shown = [cell["model"], _beta(cell),
+        shown = [cell["model"], beta_text(cell),
                  label(cell["loss_stack"]) + ("*" if cell["shared_with"] else ""),
-                 f"{cell['alpha']:g}", *(_interval(entry[k]) if k in entry else "-" for k in kinds),
+                 f"{cell['alpha']:g}", *(interval_text(entry[k]) if k in entry else "-" for k in kinds),
                  values]
         for column, text in zip(columns, shown, strict=True):
             column.cells.append(text)
@@ -91,7 +91,7 @@ def _contrast_columns(contrasts: Sequence[Mapping[str, Any]], label: Label) -> l
     for c in contrasts:
         p = c["p_adjusted"] if c["family"] == "primary" else c["p_value"]
         shown = [f"{label(c['loss_stack'])} - {label(c['baseline'])}", c["model"],
-                 f"{c['alpha']:g}", _beta(c), c["kind"], _interval(c, "mean_diff"),
+                 f"{c['alpha']:g}", beta_text(c), c["kind"], interval_text(c, "mean_diff"),
                  "-" if p is None else f"{p:.3g}", str(c["n_pairs"]), c["claim"]]
         for column, text in zip(columns, shown, strict=True):
             column.cells.append(text)
@@ -105,9 +105,9 @@ def _best_columns(best: Sequence[Mapping[str, Any]], label: Label) -> list[Colum
     for entry in best:
         val = entry["val"]["mean"]
         test = entry["test"] or {}
-        shown = [entry["model"], _beta(entry), label(entry["selected"]["loss_stack"]),
+        shown = [entry["model"], beta_text(entry), label(entry["selected"]["loss_stack"]),
                  f"{entry['selected']['alpha']:g}", "-" if val is None else f"{val:.3f}",
-                 f"{entry['split']} {_interval(test)}"]
+                 f"{entry['split']} {interval_text(test)}"]
         for column, text in zip(columns, shown, strict=True):
             column.cells.append(text)
     return columns
@@ -119,7 +119,7 @@ def _ties(best: Sequence[Mapping[str, Any]], label: Label) -> list[str]:
         if entry["ties_on_val"]:
             tied = ", ".join(label(t.split("@")[0]) + "@" + t.split("@", 1)[1]
                              for t in entry["ties_on_val"])
-            words.append(f"{entry['model']}, beta {_beta(entry)}: "
+            words.append(f"{entry['model']}, beta {beta_text(entry)}: "
                          f"{label(entry['selected']['loss_stack'])} tied on val with {tied}")
     return words
 

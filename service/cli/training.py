@@ -38,11 +38,13 @@ from service.cli.common import (
     plan_or_exit,
 )
 from service.orchestrator.driver_env import LOCAL_RAY_ENV, TUNE_ENV
-from sweeps.tune.status import SweepState, SweepStatus, TrialState
+from sweeps.status import SweepState, SweepStatus, TrialState
 from workers.contract import (
+    ELBO_BETA_PARAM,
     LOCAL_MLFLOW_UI,
     PERF_TOKENS_PER_SECOND,
     TRAIN_LOSS,
+    TRAIN_TARGET_LENGTH_PARAM,
     VAL,
     VAL_ACTIVE_UNITS,
     VAL_ELBO,
@@ -85,11 +87,11 @@ def train_command(
     except ValueError as error:
         console.print(f"[red]{error}[/red]")
         raise typer.Exit(2) from None
-    from workers.heap import heavy_imports
+    from workers.imports import heavy_imports
 
     with heavy_imports():
         from workers.train import TrialCheckFailed, TrialDiverged
-        from workers.trial import run_logged_trial
+        from workers.trial import run_constants, run_logged_trial
 
     config = _resolve_trial_data(config)
     tracking_uri = default_tracking_uri()
@@ -125,6 +127,13 @@ def train_command(
             table.add_row(key, f"{trainer.history[key][-1]:.4g}")
     console.print(table)
     console.print(f"c_base = {trainer.c_base:.6g} ({trainer.base.kind} base)")
+    constants = run_constants(trainer)
+    console.print(f"{trainer.total_steps} optimizer steps; mean target length "
+                  f"{constants[TRAIN_TARGET_LENGTH_PARAM]:.4g}; beta in ELBO units "
+                  f"{constants[ELBO_BETA_PARAM]:.4g}")
+    for overrun in config.schedule_overruns(trainer.total_steps):
+        console.print(f"[yellow]warning:[/yellow] {overrun} did not finish within the run's "
+                      f"{trainer.total_steps} steps")
     console.print(f"MLflow run {logger.run_id} in experiment {logger.experiment_id} at {tracking_uri}")
     console.print(f"open the UI: mlflow ui --backend-store-uri {tracking_uri}")
 
@@ -132,9 +141,9 @@ def train_command(
 def _resolve_trial_data(config: Any) -> Any:
     """A trial config naming a dataset, resolved against KSWEEP_DATA_ROOT (exit 2 if it cannot be)."""
     from workers.data.config import DatasetDataConfig
-    from workers.data.dataset_resolve import DatasetResolutionError, resolve_dataset
-    from workers.data.dataset_store import DatasetStore
-    from workers.lm.resolve import resolve_model
+    from workers.datasets.resolve import DatasetResolutionError, resolve_dataset
+    from workers.datasets.store import DatasetStore
+    from workers.zfree.resolve import resolve_model
 
     if not isinstance(config.data, DatasetDataConfig):
         return config
@@ -186,7 +195,7 @@ def run_command(
     # before Ray is imported).
     for name, value in (TUNE_ENV | ({} if os.environ.get("RAY_ADDRESS") else LOCAL_RAY_ENV)).items():
         os.environ.setdefault(name, value)
-    from workers.heap import heavy_imports
+    from workers.imports import heavy_imports
 
     with heavy_imports():
         from service.settings import get_settings
@@ -202,7 +211,7 @@ def run_command(
                   f"MLflow {tracking_uri}")
     view = LiveView(plan.trial_count, spec.name)
     started = time.perf_counter()
-    from workers.data.dataset_resolve import DatasetResolutionError
+    from workers.datasets.resolve import DatasetResolutionError
 
     try:
         with view.live:

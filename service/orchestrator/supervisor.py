@@ -21,7 +21,7 @@ from service.settings import Settings
 from service.store.db import SweepRow
 from service.store.lease import Lease, new_holder_id
 from service.store.queries import Store
-from sweeps.tune.status import STATE_TAG, SweepState
+from sweeps.status import STATE_TAG, SweepState
 from workers.contract import SWEEP_ID_TAG, runs_with_tag_filter
 
 log = logging.getLogger("ksweep.supervisor")

@@ -25,9 +25,9 @@ from service.store.queries import Store
 from service.store.retry import store_retrying
 from sweeps.plan.budget import build_plan_within_budget
 from sweeps.spec import SweepSpec
+from sweeps.status import SweepState, SweepStatus
 from sweeps.tune.runner import run_sweep
 from sweeps.tune.setup import end_driver_process
-from sweeps.tune.status import SweepState, SweepStatus
 
 
 class StoreSink:

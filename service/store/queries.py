@@ -40,7 +40,7 @@ from service.store.db import (
     migrate,
     utcnow,
 )
-from sweeps.tune.status import COUNTERS, SweepState, SweepStatus
+from sweeps.status import COUNTERS, SweepState, SweepStatus
 
 
 def _summary_column(column: Any) -> Any:

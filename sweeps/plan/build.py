@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sweeps.plan.equivalence import objective_signature
+from sweeps.plan.units import annotate_trials, default_facts, schedule_warnings
 from sweeps.spec import SweepSpec, ValueRange
 from workers.cohort.grouping import group_cohorts
+from workers.datasets.train_facts import TrainFacts
 
 if TYPE_CHECKING:  # numpy (random search) and rich (render_plan) load where used: the API
     import numpy as np  # imports this module for SweepPlan
@@ -67,7 +69,14 @@ class SweepPlan:
             are shown as distributions (``U[0, 4]``, ``logU[0.1, 4]``, ``choice(a|b)``).
             Nothing is shared in either.
         trials: the trials that run: their params and ``shared_by``, the row labels
-            (``stack@alpha=a``) each stands for when it stands for more than one.
+            (``stack@alpha=a``) each stands for when it stands for more than one; their
+            ``total_steps`` (optimizer steps of the whole run), ``elbo_beta`` (beta in ELBO
+            units, as text: known, ``N x c_base`` or ``unknown (why)``) and
+            ``schedule_overruns`` (:mod:`sweeps.plan.units`).
+        train: the train split as known before the run: ``rows``, ``mean_target_length``
+            (None when not known) and ``source`` (where they come from, or why unknown).
+        warnings: what the plan runs that cannot do what it says (a schedule that does not
+            finish within its trial's run), one line each.
         cohort_size: the resolved ``resources.cohort_size`` (``auto`` made a number).
         cohorts: the trials (indices into ``trials``) each worker trains together, one Tune
             trial per cohort (:func:`workers.cohort.grouping.group_cohorts`: members share every
@@ -100,6 +109,8 @@ class SweepPlan:
     trials: list[dict[str, Any]] = field(default_factory=list)
     cohort_size: int = 1
     cohorts: list[list[int]] = field(default_factory=list)
+    train: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as JSON-serialisable dicts and lists."""
@@ -227,9 +238,11 @@ def _cohorts(spec: SweepSpec, trials: list[dict[str, Any]], size: int) -> list[l
     return group_cohorts([spec.trial_config_for(trial) for trial in trials], size)
 
 
-def build_plan(spec: SweepSpec) -> SweepPlan:
+def build_plan(spec: SweepSpec, facts: TrainFacts | None = None) -> SweepPlan:
     """Expand a validated spec into its plan (deterministic: random search's points are
-    drawn from ``search.seed``; Optuna's are left to its sampler)."""
+    drawn from ``search.seed``; Optuna's are left to its sampler). ``facts``: the train split
+    as the caller can read it (a dataset's store); default what the spec carries
+    (:func:`sweeps.plan.units.default_facts`)."""
     if spec.search.kind == "grid":
         rows = _grid_rows(spec)
         trials = _dedup(spec, rows) if spec.search.dedup else _one_trial_per_row(rows)
@@ -239,6 +252,8 @@ def build_plan(spec: SweepSpec) -> SweepPlan:
     else:
         rows = _distribution_rows(spec)
         trials = _one_trial_per_row(rows)
+    facts = facts or default_facts(spec)
+    annotate_trials(spec, trials, facts)
     count = len(trials)
     size = cohort_size_for(spec, count)
     cohorts = _cohorts(spec, trials, size)
@@ -266,6 +281,8 @@ def build_plan(spec: SweepSpec) -> SweepPlan:
         trials=trials,
         cohort_size=size,
         cohorts=cohorts,
+        train=facts.to_dict(),
+        warnings=schedule_warnings(trials),
     )
 
 
@@ -297,16 +314,21 @@ def render_plan(plan: SweepPlan, console: Console | None = None) -> None:
     columns = ["alpha", "loss_stack", "model", *swept, "seed"]
     cohort_of = {trial: number for number, members in enumerate(plan.cohorts, 1) for trial in members}
     extra = ["trial", "cohort"] if plan.cohort_size > 1 else ["trial"]
-    for column in ("#", *columns, *extra):
+    units = ["steps", "beta (ELBO)"]
+    for column in ("#", *columns, *units, *extra):
         table.add_column(column, justify="left" if column in ("loss_stack", "model") else "right")
     for index, row in enumerate(plan.rows[:SHOWN_ROWS]):
         values = [_number(row[c]) if isinstance(row[c], float) else str(row[c]) for c in columns]
+        ran = plan.trials[row["trial"]] if row["trial"] < len(plan.trials) else {}
+        steps = "?" if ran.get("total_steps") is None else str(ran["total_steps"])
+        if ran.get("schedule_overruns"):
+            steps += " !"
         trial = f"{row['trial'] + 1}" + (" (shared)" if row["shared"] else "")
         cohort = [str(cohort_of.get(row["trial"], ""))] if plan.cohort_size > 1 else []
-        table.add_row(str(index + 1), *values, trial, *cohort)
+        table.add_row(str(index + 1), *values, steps, str(ran.get("elbo_beta", "")), trial, *cohort)
     hidden = len(plan.rows) - SHOWN_ROWS
     if hidden > 0:
-        table.add_row("", f"... {hidden} more", *[""] * (len(columns) + len(extra) - 1))
+        table.add_row("", f"... {hidden} more", *[""] * (len(columns) + len(units) + len(extra) - 1))
     console.print(table)
     search = plan.search["kind"]
     if search == "optuna":
@@ -335,6 +357,22 @@ def render_plan(plan: SweepPlan, console: Console | None = None) -> None:
         f"{_number(peak['gpu'])} gpu"
     )
     console.print(cohort_summary(plan))
+    console.print(units_summary(plan))
+    for line in plan.warnings:
+        console.print(f"[yellow]warning:[/yellow] {line}")
+
+
+def units_summary(plan: SweepPlan) -> str:
+    """The train split the steps and ELBO units are read from, and what the two columns mean."""
+    train = plan.train or {}
+    rows = "? rows" if train.get("rows") is None else f"{train['rows']} rows"
+    length = train.get("mean_target_length")
+    mean = "mean target length ?" if length is None else f"mean target length {length:.4g}"
+    return (f"train split: {rows}, {mean} ({train.get('source', 'not known')})\n"
+            "steps: each trial's optimizer steps (epochs x ceil(train rows / batch_size)); ! a "
+            "schedule does not finish within them. beta (ELBO): beta in ELBO units, beta x the mean target "
+            "length under the per-example KL (x c_base for stacks divided by it), beta under "
+            "the per-token KL (docs/concepts/objectives.md, KL units)")
 
 
 def cohort_summary(plan: SweepPlan) -> str:

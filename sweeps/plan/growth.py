@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
-from objectives.field_errors import Problem, located_errors
+from objectives.field_errors import LocatedProblem, located_errors
 from objectives.spec import LossStackSpec
 from sweeps.plan.budget import build_plan_within_budget
 from sweeps.plan.build import SweepPlan, build_plan
@@ -89,8 +89,8 @@ def _label(stack: str | LossStackSpec) -> str:
     return stack if isinstance(stack, str) else str(stack.name)
 
 
-def _fixed_field_problems(spec: SweepSpec, request: ExtensionRequest) -> list[Problem]:
-    problems: list[Problem] = []
+def _fixed_field_problems(spec: SweepSpec, request: ExtensionRequest) -> list[LocatedProblem]:
+    problems: list[LocatedProblem] = []
     current = spec.model_dump(mode="json")
     for key, value in (request.model_extra or {}).items():
         if key not in SweepSpec.model_fields:
@@ -105,7 +105,7 @@ def _fixed_field_problems(spec: SweepSpec, request: ExtensionRequest) -> list[Pr
     return problems
 
 
-def _search_problems(spec: SweepSpec, request: ExtensionRequest) -> list[Problem]:
+def _search_problems(spec: SweepSpec, request: ExtensionRequest) -> list[LocatedProblem]:
     if spec.search.kind == "optuna":
         return [(("search", "kind"), "an Optuna sweep cannot be extended: its sampler chose "
                                      "each trial from the ones before; submit a new sweep")]
@@ -119,7 +119,7 @@ def _search_problems(spec: SweepSpec, request: ExtensionRequest) -> list[Problem
     return []
 
 
-def _unswept_problems(spec: SweepSpec, request: ExtensionRequest) -> list[Problem]:
+def _unswept_problems(spec: SweepSpec, request: ExtensionRequest) -> list[LocatedProblem]:
     return [((axis,), f"the sweep does not sweep {axis} (each stack keeps its own kl value); "
                       f"adding {axis} values would change a non-swept setting")
             for axis in ("beta", "free_bits") if getattr(request, axis) and getattr(spec, axis) is None]
@@ -130,7 +130,7 @@ def _union(old: Sequence[Any], new: Sequence[Any] | None) -> list[Any]:
 
 
 def _stack_union(spec: SweepSpec, added: Sequence[str | LossStackSpec] | None,
-                 problems: list[Problem]) -> list[Any]:
+                 problems: list[LocatedProblem]) -> list[Any]:
     stacks = [_stack_text(stack) for stack in spec.loss_stacks]
     labels = spec.stack_labels()
     for index, stack in enumerate(added or ()):

@@ -16,12 +16,14 @@ be recomputed from the MLflow child runs alone.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sweeps.plan.build import SEARCH_AXES, SweepPlan, build_plan
+from sweeps.plan.build import SEARCH_AXES, SweepPlan, build_plan, trial_key
+from sweeps.plan.units import listed, overrun_groups
 from sweeps.report.contrasts import build_contrasts
 from sweeps.report.growth import (
     growth_limitations,
@@ -41,8 +43,8 @@ from sweeps.report.readout_table import (
 from sweeps.report.statistics import MIN_PAIRS_FOR_CLAIM, mean_interval, metric_range
 from sweeps.report.text import report_markdown
 from sweeps.spec import SweepSpec
-from sweeps.tune.status import TrialState
-from workers.contract import LATENT_METRICS, NMI_AUC, TEST_ELBO
+from sweeps.status import TrialState
+from workers.contract import LATENT_METRICS, NMI_AUC, TEST_ELBO, TOTAL_STEPS_PARAM
 
 __all__ = ["TrialOutcome", "build_report", "metric_mode", "report_markdown", "summary_metrics",
            "write_report_plots"]
@@ -71,11 +73,14 @@ def build_cells(rows: Sequence[RowResult]) -> list[dict[str, Any]]:
     """One cell per configuration, kind, metric and split, over the seeds."""
     groups: dict[tuple, dict[int, float | None]] = defaultdict(dict)
     effective: dict[tuple, list[float]] = defaultdict(list)
+    in_elbo_units: dict[tuple, list[float]] = defaultdict(list)
     shared: dict[tuple, list[str]] = {}
     for row in rows:
         config = tuple(getattr(row, key) for key in _CONFIG)
         if row.beta_effective is not None:
             effective[config].append(row.beta_effective)
+        if row.beta_elbo is not None:
+            in_elbo_units[config].append(row.beta_elbo)
         if row.shared_with:
             shared[config] = row.shared_with
         for (split, kind, metric), value in row.values.items():
@@ -85,10 +90,11 @@ def build_cells(rows: Sequence[RowResult]) -> list[dict[str, Any]]:
         by_seed = groups[(config, split, kind, metric)]
         seeds = sorted(by_seed)
         interval = mean_interval([by_seed[s] for s in seeds], metric_range(metric))
-        betas = effective.get(config)
+        betas, elbo = effective.get(config), in_elbo_units.get(config)
         cells.append({
             **dict(zip(_CONFIG, config, strict=True)),
             "beta_effective": sum(betas) / len(betas) if betas else None,
+            "beta_elbo": sum(elbo) / len(elbo) if elbo else None,
             "kind": kind, "metric": metric, "split": split,
             "mean": interval.mean, "ci_low": interval.ci_low, "ci_high": interval.ci_high,
             "n": interval.n, "n_nan": interval.n_nan, "seeds": seeds, "values": interval.values,
@@ -161,10 +167,35 @@ def collapse_betas(cells: Sequence[dict[str, Any]], threshold: float, split: str
             "loss_stack": stack, "alpha": alpha, "model": model, "free_bits": free_bits,
             "threshold": threshold, "collapse_beta": None if chosen is None else chosen["beta"],
             "collapse_beta_effective": None if chosen is None else chosen["beta_effective"],
+            "collapse_beta_elbo": None if chosen is None else chosen["beta_elbo"],
             "status": status, "split": split,
             "test": None if config is None else _test_beside(index, config, COLLAPSE_METRIC, split),
         })
     return out
+
+
+def schedule_overruns(spec: SweepSpec, plan: SweepPlan, outcomes: Sequence[TrialOutcome]) -> list[str]:
+    """The trials whose KL annealing or Gumbel temperature decay did not finish within their
+    run, grouped by kind: the run's steps as the trial logged them (else as planned)."""
+    # Optuna plans hold distributions ("U[0, 4]") where a grid holds values: no planned steps there.
+    planned = ({} if spec.search.kind == "optuna"
+               else {trial_key(trial): trial.get("total_steps") for trial in plan.trials})
+    trials, labels = [], []
+    for outcome in sorted(outcomes, key=lambda o: o.trial_id):
+        steps = outcome.final.get(TOTAL_STEPS_PARAM)
+        steps = int(steps) if isinstance(steps, int | float) and math.isfinite(steps) else None
+        if steps is None and spec.search.kind != "optuna":
+            steps = planned.get(trial_key(outcome.params))
+        if steps is None:
+            continue
+        config = spec.trial_config_for(outcome.params)
+        trials.append({"total_steps": steps, "schedule_overruns": config.schedule_overruns(steps)})
+        labels.append(outcome.trial_id)
+    return [f"{len(names)} trial(s) ({listed(names)}) ran {steps} optimizer steps, within which "
+            f"a schedule did not finish: {', '.join(overruns)}; their last steps did not train "
+            "at the schedule's end value (give schedules relative to the run: warmup_fraction, "
+            "cycles, gumbel_anneal_fraction)"
+            for steps, overruns, names in overrun_groups(trials, labels)]
 
 
 def _limitations(rows, cells, contrasts, excluded, source, split, seeds, epochs) -> list[str]:
@@ -225,7 +256,7 @@ def context_free_prior(spec: SweepSpec) -> list[str]:
     """Words when a learned prior meets a dataset without context (x empty on every row, by its
     store record's token counts); nothing when the record cannot be read or holds other content."""
     from workers.data.config import DatasetDataConfig
-    from workers.data.dataset_store import DatasetNotFound, DatasetStore
+    from workers.datasets.store import DatasetNotFound, DatasetStore
 
     data = spec.template.data
     if spec.template.model.prior != "learned" or not isinstance(data, DatasetDataConfig) or not data.root:
@@ -277,8 +308,8 @@ def build_report(spec: SweepSpec, sweep_id: str, outcomes: Iterable[TrialOutcome
         "best": choose_best(cells, spec.analysis.metric, split),
         "collapse": collapse_betas(cells, spec.analysis.collapse_threshold, split),
         "counts": dict(counts), "excluded": excluded,
-        "limitations": _limitations(rows, cells, contrasts, excluded, source, split, seeds,
-                                    spec.epochs_per_trial())
+        "limitations": schedule_overruns(spec, plan, outcomes)
+        + _limitations(rows, cells, contrasts, excluded, source, split, seeds, spec.epochs_per_trial())
         + latent_limitations(cells, use) + context_free_prior(spec)
         + growth_limitations(contrasts, extensions),
         "latent_use": use,

@@ -1,13 +1,17 @@
 """Paired contrasts between stacks at matched effective beta, the caveat contrasts, Holm.
 
-Matching. Stacks are compared at matched *effective* beta (:mod:`sweeps.plan.equivalence`),
+Matching. Stacks are compared at matched *effective* beta (:mod:`objectives.units`),
 never at one shared nominal beta. For each baseline row (alpha, model, free bits, beta)
 and seed, the treated stack's value is read at the baseline's effective beta by linear
 interpolation in log(effective beta) between the treated stack's own grid points of the
 same alpha, model, free bits and seed (:func:`sweeps.report.statistics.interpolate_log`). An exact
 grid point is used as is (``beta_matching = exact``: e.g. two undivided stacks at one beta);
 a baseline effective beta outside the treated stack's range is not matched (no
-extrapolation) and that seed is counted in ``n_unmatched``.
+extrapolation) and that seed is counted in ``n_unmatched``. Where every row knows its beta
+in ELBO units (trials log their train split's mean target length), the matching reads that
+instead: it is effective beta times a factor every stack shares at one seed (the mean
+length, or 1 under the per-token KL), so it matches exactly as before between stacks of one
+KL scale, and correctly between a per-example and a per-token KL.
 
 Families. The spec's ``analysis.primary`` names the primary family: the stack contrasts on
 ``analysis.metric`` over all examples (default), or the caveat family (R~ - R_tok on the
@@ -29,7 +33,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from sweeps.report.latent_use import (
     constant_baseline_words,
@@ -70,27 +74,45 @@ def default_pairs(spec: SweepSpec) -> list[tuple[str, str]]:
 Curves = dict[tuple, dict[int, list[tuple[float, float | None]]]]
 
 
-def _index(rows: Sequence[RowResult], split: str) -> tuple[dict, Curves]:
-    """(stack, alpha, model, free_bits, beta, kind, metric) -> seed -> (beta_eff, value), and
-    (stack, alpha, model, free_bits, kind, metric) -> seed -> [(beta_eff, value)] curves."""
-    points: dict[tuple, dict[int, tuple[float | None, float | None, str]]] = defaultdict(dict)
+class Point(NamedTuple):
+    """One row's value at one seed, and the beta it is matched at (module doc)."""
+
+    match: float | None
+    value: float | None
+    trial_id: str
+    effective: float | None
+    elbo: float | None
+
+
+def _index(rows: Sequence[RowResult], split: str) -> tuple[dict, Curves, str]:
+    """(stack, alpha, model, free_bits, beta, kind, metric) -> seed -> Point,
+    (stack, alpha, model, free_bits, kind, metric) -> seed -> [(matched beta, value)] curves,
+    and the beta they are matched on, in words."""
+    points: dict[tuple, dict[int, Point]] = defaultdict(dict)
     curves: Curves = defaultdict(lambda: defaultdict(list))
+    in_elbo_units = all(row.beta_elbo is not None for row in rows if row.beta_effective is not None)
     for row in rows:
+        match = row.beta_elbo if in_elbo_units else row.beta_effective
         for (row_split, kind, metric), value in row.values.items():
             if row_split != split:
                 continue
             base = (row.loss_stack, row.alpha, row.model, row.free_bits)
-            points[(*base, row.beta, kind, metric)][row.seed] = (
-                row.beta_effective, value, row.trial_id)
-            if row.beta_effective is not None and row.beta_effective > 0:
-                curves[(*base, kind, metric)][row.seed].append((row.beta_effective, value))
-    return points, curves
+            points[(*base, row.beta, kind, metric)][row.seed] = Point(
+                match, value, row.trial_id, row.beta_effective, row.beta_elbo)
+            if match is not None and match > 0:
+                curves[(*base, kind, metric)][row.seed].append((match, value))
+    return points, curves, "beta in ELBO units" if in_elbo_units else "effective beta"
+
+
+def _mean(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
 
 
 def _matched(curve: dict[int, list], baseline: dict[int, tuple]):
     """Per seed: the treated value at the baseline's effective beta, the baseline value."""
     treated, base_values, n_unmatched, interpolated = {}, {}, 0, False
-    for seed, (x, value, _) in baseline.items():
+    for seed, (x, value, *_) in baseline.items():
         points = curve.get(seed, [])
         xs = [p[0] for p in points]
         exact = x is not None and any(abs(px / x - 1) <= 1e-9 for px in xs)
@@ -125,9 +147,9 @@ def _latent(spec: SweepSpec, entry: dict[str, Any], points, curves, stack: str, 
             treated = _matched(curves.get((stack, alpha, model, free_bits, ALL_KINDS, metric), {}), base)[0]
         else:
             twin = points.get((stack, alpha, model, free_bits, beta, ALL_KINDS, metric), {})
-            treated = {seed: value for seed, (_, value, _) in twin.items()}
+            treated = {seed: point.value for seed, point in twin.items()}
         sides["treated"][metric] = treated
-        sides["baseline"][metric] = {seed: value for seed, (_, value, _) in base.items()}
+        sides["baseline"][metric] = {seed: point.value for seed, point in base.items()}
 
     def state(side: str) -> dict[str, Any]:
         values = sides[side]
@@ -139,26 +161,35 @@ def _latent(spec: SweepSpec, entry: dict[str, Any], points, curves, stack: str, 
                            [base_values.get(s) for s in sorted(seeds) if s in base_values], threshold)
 
 
-def _stack_contrasts(spec, points, curves, split, metrics) -> list[dict[str, Any]]:
+def _declared(spec, stack: str, baseline: str):
+    """The spec's ContrastSpec for (stack, baseline), None for a default pair."""
+    return next((c for c in spec.analysis.contrasts or () if (c.stack, c.baseline) == (stack, baseline)),
+                None)
+
+
+def _stack_contrasts(spec, points, curves, split, metrics, matched_on: str) -> list[dict[str, Any]]:
     out = []
     for stack, baseline in default_pairs(spec):
+        declared = _declared(spec, stack, baseline)
         for key, base in points.items():
             b_stack, alpha, model, free_bits, beta, kind, metric = key
             if b_stack != baseline or metric not in metrics:
                 continue
             curve = curves.get((stack, alpha, model, free_bits, kind, metric), {})
             treated, base_values, n_unmatched, how = _matched(curve, base)
-            effective = [x for x, _, _ in base.values() if x is not None]
             twin = points.get((stack, alpha, model, free_bits, beta, kind, metric), {})
-            identical = bool(twin) and {s: t for s, (_, _, t) in twin.items()} == {
-                s: t for s, (_, _, t) in base.items()}
+            identical = bool(twin) and {s: p.trial_id for s, p in twin.items()} == {
+                s: p.trial_id for s, p in base.items()}
             entry = _entry({
                 "contrast": "stack", "alpha": alpha, "loss_stack": stack, "model": model,
                 "baseline": baseline, "kind": kind, "split": split, "beta": beta,
                 "free_bits": free_bits,
-                "beta_effective": sum(effective) / len(effective) if effective else None,
+                "beta_effective": _mean([p.effective for p in base.values()]),
+                "beta_elbo": _mean([p.elbo for p in base.values()]),
                 "beta_matching": how if treated else "unmatched", "n_unmatched": n_unmatched,
-                "identical_objective": identical,
+                "matched_on": matched_on, "identical_objective": identical,
+                "declared_primary": declared is None or declared.primary,
+                "predicted": None if declared is None or metric != spec.analysis.metric else declared.predicted,
             }, treated, base_values, metric)
             entry.update(_latent(spec, entry, points, curves, stack, baseline, base_values,
                                  matched=True))
@@ -181,10 +212,11 @@ def _caveat_contrasts(spec, points, split) -> list[dict[str, Any]]:
         if stack != control or metric not in metrics or alpha == 0:
             continue
         other = points.get((treated, alpha, model, free_bits, beta, kind, metric), {})
-        t_values = {seed: v for seed, (_, v, _) in other.items()}
-        c_values = {seed: v for seed, (_, v, _) in base.items()}
+        t_values = {seed: p.value for seed, p in other.items()}
+        c_values = {seed: p.value for seed, p in base.items()}
         common = {"alpha": alpha, "loss_stack": treated, "model": model, "baseline": control,
                   "split": split, "beta": beta, "free_bits": free_bits,
+                  "beta_elbo": _mean([p.elbo for p in base.values()]),
                   "beta_matching": "exact (same beta; both stacks undivided)", "n_unmatched": 0,
                   "identical_objective": False}
         entry = _entry({"contrast": "caveat", "kind": kind, **common}, t_values, c_values, metric)
@@ -210,7 +242,8 @@ def _assign_families(spec: SweepSpec, contrasts: list[dict[str, Any]],
                 entry["contrast"] == "caveat" and entry["kind"] in ("prefix", "private")))
         else:
             primary = (entry["contrast"] == "stack" and entry["kind"] == ALL_KINDS
-                       and entry["metric"] == metric and not entry["identical_objective"])
+                       and entry["metric"] == metric and not entry["identical_objective"]
+                       and entry.get("declared_primary", True))
         # A grown sweep's primary family stays as first declared (sweeps.report.growth).
         primary = primary and (eligible is None or eligible(entry))
         entry["family"] = "primary" if primary else "exploratory"
@@ -226,18 +259,24 @@ def claim_words(entry: dict[str, Any]) -> str:
     if entry.get("identical_objective"):
         return "identical objective (one shared trial): the difference is 0 by construction"
     if entry["n_pairs"] < MIN_PAIRS_FOR_CLAIM:
-        reason = "no matched effective beta" if entry.get("beta_matching") == "unmatched" else (
-            f"{entry['n_pairs']} seed pair(s) < {MIN_PAIRS_FOR_CLAIM}")
+        reason = (f"no matched {entry.get('matched_on', 'effective beta')}"
+                  if entry.get("beta_matching") == "unmatched"
+                  else f"{entry['n_pairs']} seed pair(s) < {MIN_PAIRS_FOR_CLAIM}")
         return f"no claim: {reason}"
     gated = gate_words(entry)
     if gated is not None:  # both sides collapsed or at chance: never "higher" or "lower"
         return gated
     flag = constant_baseline_words(entry)
+    predicted = entry.get("predicted")
     if entry["family"] == "exploratory":
-        return "exploratory: not a claim (no multiplicity adjustment)" + flag
+        return ("exploratory: not a claim (no multiplicity adjustment)" + flag
+                + ("" if predicted is None else f"; predicted {predicted}"))
     if entry["p_adjusted"] is not None and entry["p_adjusted"] < SIGNIFICANCE:
         direction = "higher" if entry["mean_diff"] > 0 else "lower"
-        return f"{direction} than {entry['baseline']} (Holm p = {entry['p_adjusted']:.3g}){flag}"
+        verdict = "" if predicted is None else (
+            "; as predicted" if predicted == direction else f"; against the prediction ({predicted})")
+        return f"{direction} than {entry['baseline']} (Holm p = {entry['p_adjusted']:.3g}{verdict}){flag}"
+    flag += "" if predicted is None else f"; predicted {predicted}"
     # The interval is unadjusted: it can exclude 0 while Holm's p does not reach significance.
     low, high = entry.get("ci_low"), entry.get("ci_high")
     excludes = low is not None and high is not None and (low > 0 or high < 0)
@@ -249,9 +288,9 @@ def build_contrasts(spec: SweepSpec, rows: Sequence[RowResult], split: str,
                     eligible: Callable[[dict[str, Any]], bool] | None = None) -> list[dict[str, Any]]:
     """Every stack contrast and caveat contrast on ``split``, with families and Holm applied
     (``eligible``: which contrasts may be primary at all; None: any)."""
-    points, curves = _index(rows, split)
+    points, curves, matched_on = _index(rows, split)
     metrics = {spec.analysis.metric, *EXTRA_CONTRAST_METRICS}
-    contrasts = _stack_contrasts(spec, points, curves, split, metrics)
+    contrasts = _stack_contrasts(spec, points, curves, split, metrics, matched_on)
     contrasts += _caveat_contrasts(spec, points, split)
     _assign_families(spec, contrasts, eligible)
     return contrasts

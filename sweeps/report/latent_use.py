@@ -1,18 +1,10 @@
 """Is each cell's latent in use, and where do a contrast's two sides stand: collapsed, at chance?
 
-- A cell's latent is *in use* when its mean test I(x; z) (``mutual_info``, nats) is at least
-  ``analysis.latent_in_use_nats``, else *collapsed*. I(x; z) is what the decoder can take from
-  z; an argmax label can carry a class while z carries nothing (a posterior that moves from
-  0.24 to 0.26 flips its argmax), so NMI alone never says the latent is used.
-- A contrast's side is *collapsed* when its mean I(x; z) over the contrast's seeds is under the
-  threshold, and *at chance* when the t interval of its AMI over those seeds contains 0.
-  When both sides are one or the other, a contrast on a latent read-out says which, never
-  "higher" or "lower" (:func:`gate_words`).
-- A *constant-latent baseline* is collapsed in every seed and gives the contrast's metric the
-  same value in every seed: against it any assignment that is not constant "wins" a paired
-  test, so such a contrast is flagged.
-
-Pure functions of the report's cells and the contrasts' per-seed values (no MLflow, no Ray).
+A cell's latent is in use when its mean test I(x; z) reaches ``analysis.latent_in_use_nats``:
+I(x; z) is what the decoder can take from z, while an argmax label can carry a class with z
+carrying nothing, so NMI alone never says the latent is used. A contrast whose two sides are
+both collapsed or at chance says so instead of "higher" or "lower" (:func:`gate_words`), and a
+contrast against a constant-latent baseline is flagged. Pure functions of the report's cells.
 """
 
 from __future__ import annotations
@@ -65,7 +57,10 @@ def side_state(mutual_info: Sequence[float | None], ami: Sequence[float | None],
                threshold: float) -> dict[str, Any]:
     """One side of a contrast over its seeds: ``latent`` (in use, collapsed, at chance, or None
     when it logged neither I(x; z) nor AMI), its mean I(x; z) and AMI, and whether it is
-    collapsed in every seed (``collapsed_every_seed``)."""
+    collapsed in every seed (``collapsed_every_seed``).
+
+    Collapsed: its mean I(x; z) over the contrast's seeds is under the threshold; at chance: the
+    t interval of its AMI over those seeds contains 0."""
     info, adjusted = _finite(mutual_info), _finite(ami)
     mean_info = sum(info) / len(info) if info else None
     interval = mean_interval(adjusted, metric_range(LATENT_AMI))
@@ -111,7 +106,9 @@ def gate_words(entry: Mapping[str, Any]) -> str | None:
 
 
 def constant_baseline_words(entry: Mapping[str, Any]) -> str:
-    """The flag on a contrast against a constant-latent baseline ('' when it is not one)."""
+    """The flag on a contrast against a constant-latent baseline ('' when it is not one): a
+    baseline collapsed in every seed gives the contrast's metric the same value in every seed,
+    and against it any assignment that is not constant "wins" a paired test."""
     if not entry.get("baseline_constant"):
         return ""
     return (f"; flagged: {entry['baseline']}'s latent is constant (I(x; z) < "
@@ -128,7 +125,8 @@ def latent_use(cells: Sequence[Mapping[str, Any]], split: str, threshold: float)
             continue
         config = tuple(cell[key] for key in _CONFIG)
         row = rows.setdefault(config, {**dict(zip(_CONFIG, config, strict=True)),
-                                       "beta_effective": cell.get("beta_effective")})
+                                       "beta_effective": cell.get("beta_effective"),
+                                       "beta_elbo": cell.get("beta_elbo")})
         row[cell["metric"]] = {key: cell[key] for key in ("mean", "ci_low", "ci_high", "n")}
         if cell["metric"] == MUTUAL_INFO:
             info = _finite(cell["values"])

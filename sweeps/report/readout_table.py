@@ -19,11 +19,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from objectives.units import effective_beta, elbo_beta, kl_weight
 from sweeps.plan.build import SweepPlan, row_label, trial_key
-from sweeps.plan.equivalence import effective_beta, kl_weight
 from sweeps.plan.identity import objective_key
 from sweeps.spec import SweepSpec
-from sweeps.tune.status import TrialState
+from sweeps.status import TrialState
 from workers.contract import (
     EPOCHS_TO_NMI,
     EPOCHS_TO_NMI_CENSORED,
@@ -32,6 +32,7 @@ from workers.contract import (
     SELECTED_PREFIX,
     SPLITS,
     TEST,
+    TRAIN_TARGET_LENGTH_PARAM,
     VAL,
 )
 
@@ -70,7 +71,9 @@ class RowResult:
     """One requested row at one seed: its configuration and read-outs.
 
     ``values`` maps ``(split, kind, metric)`` to the value (None when missing or not finite);
-    ``beta`` and ``free_bits`` are always numbers (the stack's own kl values when not swept).
+    ``beta`` and ``free_bits`` are always numbers (the stack's own kl values when not swept);
+    ``beta_elbo`` is the row's beta in ELBO units, from the trial's c_base and train mean
+    target length (None for a trial that did not log them).
     """
 
     alpha: float
@@ -85,6 +88,7 @@ class RowResult:
     source: str  # selected | final_epoch
     selected_epoch: int | None = None
     shared_with: list[str] = field(default_factory=list)
+    beta_elbo: float | None = None  # beta in ELBO units (objectives.units); None when not logged
 
     def config(self) -> dict[str, Any]:
         """Everything that identifies the row except its seed."""
@@ -167,6 +171,8 @@ def expand_outcomes(spec: SweepSpec, plan: SweepPlan, outcomes: Iterable[TrialOu
             continue
         values, source = trial_readouts(outcome.final, metrics)
         c_base = _finite(outcome.final.get("c_base", outcome.params.get("c_base")))
+        length = _finite(outcome.final.get(TRAIN_TARGET_LENGTH_PARAM,
+                                           outcome.params.get(TRAIN_TARGET_LENGTH_PARAM)))
         selected_epoch = _finite(outcome.final.get(SELECTED_EPOCH))
         key = objective_key(spec, outcome.params) if by_objective else trial_key(outcome.params)
         members = rows_of.get(key) or [outcome.params]
@@ -183,5 +189,7 @@ def expand_outcomes(spec: SweepSpec, plan: SweepPlan, outcomes: Iterable[TrialOu
                 values=values, trial_id=outcome.trial_id, source=source,
                 selected_epoch=None if selected_epoch is None else int(selected_epoch),
                 shared_with=[label for label in labels if label != row_label(row)],
+                beta_elbo=None if c_base is None or length is None
+                else elbo_beta(resolved, c_base, length),
             ))
     return results, excluded

@@ -20,13 +20,15 @@ from typing import Any
 from mlflow.tracking import MlflowClient
 
 from workers.contract import (
+    ELBO_BETA_PARAM,
     RUN_KIND_TAG,
     RUN_KIND_TRIAL,
     SHARED_BY_TAG,
     SWEEP_ID_TAG,
+    TOTAL_STEPS_PARAM,
     mlflow_ui_url,
 )
-from workers.tracking import RunLogger
+from workers.tracking.runs import RunLogger
 
 __all__ = ["RUN_KIND_SUMMARY", "log_summary_runs", "publish_summary", "reused_view_state",
            "runs_page_url", "save_view", "trials_view_state", "view_state"]
@@ -36,7 +38,7 @@ SHARED_VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 """MLflow >= 3.15 keeps a shared runs-page view as the experiment tag ``<prefix><key>``."""
 VIEW_STATE_QUERY = "viewStateShareKey"
 
-TRIAL_COLUMNS = ("alpha", "loss_stack", "model", "seed", "c_base")
+TRIAL_COLUMNS = ("alpha", "loss_stack", "model", "seed", "c_base", ELBO_BETA_PARAM, TOTAL_STEPS_PARAM)
 
 
 def runs_page_url(base_url: str, experiment_id: str, share_key: str | None = None,

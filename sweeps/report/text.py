@@ -16,8 +16,8 @@ from workers.contract import (
     USED_CATEGORIES,
 )
 
-__all__ = ["LATENT_COLUMNS", "alpha_rows", "headline", "latent_note", "latent_rows", "latent_title",
-           "report_markdown"]
+__all__ = ["ALL", "LATENT_COLUMNS", "alpha_rows", "beta_text", "headline", "interval_text",
+           "latent_note", "latent_rows", "latent_title", "report_markdown"]
 
 ALL = "all"
 # The latent-use table's read-out columns, in order (sweeps.report.latent_use.USE_READOUTS).
@@ -29,7 +29,8 @@ def _num(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def _interval(entry: Mapping[str, Any], key: str = "mean") -> str:
+def interval_text(entry: Mapping[str, Any], key: str = "mean") -> str:
+    """``mean [low, high]`` of an entry (``key`` its point value), or why it has no interval."""
     if entry.get(key) is None:
         return "-"
     if entry.get("ci_low") is None:
@@ -37,10 +38,13 @@ def _interval(entry: Mapping[str, Any], key: str = "mean") -> str:
     return f"{entry[key]:.3f} [{entry['ci_low']:.3f}, {entry['ci_high']:.3f}]"
 
 
-def _beta(entry: Mapping[str, Any]) -> str:
+def beta_text(entry: Mapping[str, Any]) -> str:
+    """The raw beta, with its effective beta and its beta in ELBO units beside it when known."""
     beta = "-" if entry.get("beta") is None else f"{entry['beta']:g}"
-    effective = entry.get("beta_effective")
-    return beta if effective is None else f"{beta} (eff {effective:.3g})"
+    beside = [f"{name} {entry[key]:.3g}" for key, name in (("beta_effective", "eff"),
+                                                           ("beta_elbo", "ELBO units"))
+              if entry.get(key) is not None]
+    return f"{beta} ({', '.join(beside)})" if beside else beta
 
 
 def headline(report: Mapping[str, Any]) -> str:
@@ -62,7 +66,7 @@ def headline(report: Mapping[str, Any]) -> str:
         return (f"No significant difference in the primary family ({len(primary)} contrasts on "
                 f"{split} {metric}, Holm-adjusted).{unused}")
     parts = [f"{c['loss_stack']} {c['claim'].split(' (')[0]} at alpha {c['alpha']:g}"
-             f" ({c['kind']}, {c['model']}, beta {_beta(c)}): {_interval(c, 'mean_diff')}"
+             f" ({c['kind']}, {c['model']}, beta {beta_text(c)}): {interval_text(c, 'mean_diff')}"
              + (" [flagged: constant-latent baseline]" if c.get("baseline_constant") else "")
              for c in claims]
     return f"{len(claims)} of {len(primary)} primary contrasts differ: " + "; ".join(parts) + unused
@@ -93,10 +97,10 @@ def _alpha_table(report: Mapping[str, Any], metric: str) -> list[str]:
     lines += ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for entry in rows:
         cell = entry["cell"]
-        shown = [_interval(entry[k]) if k in entry else "-" for k in kinds]
+        shown = [interval_text(entry[k]) if k in entry else "-" for k in kinds]
         values = ", ".join(_num(v, 2) for v in entry.get(ALL, cell)["values"])
         shared = " (shared trial)" if cell["shared_with"] else ""
-        lines.append("| " + " | ".join([cell["model"], _beta(cell), cell["loss_stack"] + shared,
+        lines.append("| " + " | ".join([cell["model"], beta_text(cell), cell["loss_stack"] + shared,
                                         f"{cell['alpha']:g}", *shown, values]) + " |")
     return lines
 
@@ -118,8 +122,8 @@ def latent_rows(report: Mapping[str, Any]) -> list[list[str]]:
             state = "in use" if row["in_use"] else "collapsed"
             chance = "; AMI at chance" if row.get("at_chance") else ""
             verdict = f"{state} ({row['seeds_in_use']} of {row['seeds']} seeds in use){chance}"
-        shown = [_interval(row[name]) if name in row else "-" for name in _USE_COLUMNS]
-        out.append([row["model"], _beta(row), row["loss_stack"], f"{row['alpha']:g}", *shown, verdict])
+        shown = [interval_text(row[name]) if name in row else "-" for name in _USE_COLUMNS]
+        out.append([row["model"], beta_text(row), row["loss_stack"], f"{row['alpha']:g}", *shown, verdict])
     return out
 
 
@@ -159,8 +163,8 @@ def _contrast_table(contrasts: Sequence[Mapping[str, Any]], title: str) -> list[
         p = c["p_adjusted"] if c["family"] == "primary" else c["p_value"]
         p_text = "-" if p is None else f"{p:.3g}" + ("" if c["family"] == "primary" else " (raw)")
         lines.append(
-            f"| {c['family']} | {name} | {c['model']} | {c['alpha']:g} | {_beta(c)} | {c['kind']} "
-            f"| {c['metric']} | {_interval(c, 'mean_diff')} | {p_text} | {c['n_pairs']} | "
+            f"| {c['family']} | {name} | {c['model']} | {c['alpha']:g} | {beta_text(c)} | {c['kind']} "
+            f"| {c['metric']} | {interval_text(c, 'mean_diff')} | {p_text} | {c['n_pairs']} | "
             f"{c['beta_matching']} | {c['claim']} |")
     return lines + [""]
 
@@ -216,17 +220,18 @@ def report_markdown(report: Mapping[str, Any], metrics: Sequence[str] | None = N
     lines += ["## Best configuration per model and beta (chosen on val, test beside it)", ""]
     for best in report["best"]:
         chosen = best["selected"]
-        lines.append(f"- {best['model']}, beta {_beta(best)}: {chosen['loss_stack']} at alpha "
+        lines.append(f"- {best['model']}, beta {beta_text(best)}: {chosen['loss_stack']} at alpha "
                      f"{chosen['alpha']:g} (val {_num(best['val']['mean'])}); "
-                     f"{best['split']} {_interval(best['test'] or {})}"
+                     f"{best['split']} {interval_text(best['test'] or {})}"
                      + (f"; tied on val with {', '.join(best['ties_on_val'])}"
                         if best["ties_on_val"] else ""))
     if report["collapse"]:
         lines += ["", "## Collapse beta (largest beta with mean val NMI >= threshold)", ""]
         for entry in report["collapse"]:
-            beta = "-" if entry["collapse_beta"] is None else (
-                f"{entry['collapse_beta']:g} (eff {_num(entry['collapse_beta_effective'], 3)})")
+            beta = "-" if entry["collapse_beta"] is None else beta_text({
+                "beta": entry["collapse_beta"], "beta_effective": entry["collapse_beta_effective"],
+                "beta_elbo": entry.get("collapse_beta_elbo")})
             lines.append(f"- {entry['loss_stack']} alpha {entry['alpha']:g} {entry['model']}: "
                          f"{beta}, {entry['status']}; {entry['split']} NMI there "
-                         f"{_interval(entry['test'] or {})}")
+                         f"{interval_text(entry['test'] or {})}")
     return "\n".join(lines) + "\n"

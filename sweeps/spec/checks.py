@@ -6,20 +6,22 @@ import math
 import re
 from typing import TYPE_CHECKING
 
-from objectives.field_errors import Problem
+from objectives.field_errors import LocatedProblem
 from objectives.spec import PRESETS, LossStackSpec
 from sweeps.spec.sections import ValueRange
 
 if TYPE_CHECKING:
     from sweeps.spec.sweep import SweepSpec
 
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
+# A sweep's name and an inline stack's label, 1-100 characters (a registered dataset's or
+# model's name: workers.contract.REGISTERED_NAME_PATTERN, 1-64).
+SPEC_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
 
 
-def stack_problems(stacks: list[str | LossStackSpec]) -> list[Problem]:
+def stack_problems(stacks: list[str | LossStackSpec]) -> list[LocatedProblem]:
     """Unknown presets, unnamed or badly named inline stacks, alpha/c_base set, repeated labels
     (each located inside ``loss_stacks``)."""
-    problems: list[Problem] = []
+    problems: list[LocatedProblem] = []
     labels: list[str] = []
     for i, stack in enumerate(stacks):
         if isinstance(stack, str):
@@ -30,8 +32,8 @@ def stack_problems(stacks: list[str | LossStackSpec]) -> list[Problem]:
             continue
         if stack.name is None:
             problems.append(((i, "name"), "an inline stack needs a name (its label in reports)"))
-        elif re.fullmatch(NAME_PATTERN, stack.name) is None:
-            problems.append(((i, "name"), f"{stack.name!r} must match {NAME_PATTERN} (letters, "
+        elif re.fullmatch(SPEC_NAME_PATTERN, stack.name) is None:
+            problems.append(((i, "name"), f"{stack.name!r} must match {SPEC_NAME_PATTERN} (letters, "
                                           "digits, '_', '.', '-')"))
         else:
             labels.append(stack.name)
@@ -47,7 +49,7 @@ def stack_problems(stacks: list[str | LossStackSpec]) -> list[Problem]:
     return problems
 
 
-def _axis_problems(spec: SweepSpec) -> list[Problem]:
+def _axis_problems(spec: SweepSpec) -> list[LocatedProblem]:
     problems = []
     kind = spec.search.kind
     for axis in ("alpha", "beta", "free_bits"):
@@ -61,7 +63,7 @@ def _axis_problems(spec: SweepSpec) -> list[Problem]:
     return problems
 
 
-def _kl_problems(spec: SweepSpec) -> list[Problem]:
+def _kl_problems(spec: SweepSpec) -> list[LocatedProblem]:
     """beta/free_bits need a kl term; free bits must stay below log K (else KL has no pressure)."""
     problems = []
     swept = [axis for axis in ("beta", "free_bits") if getattr(spec, axis) is not None]
@@ -98,7 +100,7 @@ def _kl_problems(spec: SweepSpec) -> list[Problem]:
     return problems
 
 
-def _analysis_problems(spec: SweepSpec) -> list[Problem]:
+def _analysis_problems(spec: SweepSpec) -> list[LocatedProblem]:
     labels = set(spec.stack_labels())
     problems = []
     for i, contrast in enumerate(spec.analysis.contrasts or []):
@@ -116,7 +118,7 @@ def _analysis_problems(spec: SweepSpec) -> list[Problem]:
     return problems
 
 
-def _search_problems(spec: SweepSpec) -> list[Problem]:
+def _search_problems(spec: SweepSpec) -> list[LocatedProblem]:
     problems = []
     kind = spec.search.kind
     metric_count = len(spec.objective.metrics)
@@ -149,10 +151,20 @@ def _search_problems(spec: SweepSpec) -> list[Problem]:
         problems.append((("scheduler", "grace_period"),
             f"scheduler.grace_period ({spec.scheduler.grace_period}) must be <= "
             f"scheduler.max_t ({max_t or epochs}, default template.training.epochs)"))
+    pretraining = spec.template.training.autoencoder_epochs
+    if spec.scheduler.kind == "asha" and pretraining and spec.scheduler.grace_period <= pretraining:
+        problems.append((("scheduler", "grace_period"),
+            f"scheduler.grace_period ({spec.scheduler.grace_period}) must be above "
+            f"template.training.autoencoder_epochs ({pretraining}): ASHA would stop trials on "
+            f"epochs trained without the KL; raise it to at least {pretraining + 1}"))
+    if max_t is not None and pretraining and max_t <= pretraining:
+        problems.append((("scheduler", "max_t"),
+            f"scheduler.max_t ({max_t}) must be above template.training.autoencoder_epochs "
+            f"({pretraining}), or no trial trains with the KL"))
     return problems
 
 
-def consistency_problems(spec: SweepSpec) -> list[Problem]:
+def consistency_problems(spec: SweepSpec) -> list[LocatedProblem]:
     """Every contradiction between sections (the trial budget is the plan's:
     :mod:`sweeps.plan.budget`)."""
     problems = [*_axis_problems(spec), *_search_problems(spec)]

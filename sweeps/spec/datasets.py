@@ -1,16 +1,10 @@
 """A sweep on a registered dataset: resolve its name once, and refuse what it cannot give.
 
-:func:`resolve_spec_data` runs once per sweep, in the driver, before any trial: it turns
-``template.data.dataset`` into the name's sha256 (or checks the pin; a resumed sweep keeps
-the hash it started with) and the store root the caller passed, so every trial reads the
-same content. On a dataset the spec's default metrics are AMI (``val/latent_ami``,
-``latent_ami``: :class:`~sweeps.spec.sweep.SweepSpec`). A dataset without a ``label`` column
-has no latent to recover: the default objective (or ``val/latent_nmi``) becomes ``test/elbo``,
-the default analysis metric (or ``latent_nmi``) becomes ``elbo`` and the label read-outs leave
-the default list; a spec that *names* another metric the dataset cannot give is refused,
-naming it. ``base.kind: oracle``
-and a caveat analysis (the prefix-minus-private interaction needs the synthetic kinds and
-the oracle's h_t) are refused by name.
+:func:`resolve_spec_data` runs once per sweep, in the driver, before any trial: the dataset's
+name becomes its sha256 (a pin is checked; a resumed sweep keeps the hash it started with) and
+the store root the caller passed, so every trial reads the same content. A dataset's default
+metrics are AMI; without a ``label`` column they are ``elbo``, and a spec naming a metric the
+dataset cannot give, ``base.kind: oracle`` or a caveat analysis is refused by name.
 """
 
 from __future__ import annotations
@@ -33,10 +27,10 @@ from workers.contract import (
     VAL_LATENT_NMI,
 )
 from workers.data.config import DatasetDataConfig
-from workers.data.dataset_resolve import DatasetResolutionError, dataset_columns, resolve_dataset
-from workers.data.dataset_store import DatasetStore
-from workers.data.dataset_table import BASE_NLL, LABEL
-from workers.lm.resolve import resolve_model
+from workers.datasets.resolve import DatasetResolutionError, dataset_columns, resolve_dataset
+from workers.datasets.store import DatasetStore
+from workers.datasets.table import BASE_NLL, LABEL
+from workers.zfree.resolve import resolve_model
 
 NO_LABEL = "has no label column, so there is no latent to recover"
 

@@ -255,6 +255,12 @@ class ContrastSpec(BaseModel):
 
     stack: str = Field(..., description="The loss-stack label being compared.")
     baseline: str = Field("uniform", description="The loss-stack label it is compared against.")
+    primary: bool = Field(
+        True, description="Part of the primary family (Holm within it) when `analysis.primary` is "
+        "'stack_contrasts'; false: computed and shown as exploratory.")
+    predicted: Literal["higher", "lower"] | None = Field(
+        None, description="The sign the study predicts for stack - baseline on `analysis.metric`, "
+        "written before the sweep runs; the report says whether a significant difference matches it.")
 
 
 class AnalysisSpec(BaseModel):

@@ -33,7 +33,7 @@ from pydantic import (
 
 from objectives.field_errors import located_errors
 from objectives.spec import LossStackSpec, TermSpec
-from sweeps.spec.checks import NAME_PATTERN, consistency_problems, stack_problems
+from sweeps.spec.checks import SPEC_NAME_PATTERN, consistency_problems, stack_problems
 from sweeps.spec.sections import (
     AlphaRange,
     AnalysisSpec,
@@ -59,7 +59,7 @@ TAG_KEY_PATTERN = r"^[A-Za-z0-9_.-]{1,100}$"
 TAG_VALUE_SCHEMA = {"anyOf": [{"type": "string", "maxLength": 500}, {"type": "number"}]}
 
 ModelFamily = Literal["discrete", "continuous"]
-StackLabel = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
+StackLabel = Annotated[str, StringConstraints(pattern=SPEC_NAME_PATTERN)]
 
 AxisValues = Annotated[
     list[Annotated[float, Field(ge=0, allow_inf_nan=False)]], Field(min_length=1, max_length=64)
@@ -106,7 +106,7 @@ class SweepSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(
-        ..., pattern=NAME_PATTERN, description="Sweep name (letters, digits, '_', '.', '-')."
+        ..., pattern=SPEC_NAME_PATTERN, description="Sweep name (letters, digits, '_', '.', '-')."
     )
     description: str = Field("", max_length=2000, description="Free text shown in reports.")
     tags: dict[
@@ -336,12 +336,6 @@ class SweepSpec(BaseModel):
     def seed_list(self) -> list[int]:
         """The trial seeds: ``0..n-1`` for a count, else the list as given."""
         return list(range(self.seeds)) if isinstance(self.seeds, int) else list(self.seeds)
-
-    def trial_count(self) -> int:
-        """Trials the sweep runs, after objective-equivalent rows are merged (the plan's count)."""
-        from sweeps.plan.build import build_plan
-
-        return build_plan(self).trial_count
 
     def epochs_per_trial(self) -> int:
         """The most epochs one trial runs (ASHA's max_t, else the template's epochs)."""

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from sweeps.plan.build import SEARCH_AXES
+from sweeps.status import TrialState, finished_state
 from sweeps.tune.cohort_trainable import COHORT_MEMBERS_KEY, ENDED, MEMBERS_FILE, member_trial_id
 from sweeps.tune.search_space import MEMBERS
-from sweeps.tune.status import TrialState, finished_state
 from workers.contract import TrainingStatus
 
 __all__ = ["member_state", "member_views", "saved_members"]

@@ -1,23 +1,10 @@
 """The Ray Tune trainable of a cohort: one Tune trial trains K trials of one shape together.
 
-The members are trained by :class:`workers.cohort.trainer.Cohort` (one vectorized train pass,
-each member's lone epoch-end code; each epoch chunk by chunk where the device cannot hold them
-all: :mod:`workers.cohort.chunked`) and each keeps everything a lone trial has: its own
-MLflow child run, with the lone trial's tags (a per-member ``ksweep.trial_id``, plus
-``ksweep.cohort``; a new one is made by the metric writer's process while the first epoch
-trains, and waited for before that epoch is logged), one metric point per epoch,
-``selected/*`` logged with its last epoch, its plots (``tracking.trial_plots``) and its end
-state; its own checkpoint. A member's epoch is queued for MLflow's writer thread, and every
-member's run is settled before the cohort's ``tune.report`` (the wait a lone trial's
-``log_epoch`` makes: a checkpoint holds no epoch MLflow lacks unless the server is failing;
-the writes overlap the other members' epoch ends and the checkpoints).
-
-Every epoch the cohort reports once to Tune. The checkpoint holds each running member's
-checkpoint (``member_{k}.pt``) and ``members.json``: every member's record (state, run id,
-epochs, error, its last metrics with ``selected/*`` and ``c_base``, the report curves). A
-restored cohort re-runs no member that ended (only the running ones are rebuilt, from their
-files, into their own runs), and a fresh start deletes a member's leftover run first, so no
-member ever has two runs. The report and the progress read the members from there
+The members train as one :class:`workers.cohort.trainer.Cohort` and each keeps everything a
+lone trial has: its own MLflow run and tags (``ksweep.cohort`` beside its ``ksweep.trial_id``),
+one metric point per epoch, its plots, its end state and its own checkpoint
+(:func:`train_cohort` says how the runs and checkpoints are kept). The cohort reports to Tune
+once per epoch; the report and the progress read the members from its checkpoint
 (:mod:`sweeps.tune.cohort_results`).
 """
 
@@ -42,7 +29,6 @@ from sweeps.tune.trainable import (
     trial_run_options,
 )
 from workers.contract import (
-    C_BASE_PARAM,
     FAILURE_TAG,
     HISTORY_METRICS,
     METRIC_NAMES,
@@ -50,13 +36,13 @@ from workers.contract import (
     TrainingStatus,
     failure_text,
 )
-from workers.mlflow_retry import create_run_later
+from workers.tracking.writer import create_run_later
 
 if TYPE_CHECKING:  # the training stack is imported where a trial runs: the driver never loads torch
     from sweeps.spec.trials import TrialConfigs
     from workers.cohort.chunked import ChunkedCohort
     from workers.cohort.trainer import Cohort, Member
-    from workers.trial import TrialRun
+    from workers.trial import TrialRunner
 
 MEMBERS_FILE = "members.json"
 ENDED = frozenset(TrainingStatus) - {TrainingStatus.RUNNING}
@@ -85,8 +71,8 @@ def progress_record(record: dict[str, Any]) -> dict[str, Any]:
                         and math.isfinite(final[k])}}
 
 
-def _close(member: Member, run: TrialRun | None) -> None:
-    """End a member's run the way a lone trial's run ends (TrialRun.train); None: a member
+def _close(member: Member, run: TrialRunner | None) -> None:
+    """End a member's run the way a lone trial's run ends (TrialRunner.train); None: a member
     replayed after its run had ended (nothing to write)."""
     if run is None:
         return
@@ -118,7 +104,7 @@ class _CohortTrial:
              "final": {}, "history": {}}
             for k, member in enumerate(self.members)]
         self.running: list[int] = []
-        self.runs: list[TrialRun | None] = []  # None: replayed, its run already ended (or not made yet)
+        self.runs: list[TrialRunner | None] = []  # None: replayed, its run already ended (or not made yet)
         self.making: dict[int, Future[tuple[str, str]]] = {}  # position -> its run being made
         self.unclosed: list[int] = []  # positions that ended but whose runs are not ended yet
 
@@ -136,6 +122,7 @@ class _CohortTrial:
         if not self.running:  # every member ended before the restore: nothing re-runs
             return None
         from workers.cohort.chunked import open_cohort
+        from workers.trial import run_constants
 
         checkpoints = ({i: folder / f"member_{k}.pt" for i, k in enumerate(self.running)}
                        if folder is not None else None)
@@ -148,7 +135,7 @@ class _CohortTrial:
             delete_leftover_runs(self.context, {COHORT_TAG: self.cohort_id}, fresh)
         for position, (member, k) in enumerate(zip(cohort.members, self.running, strict=True)):
             record = self.records[k]
-            record["final"][C_BASE_PARAM] = member.trainer.c_base
+            record["final"].update(run_constants(member.trainer))
             if not record["run_id"]:
                 # Made by the metric writer while the first epoch trains (its process's
                 # store work on the other core): the runs are waited for before the epoch is
@@ -171,7 +158,7 @@ class _CohortTrial:
     def _made(self, cohort: Cohort | ChunkedCohort, raising: bool = True) -> None:
         """Wait for the runs :meth:`open` had made; ``raising`` False: a run that could not be
         made stays None (nothing to end), as when the trial fails."""
-        from workers.trial import TrialRun
+        from workers.trial import TrialRunner
 
         while self.making:
             position = next(iter(self.making))
@@ -182,7 +169,7 @@ class _CohortTrial:
                 if raising:
                     raise
                 continue
-            self.runs[position] = TrialRun.created(
+            self.runs[position] = TrialRunner.created(
                 cohort.members[position].trainer, self.context["tracking_uri"], run_id,
                 experiment_id, **trial_run_options(self.context))
             self.records[self.running[position]]["run_id"] = run_id
@@ -206,6 +193,7 @@ class _CohortTrial:
     def _log_member(self, member, position: int, metrics: dict[str, float]) -> None:
         """Member ``position``'s epoch: finalized if it ended, queued for its run, recorded."""
         from workers.cohort.member import own_rng
+        from workers.trial import run_constants
 
         record = self.records[self.running[position]]
         if member.status in (TrainingStatus.FINISHED, TrainingStatus.STOPPED):  # its lone last epoch
@@ -216,7 +204,7 @@ class _CohortTrial:
             self.runs[position].log_epoch(metrics)
         history = member.trainer.history
         record.update(state=member.status, epochs=member.trainer.epoch, final={
-            **_numbers(metrics), C_BASE_PARAM: member.trainer.c_base,
+            **_numbers(metrics), **_numbers(run_constants(member.trainer)),
             "training_iteration": float(member.trainer.epoch)},
             history={k: list(history[k]) for k in HISTORY_METRICS if k in history})
 
@@ -267,7 +255,18 @@ class _CohortTrial:
 
 def train_cohort(params: dict[str, Any], *, configs: TrialConfigs, context: dict[str, Any]) -> None:
     """Tune function trainable of a cohort. ``params[members]``: each member's lone params;
-    ``context``'s ``metric`` and ``mode``: what the cohort reports to Tune as its own value."""
+    ``context``'s ``metric`` and ``mode``: what the cohort reports to Tune as its own value.
+
+    A member's run is made by the metric writer's process while the first epoch trains, and
+    waited for before that epoch is logged (each epoch chunk by chunk where the device cannot
+    hold every member: :mod:`workers.cohort.chunked`). A member's epoch is queued for the
+    writer thread and every run is settled before the cohort's ``tune.report``: a checkpoint
+    holds no epoch MLflow lacks unless the server is failing. The checkpoint holds each running
+    member's ``member_{k}.pt`` and ``members.json`` (every member's state, run id, epochs,
+    error, last metrics with ``selected/*`` and ``c_base``, the report curves). A restored
+    cohort re-runs no member that ended, and a fresh start deletes a member's leftover run
+    first, so no member ever has two runs.
+    """
     trial = _CohortTrial(params, configs, context)
     checkpoint = tune.get_checkpoint()
     behind = False

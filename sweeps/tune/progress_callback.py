@@ -19,9 +19,9 @@ from mlflow.tracking import MlflowClient
 from ray import tune
 
 from sweeps.plan.build import SEARCH_AXES
+from sweeps.status import ProgressSink, SweepStatus, TrialState, finished_state, publish
 from sweeps.tune.cohort_results import member_views
 from sweeps.tune.search_space import MEMBERS, is_cohort
-from sweeps.tune.status import ProgressSink, SweepStatus, TrialState, finished_state, publish
 from workers.contract import METRIC_NAMES, STOPPED_EARLY_TAG
 
 log = logging.getLogger("ksweep.runner")

@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 
 from sweeps.plan.build import SEARCH_AXES
 from sweeps.report.readout_table import TrialOutcome
-from sweeps.tune.status import TrialState
+from sweeps.status import TrialState
 from workers.contract import (
     C_BASE_PARAM,
     HISTORY_METRICS,
@@ -29,7 +29,7 @@ from workers.contract import (
     TRIAL_ID_TAG,
     runs_with_tag_filter,
 )
-from workers.mlflow_retry import retrying
+from workers.tracking.retry import retrying
 
 __all__ = ["find_reusable", "reused_outcomes"]
 

@@ -13,7 +13,7 @@ the MLflow parent run, start publishing progress, fit the Tuner of each segment
 (``sweeps/tune/segment_run.py``, ``sweeps/tune/setup.py``, progress from
 ``sweeps/tune/progress_callback.py``), then collect the trials' outcomes, write the
 report and publish the final status. Every MLflow write is retried while the tracking server
-is down (``workers/mlflow_retry.py``), so a sweep waits out an outage of up to
+is down (``workers/tracking/retry.py``), so a sweep waits out an outage of up to
 ``KSWEEP_MLFLOW_OUTAGE_S``.
 """
 
@@ -43,10 +43,7 @@ from sweeps.report.plots import prepare_plotting
 from sweeps.report.summary_runs import publish_summary
 from sweeps.spec import SweepSpec
 from sweeps.spec.datasets import resolve_spec_data
-from sweeps.tune.progress_callback import trial_record
-from sweeps.tune.segment_run import SegmentRun, run_segments
-from sweeps.tune.setup import ensure_ray, param_space
-from sweeps.tune.status import (
+from sweeps.status import (
     ProgressSink,
     StatusFileSink,
     SweepState,
@@ -54,6 +51,9 @@ from sweeps.tune.status import (
     TrialState,
     publish,
 )
+from sweeps.tune.progress_callback import trial_record
+from sweeps.tune.segment_run import SegmentRun, run_segments
+from sweeps.tune.setup import ensure_ray, param_space
 from sweeps.tune.tag_sink import MlflowTagSink
 from workers.contract import (
     FAILURE_TAG,
@@ -65,8 +65,9 @@ from workers.contract import (
     failure_text,
     runs_with_tag_filter,
 )
-from workers.mlflow_retry import retrying
-from workers.tracking import RunLogger, ensure_experiment, flatten_config
+from workers.tracking.params import flatten_config
+from workers.tracking.retry import retrying
+from workers.tracking.runs import RunLogger, ensure_experiment
 
 __all__ = ["STATUS_FILE", "SweepOutcome", "ensure_ray", "param_space", "run_sweep",
            "sweep_dir"]

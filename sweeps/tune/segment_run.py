@@ -21,6 +21,7 @@ from sweeps.plan.build import SEARCH_AXES, SweepPlan, subplan
 from sweeps.plan.identity import TRIAL_HASH, hash_trials, training_environment, trial_identity
 from sweeps.report.readout_table import TrialOutcome
 from sweeps.spec import SweepSpec
+from sweeps.status import ProgressSink, SweepStatus, TrialState, finished_state
 from sweeps.tune.cohort_results import member_state, saved_members
 from sweeps.tune.cohort_trainable import member_trial_id
 from sweeps.tune.progress_callback import LIVE, ProgressCallback, trial_record
@@ -29,7 +30,6 @@ from sweeps.tune.search_space import MEMBERS, is_cohort
 from sweeps.tune.segments import Segment, load_segments, tune_folder, write_outcomes, write_segment
 from sweeps.tune.setup import make_tuner
 from sweeps.tune.state_backup import ExperimentStateBackup
-from sweeps.tune.status import ProgressSink, SweepStatus, TrialState, finished_state
 from sweeps.tune.trial_entry import train_sweep_trial
 from workers.contract import HISTORY_METRICS
 

@@ -1,23 +1,11 @@
 """Tune's last saved state, kept whole beside the sweep, so a killed driver resumes from it.
 
-After each save Tune writes ``experiment_state-<session>.json`` and the searcher's state into a
-staging folder, then copies them into the sweep's Tune folder in the background. A driver
-killed before that copy ends leaves the Tune folder with either a truncated state file (Tune
-then logs "Failed to restore the run state" and starts the sweep afresh under new trial ids:
-every trial would run, and log an MLflow run, a second time) or the previous save's state,
-which may name a trial checkpoint Tune has since deleted (``num_to_keep``; the restored trial
-then fails). :class:`ExperimentStateBackup` keeps the last save's files in one file written
-whole, and :func:`repair_experiment_state` puts them in place before a restore.
-
-Even the last save can name a deleted checkpoint: Tune forces a save once a trial has registered
-``num_to_keep`` checkpoints since the last one, but that registration has already deleted the
-newest checkpoint the last save names. :func:`fill_deleted_checkpoints` puts the trial's newest
-checkpoint under that name, marked with the iteration Tune restores (:data:`RESTORED_AS`), and
-the trainables hand Tune the epochs in between (:func:`restored_as`). Only a whole checkpoint
-is put back: a trial worker that outlives its killed driver can leave its newest checkpoint
-half-copied, so the trainables seal each checkpoint with its files' sizes
-(:func:`seal_checkpoint`) and the newest one that matches them is chosen
-(:func:`is_whole_checkpoint`).
+Tune copies each save into the sweep's folder in the background; a driver killed before the
+copy ends leaves a truncated state (Tune would start the sweep afresh, every trial a second
+time) or the previous one, which may name a checkpoint Tune has since deleted. So each save is
+kept whole (:class:`ExperimentStateBackup`) and put back before a restore
+(:func:`repair_experiment_state`), and a deleted checkpoint the state names is filled with the
+trial's newest whole one (:func:`fill_deleted_checkpoints`).
 """
 
 from __future__ import annotations
@@ -161,8 +149,15 @@ def fill_deleted_checkpoints(tune_folder: Path) -> list[Path]:
     of the trial's newest whole checkpoint marked with the iteration Tune restores; the filled
     paths.
 
-    A trial with no newer whole checkpoint is left alone (Tune then fails it, with its own
-    message)."""
+    Even the last save can name a deleted checkpoint: Tune forces a save once a trial has
+    registered ``num_to_keep`` checkpoints since the last one, but that registration has already
+    deleted the newest checkpoint the last save names. The copy is marked with the iteration
+    Tune restores (:data:`RESTORED_AS`), and the trainables hand Tune the epochs in between
+    (:func:`restored_as`). Only a whole checkpoint is put back: a trial worker that outlives its
+    killed driver can leave its newest one half-copied, so the trainables seal each checkpoint
+    with its files' sizes (:func:`seal_checkpoint`) and the newest that matches them is chosen
+    (:func:`is_whole_checkpoint`). A trial with no newer whole checkpoint is left alone (Tune
+    then fails it, with its own message)."""
     state = _newest_state(tune_folder)
     if state is None:
         return []

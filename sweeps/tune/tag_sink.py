@@ -9,7 +9,7 @@ from typing import Any
 
 from mlflow.entities import RunTag
 
-from sweeps.tune.status import (
+from sweeps.status import (
     BEST_VALUE_TAG,
     COUNTERS,
     STATE_TAG,
@@ -17,7 +17,7 @@ from sweeps.tune.status import (
     SweepStatus,
     counter_tag,
 )
-from workers.mlflow_retry import retrying
+from workers.tracking.retry import retrying
 
 __all__ = ["MlflowTagSink"]
 
@@ -29,7 +29,7 @@ class MlflowTagSink:
 
     While the tracking server fails, running-state updates back off (doubling up to 60 s, so
     the Tune loop that publishes is not held up by every attempt); the final state is written
-    with retries (``workers/mlflow_retry.py``).
+    with retries (``workers/tracking/retry.py``).
     """
 
     def __init__(self, client: Any, run_id: str, interval_s: float = 5.0) -> None:

@@ -4,7 +4,7 @@ It runs in the trial's process, possibly on another node, so every location it
 needs (MLflow tracking URI, cache root) is passed explicitly. Progress goes to
 Tune only through ``ray.tune.report`` with a checkpoint every epoch, so ASHA can
 stop a trial and a restored sweep resumes it mid-run. The run's lifecycle is
-:class:`workers.trial.TrialRun`, the one ``ksweep train`` uses.
+:class:`workers.trial.TrialRunner`, the one ``ksweep train`` uses.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from ray import tune
 
 from sweeps.tune.state_backup import restored_as, seal_checkpoint
 from workers.contract import (
-    C_BASE_PARAM,
     RUN_KIND_TAG,
     RUN_KIND_TRIAL,
     STOPPED_EARLY_TAG,
@@ -29,15 +28,15 @@ from workers.contract import (
     TrainingStatus,
     runs_with_tag_filter,
 )
-from workers.mlflow_retry import retrying
-from workers.tracking import NewRun, ensure_experiment
+from workers.tracking.retry import retrying
+from workers.tracking.runs import NewRun, ensure_experiment
 
 if TYPE_CHECKING:  # the training stack is imported where a trial runs: the driver never loads torch
     from sweeps.spec.trials import TrialConfigs
     from workers.train import Trainer
-    from workers.trial import TrialRun
+    from workers.trial import TrialRunner
 
-STATE_FILE = "state.pt"
+CHECKPOINT_FILE = "state.pt"
 RUN_FILE = "run.json"
 
 
@@ -65,7 +64,7 @@ def open_trial_run(
     trainer: Trainer, params: dict[str, Any], context: dict[str, Any], trial_id: str,
     checkpoint_run_id: str | None, extra_tags: dict[str, str] | None = None,
     leftovers_deleted: bool = False,
-) -> TrialRun:
+) -> TrialRunner:
     """The trial's MLflow run: deferred (its caller settles it before each ``tune.report``), with
     PNGs when ``context["trial_plots"]`` (the spec's ``tracking.trial_plots``; absent: none).
 
@@ -74,15 +73,15 @@ def open_trial_run(
     first (unless ``leftovers_deleted``: a cohort deletes its members' in one search), so no
     trial ever has two runs.
     """
-    from workers.trial import TrialRun
+    from workers.trial import TrialRunner
 
     uri = context["tracking_uri"]
     if checkpoint_run_id is not None:
-        return TrialRun.attach(trainer, uri, checkpoint_run_id, **trial_run_options(context))
+        return TrialRunner.attach(trainer, uri, checkpoint_run_id, **trial_run_options(context))
     if not leftovers_deleted:
         delete_leftover_runs(context, {TRIAL_ID_TAG: trial_id})
     new_run = new_trial_run(trainer, params, context, trial_id, extra_tags)
-    return TrialRun.created(trainer, uri, *new_run.create(), **trial_run_options(context))
+    return TrialRunner.created(trainer, uri, *new_run.create(), **trial_run_options(context))
 
 
 def trial_run_options(context: dict[str, Any]) -> dict[str, bool]:
@@ -93,11 +92,11 @@ def trial_run_options(context: dict[str, Any]) -> dict[str, bool]:
 def new_trial_run(trainer: Trainer, params: dict[str, Any], context: dict[str, Any], trial_id: str,
                   extra_tags: dict[str, str] | None = None) -> NewRun:
     """A sweep trial's new run: its tags (sweep, trial, kind, one per search param) and params."""
-    from workers.trial import TrialRun
+    from workers.trial import TrialRunner
 
     tags = {SWEEP_ID_TAG: context["sweep_id"], TRIAL_ID_TAG: trial_id, RUN_KIND_TAG: RUN_KIND_TRIAL,
             **{param_tag(k): v for k, v in params.items()}, **(extra_tags or {})}
-    return TrialRun.new_run(trainer, context["tracking_uri"], context["experiment_name"],
+    return TrialRunner.new_run(trainer, context["tracking_uri"], context["experiment_name"],
                             trainer.config.name or trial_id, tags, context["parent_run_id"])
 
 
@@ -116,6 +115,7 @@ def train_trial(params: dict[str, Any], *, configs: TrialConfigs, context: dict[
     """Tune function trainable. ``params``: alpha, loss_stack, model, seed; ``configs`` builds
     this trial's configuration from them (the sweep's template and stacks, not its spec)."""
     from workers.train import Trainer
+    from workers.trial import run_constants
 
     config = configs.trial_config_for(params)
     trial_id = tune.get_context().get_trial_id()
@@ -124,7 +124,7 @@ def train_trial(params: dict[str, Any], *, configs: TrialConfigs, context: dict[
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
-            trainer.load_checkpoint(Path(folder) / STATE_FILE)
+            trainer.load_checkpoint(Path(folder) / CHECKPOINT_FILE)
             checkpoint_run_id = json.loads((Path(folder) / RUN_FILE).read_text())["run_id"]
             tune_epoch = restored_as(Path(folder))
     ended = None if checkpoint_run_id is None else _ended_run(context, checkpoint_run_id)
@@ -132,14 +132,15 @@ def train_trial(params: dict[str, Any], *, configs: TrialConfigs, context: dict[
         return
     run = None if ended else open_trial_run(trainer, params, context, trial_id, checkpoint_run_id)
     run_id = checkpoint_run_id if run is None else run.logger.run_id
+    constants = run_constants(trainer)
 
     def report(trainer: Trainer, epoch: int, metrics: dict[str, float], checkpoint: bool = True) -> None:
-        payload = {**metrics, "mlflow_run_id": run_id, C_BASE_PARAM: trainer.c_base}
+        payload = {**metrics, "mlflow_run_id": run_id, **constants}
         if not checkpoint:  # an epoch replayed to Tune ahead of the checkpoint that holds it
             tune.report(payload)
             return
         with tempfile.TemporaryDirectory(prefix="ksweep-ckpt-") as folder:
-            trainer.save_checkpoint(Path(folder) / STATE_FILE)
+            trainer.save_checkpoint(Path(folder) / CHECKPOINT_FILE)
             (Path(folder) / RUN_FILE).write_text(json.dumps({"run_id": run_id}))
             seal_checkpoint(Path(folder))
             if run is not None:  # MLflow holds the epoch before Tune records its checkpoint

@@ -2,8 +2,7 @@
 
 This module imports nothing heavy, so unpickling the trainable in a fresh worker loads no
 MLflow, torch or trainers; the first trial imports them, once per worker process (Ray reuses
-it for the next trial), with the garbage collector off (:mod:`workers.heap`): the trainables'
-import (mostly MLflow) 0.55 s -> 0.37 s, the training stack's about a third less.
+it for the next trial), with the garbage collector off (:mod:`workers.imports`).
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ import functools
 import urllib.parse
 from typing import TYPE_CHECKING, Any
 
-from workers.heap import heavy_imports
+from workers.imports import heavy_imports
 
 if TYPE_CHECKING:
     from sweeps.spec.trials import TrialConfigs
@@ -52,7 +51,7 @@ def train_sweep_trial(params: dict[str, Any], *, configs: TrialConfigs,
         # this process's GIL. Started first, its own imports of MLflow and the store run beside
         # this process's, not beside the first epoch's training.
         with heavy_imports():
-            from workers.mlflow_retry import write_in_child_process
+            from workers.tracking.writer import write_in_child_process
         write_in_child_process(tracking_uri=context["tracking_uri"])
     load_training_stack(context["tracking_uri"])
     from sweeps.tune.cohort_trainable import train_cohort

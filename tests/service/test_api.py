@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 
 import httpx
 import pytest
 from conftest import TOKENS, auth, spec_dict, tiny_spec
+
+from tests.support.datasets import register, strategy_table
 
 PROBLEM = "application/problem+json"
 
@@ -151,6 +154,29 @@ def test_trial_cap_and_validate_dry_run(paused_service):
             (a, s) for a in (0.0, 1.0, 2.0)
             for s in ("uniform", "raw_token_weighted", "concentration_corrected")}
         assert sum(bool(t["shared_by"]) for t in plan["trials"]) == 3
+        # Each trial's run and units: 8 epochs x ceil(1024 / 64) steps; beta 1 x mean length 2 + 5.
+        assert plan["train"]["rows"] == 1024 and plan["train"]["mean_target_length"] == 7.0
+        assert {(t["total_steps"], t["elbo_beta"]) for t in plan["trials"]} == {(128, "7")}
+        assert plan["warnings"] == []
+
+
+def test_validate_reads_a_datasets_train_split_from_its_registry_summary(paused_service):
+    root = Path(paused_service.env["KSWEEP_SWEEP_ROOT"]) / "datasets"
+    record = register(root, strategy_table(rows=80, split=True), "validate_lengths")
+    rows = record.summary["rows_per_split"]["train"]
+    mean = record.summary["tokens"]["train"]["y"] / rows
+    spec = tiny_spec(**{"template.data": {"dataset": "validate_lengths"}, "template.base": {"kind": "learned"},
+                        "common_terms": {"kl": {"weight": 2.0, "options": {"anneal": "linear"}}}})
+    with paused_service.client() as client:
+        plan = client.post("/sweeps:validate", json=spec)
+        assert plan.status_code == 200, plan.text
+        plan = plan.json()
+    assert plan["train"]["rows"] == rows and plan["train"]["mean_target_length"] == pytest.approx(mean)
+    steps = 3 * -(-rows // 64)
+    uniform = next(t for t in plan["trials"] if t["loss_stack"] == "uniform")
+    assert uniform["total_steps"] == steps and uniform["elbo_beta"] == f"{2.0 * mean:.3g}"
+    assert uniform["schedule_overruns"] == ["KL warm-up of 1000 steps"]
+    assert plan["warnings"] and f"run {steps} optimizer steps" in plan["warnings"][0]
 
 
 def test_validate_shows_cohorts_and_refuses_them_with_asha(paused_service):

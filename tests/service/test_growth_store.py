@@ -13,7 +13,7 @@ from alembic.config import Config
 import service.store.db as db
 from service.orchestrator.sweep_process import refresher, reusable_sweeps
 from service.store.queries import Store
-from sweeps.tune.status import SweepStatus
+from sweeps.status import SweepStatus
 
 
 def _alembic(url: str) -> Config:

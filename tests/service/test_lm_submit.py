@@ -12,8 +12,8 @@ import yaml
 
 from tests.service.conftest import ServiceProcess, auth
 from tests.support.tiny_lm import build_tiny_llama, text_table
-from workers.data.dataset_store import DatasetStore
-from workers.data.dataset_table import canonicalize, tokenizer_of
+from workers.datasets.store import DatasetStore
+from workers.datasets.table import canonicalize, tokenizer_of
 from workers.lm.loading import fingerprint_files
 from workers.lm.registry import ModelStore
 from workers.lm.tokenizer import ModelTextTokenizer

@@ -4,7 +4,7 @@ driver, a local Ray) and logs to a real ``mlflow server`` (sqlite store, served 
 
 The client's own retries are cut to one quick retry (``MLFLOW_HTTP_REQUEST_MAX_RETRIES=1``),
 so the outage outlasts them many times over and only ksweep's retries and buffering
-(``workers/mlflow_retry.py``) can carry the sweep through it."""
+(``workers/tracking/retry.py``) can carry the sweep through it."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from conftest import auth, tiny_spec
 from mlflow.tracking import MlflowClient
 from sweep_checks import check_consistent, poll, trials_of
 
-from sweeps.tune.status import STATE_TAG, counter_tag
+from sweeps.status import STATE_TAG, counter_tag
 from tests.support.groups import exclusive
 from tests.support.outage_servers import MlflowServer
 

@@ -1,4 +1,4 @@
-"""Sweep and trial states: one definition (sweeps.tune.status's StrEnums), the same values as
+"""Sweep and trial states: one definition (sweeps.status's StrEnums), the same values as
 before in the OpenAPI document, the store and the CLI."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from service.cli.client import EXIT_CODES
 from service.cli.training import COUNTER_COLUMNS
 from service.lifecycle import ACTIVE_SWEEP_STATES, TERMINAL_SWEEP_STATES
 from service.settings import Settings
-from sweeps.tune.status import COUNTERS, SweepState, SweepStatus, TrialState, finished_state
+from sweeps.status import COUNTERS, SweepState, SweepStatus, TrialState, finished_state
 from workers.contract import TrainingStatus
 
 SWEEP_VALUES = ["queued", "running", "succeeded", "failed", "cancelled"]

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from workers.data.dataset_store import DatasetRecord, DatasetStore
+from workers.datasets.store import DatasetRecord, DatasetStore
 
 
 def strategy_table(rows: int = 240, *, seed: int = 0, label: bool = True, group: bool = True,
@@ -45,7 +45,7 @@ def strategy_table(rows: int = 240, *, seed: int = 0, label: bool = True, group:
 def register(root: Path | str, table: pa.Table, name: str, owner: str = "local",
              replace: bool = False) -> DatasetRecord:
     """Validate, hash and store ``table`` under ``name`` through the store's own API."""
-    from workers.data.dataset_table import canonicalize
+    from workers.datasets.table import canonicalize
 
     store = DatasetStore(Path(root))
     return store.add(canonicalize(table, f"{name}.parquet"), name=name, owner=owner, replace=replace)

@@ -19,8 +19,8 @@ from collections import Counter
 
 import pytest
 
+from sweeps.status import read_status
 from sweeps.tune.state_backup import BACKUP_NAME, STATE_PATTERN
-from sweeps.tune.status import read_status
 from tests.support.tune_state import backup_restorable, named_checkpoints
 from tests.sweeps.test_ray_faults import _logged_epochs, _steps_per_worker, _trial_dir
 from tests.sweeps.test_runner import _runs, _sweep, _write_spec

@@ -17,12 +17,12 @@ from test_runner import _runs, _sweep, _write_spec
 
 from sweeps.plan.build import build_plan
 from sweeps.spec import load_sweep_spec
+from sweeps.status import read_status
 from sweeps.tune.cohort_trainable import COHORT_TAG
-from sweeps.tune.status import read_status
 from tests.support.tune_state import wait_restorable
 from workers.cohort.memory import HEADROOM, MEMORY_CAP_ENV, member_step_bytes
 from workers.contract import SWEEP_ID_TAG, TRIAL_ID_TAG
-from workers.tracking import CREATE_TOKEN_TAG
+from workers.tracking.runs import CREATE_TOKEN_TAG
 from workers.train.loop import Trainer
 
 pytestmark = pytest.mark.slow
@@ -97,8 +97,9 @@ def _check_same_trials(tmp_path):
         same_tags = {k: v for k, v in lone_run.data.tags.items() if k.startswith("ksweep.")
                      and k not in (TRIAL_ID_TAG, SWEEP_ID_TAG, CREATE_TOKEN_TAG)}
         assert {k: member.data.tags.get(k) for k in same_tags} == same_tags
-        for name in ("c_base", "alpha", "loss_stack", "seed", "training.learning_rate"):
-            assert member.data.params[name] == lone_run.data.params[name]
+        for name in ("c_base", "alpha", "loss_stack", "seed", "training.learning_rate",
+                     "train_target_length", "total_steps", "elbo_beta"):
+            assert member.data.params[name] == lone_run.data.params[name], name
         # Early stopping on val loss ends the member where it ends the lone trial.
         for name in COMPARED:
             assert member.data.metrics[name] == pytest.approx(
@@ -123,6 +124,10 @@ def _check_same_trials(tmp_path):
     assert cells(report6).keys() == cells(report1).keys()
     for key, value in cells(report1).items():
         assert cells(report6)[key] == pytest.approx(value, rel=1e-3, abs=1e-4), key
+    # Beta in ELBO units from each trial's logged constants, lone and member alike.
+    elbo = lambda r: {(c["loss_stack"], c["metric"], c["kind"], c["split"]): c["beta_elbo"]  # noqa: E731
+                      for c in r["cells"]}
+    assert elbo(report6) == elbo(report1) and all(v and v > 0 for v in elbo(report1).values())
     status1 = read_status(tmp_path / "root" / "k1" / "status.json")
     status6 = read_status(tmp_path / "root" / "k6" / "status.json")
     counters = lambda s: (s.state, s.total, s.done, s.stopped, s.failed, s.pending, len(s.trials))  # noqa: E731

@@ -12,7 +12,7 @@ from sweeps.spec import SweepSpec
 from sweeps.spec.datasets import resolve_spec_data
 from tests.support.datasets import register, strategy_table
 from workers.contract import TEST_ELBO
-from workers.data.dataset_resolve import DatasetResolutionError
+from workers.datasets.resolve import DatasetResolutionError
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "dataset"

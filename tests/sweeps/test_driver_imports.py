@@ -1,6 +1,6 @@
 """The sweep's driver waits on Tune and writes the report: it never loads the training stack.
 Nor does unpickling the function Tune ships to a trial worker (the worker imports the stack
-inside the trial, with the collector off: ``workers.heap``)."""
+inside the trial, with the collector off: ``workers.imports``)."""
 
 import subprocess
 import sys
@@ -37,7 +37,7 @@ def test_the_function_tune_ships_to_workers_unpickles_without_mlflow_or_torch():
 def test_a_discrete_trial_worker_loads_no_sklearn_scipy_stats_or_torch_dynamo():
     """Only the continuous family clusters (scikit-learn's k-means); ranks come from pandas,
     which Ray Tune has loaded anyway: the two would cost each trial worker about 0.8 s. The
-    trainers' own AdamW spares it ``torch._dynamo`` (workers/train/adamw.py)."""
+    trainers' own AdamW spares it ``torch._dynamo`` (workers/adamw.py)."""
     probe = (
         "import sys, tempfile\n"
         "from sweeps.tune.trial_entry import load_training_stack\n"

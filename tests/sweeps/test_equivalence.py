@@ -6,8 +6,9 @@ import pytest
 from pydantic import ValidationError
 
 from objectives import LossStackSpec
+from objectives.units import effective_beta, reconstruction_scale
 from sweeps import SweepSpec, build_plan
-from sweeps.plan.equivalence import effective_beta, objective_signature, reconstruction_scale
+from sweeps.plan.equivalence import objective_signature
 
 CC = {"name": "concentration_corrected", "terms": {"concentration_corrected": 1.0}}
 
@@ -156,3 +157,31 @@ def test_a_cohort_of_one_is_a_lone_tune_trial():
     trial = plan.trials[index]
     assert lone == {"trial_index": index, "shared_by": ",".join(trial["shared_by"]),
                     **{k: trial[k] for k in ("alpha", "loss_stack", "model", "seed", "beta")}}
+
+
+def test_remedies_ride_the_template_and_change_neither_dedup_nor_cohorts():
+    axes = {"alpha": [0, 1], "loss_stacks": ["uniform", "raw_token_weighted", CC], "seeds": 2,
+            "resources": {"cohort_size": 4}}
+    remedies = {"model": {"word_dropout": 0.25},
+                "training": {"epochs": 3, "autoencoder_epochs": 1, "aggressive_epochs": 2,
+                             "aggressive_encoder_steps": 3}}
+    plain = build_plan(spec(template={"training": {"epochs": 3}}, **axes))
+    remedied_spec = spec(template=remedies, **axes)
+    remedied = build_plan(remedied_spec)
+    # The remedies change how every trial trains, never which rows train one objective.
+    assert [r["trial"] for r in remedied.rows] == [r["trial"] for r in plain.rows]
+    assert (remedied.trial_count, remedied.cohorts) == (plain.trial_count, plain.cohorts)
+    for trial in remedied.trials:
+        config = remedied_spec.trial_config_for(trial)
+        assert config.model.word_dropout == 0.25
+        assert (config.training.autoencoder_epochs, config.training.aggressive_epochs,
+                config.training.aggressive_encoder_steps) == (1, 2, 3)
+
+
+def test_asha_never_judges_a_trial_on_its_pretraining_epochs():
+    template = {"training": {"epochs": 4, "autoencoder_epochs": 2}}
+    message = _rejected(template=template, scheduler={"kind": "asha", "grace_period": 2})
+    assert "scheduler.grace_period (2) must be above template.training.autoencoder_epochs (2)" in message
+    message = _rejected(template=template, scheduler={"kind": "asha", "grace_period": 1, "max_t": 2})
+    assert "scheduler.max_t (2) must be above template.training.autoencoder_epochs (2)" in message
+    assert build_plan(spec(template=template, scheduler={"kind": "asha", "grace_period": 3})).trial_count > 0

@@ -11,9 +11,9 @@ import yaml
 from sweeps.spec import SweepSpec
 from sweeps.spec.datasets import resolve_spec_data
 from tests.support.tiny_lm import build_tiny_llama, text_table
-from workers.data.dataset_resolve import DatasetResolutionError
-from workers.data.dataset_store import DatasetStore
-from workers.data.dataset_table import canonicalize, tokenizer_of
+from workers.datasets.resolve import DatasetResolutionError
+from workers.datasets.store import DatasetStore
+from workers.datasets.table import canonicalize, tokenizer_of
 from workers.lm.loading import fingerprint_files
 from workers.lm.registry import ModelStore
 from workers.lm.tokenizer import ModelTextTokenizer

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sweeps.tune.status import read_status
+from sweeps.status import read_status
 from tests.support.tune_state import wait_restorable
 from tests.sweeps.test_runner import SMALL_DATA, _runs, _sweep, _write_spec
 from workers.contract import FAILURE_TAG, RUN_KIND_TAG

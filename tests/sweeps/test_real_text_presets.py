@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from objectives.units import effective_beta
 from sweeps.plan.budget import build_plan_within_budget
-from sweeps.plan.equivalence import effective_beta
 from sweeps.spec import SweepSpec
 from workers.yaml_loader import read_spec_file
 

@@ -436,3 +436,28 @@ def test_a_contrast_against_a_constant_latent_baseline_is_flagged():
     shown = console.file.getvalue()
     assert "Latent use (test; in use: mean I(x; z) >= 0.05 nats)" in shown
     assert "collapsed (0 of 3 seeds in use); AMI at chance" in shown and "paired mixture estimate" in shown
+
+
+def test_declared_predictions_and_exploratory_contrasts():
+    """R_tok - uniform declared primary and predicted higher (true by construction); R~ -
+    uniform declared exploratory: Holm's family is R_tok's alone (m = 1)."""
+    spec = caveat_spec(analysis={"contrasts": [
+        {"stack": "raw_token_weighted", "baseline": "uniform", "predicted": "higher"},
+        {"stack": "concentration_corrected", "baseline": "uniform", "primary": False,
+         "predicted": "lower"}]})
+    report = build_report(spec, "s1", known_outcomes(spec))
+    rtok = _find(report["contrasts"], loss_stack="raw_token_weighted", alpha=1.0, kind="all",
+                 contrast="stack", metric="latent_nmi")
+    assert rtok["family"] == "primary" and rtok["predicted"] == "higher"
+    assert rtok["p_adjusted"] == pytest.approx(rtok["p_value"])  # m = 1
+    assert rtok["claim"].startswith("higher than uniform") and "as predicted" in rtok["claim"]
+    corrected = _find(report["contrasts"], loss_stack="concentration_corrected", alpha=1.0,
+                      kind="all", contrast="stack", metric="latent_nmi")
+    assert corrected["family"] == "exploratory" and corrected["predicted"] == "lower"
+    assert corrected["claim"].startswith("exploratory") and "predicted lower" in corrected["claim"]
+    flipped = caveat_spec(analysis={"contrasts": [
+        {"stack": "raw_token_weighted", "baseline": "uniform", "predicted": "lower"}]})
+    report = build_report(flipped, "s1", known_outcomes(flipped))
+    rtok = _find(report["contrasts"], loss_stack="raw_token_weighted", alpha=1.0, kind="all",
+                 contrast="stack", metric="latent_nmi")
+    assert "against the prediction (lower)" in rtok["claim"]

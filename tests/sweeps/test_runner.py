@@ -12,7 +12,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from sweeps.tune.status import read_status
+from sweeps.status import read_status
 from tests.support.mlflow_store import sqlite_store_uri
 from tests.support.tune_state import wait_restorable
 from workers.contract import RUN_KIND_SWEEP, RUN_KIND_TAG, RUN_KIND_TRIAL
@@ -100,6 +100,12 @@ def test_quickstart_sweep_end_to_end(tmp_path):
     for child in children:
         assert child.info.status == "FINISHED"
         assert float(child.data.params["c_base"]) > 0
+        # The run's units: 8 epochs x ceil(1024 / 64) steps; beta 1 (undivided) x the mean
+        # target length of its train sample (prefix 2 + a body of 4-6 tokens).
+        params = child.data.params
+        length = float(params["train_target_length"])
+        assert float(params["total_steps"]) == 128 and 6.8 < length < 7.2
+        assert float(params["elbo_beta"]) == pytest.approx(length, rel=1e-12)
         history = client.get_metric_history(child.info.run_id, "val/latent_nmi")
         assert [m.step for m in history] == list(range(1, epochs + 1))
         # No per-trial PNGs unless tracking.trial_plots asks (members and lone trials alike).
@@ -118,6 +124,8 @@ def test_quickstart_sweep_end_to_end(tmp_path):
     nmi = [c for c in report["cells"] if c["metric"] == "latent_nmi" and c["kind"] == "all"
            and c["split"] == "test"]
     assert len(nmi) == 9 and all(c["n"] == 3 and len(c["values"]) == 3 for c in nmi)
+    assert all(6.8 < c["beta_elbo"] < 7.2 for c in nmi)
+    assert not any("did not finish" in line for line in report["limitations"])  # no schedule
     # alpha = 0 is exactly uniform weighting: kappa = 1 there, > 1 elsewhere (a shared trial
     # reports kappa at the alpha of the row that ran: uniform at alpha 0).
     for cell in (c for c in report["cells"] if c["metric"] == "kappa_mean"):

@@ -48,7 +48,7 @@ def test_examples_exist():
 def test_every_example_validates_and_plans(path):
     loaded = load_sweep_spec(path)
     plan = build_plan(loaded)
-    assert plan.trial_count == loaded.trial_count() == len(plan.trials) == plan.trials_after_dedup
+    assert plan.trial_count == build_plan(loaded).trial_count == len(plan.trials) == plan.trials_after_dedup
     assert len(plan.rows) == plan.trials_requested
     assert plan.trials_saved_by_dedup == plan.trials_requested - plan.trial_count
     json.dumps(plan.to_dict())
@@ -106,7 +106,7 @@ def test_random_count_is_samples_times_seeds():
     random = spec(alpha={"low": 0.1, "high": 4, "log": True}, search={"kind": "random", "num_samples": 5},
                   seeds=3, models=["discrete", "continuous"])
     plan = build_plan(random)
-    assert random.trial_count() == plan.trial_count == len(plan.rows) == 15
+    assert build_plan(random).trial_count == plan.trial_count == len(plan.rows) == 15
     assert [row["seed"] for row in plan.rows[:3]] == [0, 1, 2]
     # The planner draws the points (seeded by search.seed): each sample once per seed.
     points = [tuple(row[k] for k in ("alpha", "loss_stack", "model")) for row in plan.rows]
@@ -155,7 +155,8 @@ def test_dedup_off_runs_every_row():
     assert not any(row["shared"] or trial["shared_by"]
                    for row, trial in zip(plan.rows, plan.trials, strict=True))
     assert plan.trials[0] == {"alpha": 0.0, "loss_stack": "uniform", "model": "discrete",
-                              "seed": 0, "shared_by": []}
+                              "seed": 0, "shared_by": [], "total_steps": 128, "elbo_beta": "7",
+                              "schedule_overruns": []}
     assert "dedup" in rejected(search={"dedup": "sometimes"})
 
 
@@ -194,7 +195,7 @@ def test_defaults():
     assert default.alpha == [0.0, 1.0, 2.0]
     assert default.stack_labels() == ["uniform", "raw_plus_ncc"]
     assert default.models == ["discrete"] and default.seed_list() == [0]
-    assert default.trial_count() == 4  # uniform once, raw_plus_ncc at alphas 0, 1, 2
+    assert build_plan(default).trial_count == 4  # uniform once, raw_plus_ncc at alphas 0, 1, 2
     assert default.beta is None and default.free_bits is None
     assert default.common_terms["kl"].weight == 1.0 and default.common_terms["kl"].options == {}
     assert default.objective_modes() == ["max"]
@@ -276,7 +277,7 @@ def test_plan_rows_order_and_count():
     points = [{k: row[k] for k in ("alpha", "loss_stack", "model", "seed")} for row in plan.rows]
     assert len(points) == plan.trials_requested == 16
     # per (model, seed): uniform once, ncc at alpha 0 (= normalized_uniform) and at alpha 1.
-    assert sweep.trial_count() == plan.trial_count == 12
+    assert build_plan(sweep).trial_count == plan.trial_count == 12
     assert points[:3] == [
         {"alpha": 0.0, "loss_stack": "uniform", "model": "discrete", "seed": 3},
         {"alpha": 0.0, "loss_stack": "uniform", "model": "discrete", "seed": 5},
@@ -320,7 +321,7 @@ def test_multi_objective_needs_optuna():
     assert "objective.metrics" in message and "scheduler.kind" in message
     nsga = spec(alpha=RANGE, search={"kind": "optuna", "sampler": "nsga2"}, objective=metrics)
     assert nsga.objective_modes() == ["max", "min"]
-    assert spec(alpha=RANGE, search={"kind": "optuna", "sampler": "nsga2"}).trial_count() == 8
+    assert build_plan(spec(alpha=RANGE, search={"kind": "optuna", "sampler": "nsga2"})).trial_count == 8
 
 
 def test_optuna_single_seed():
@@ -347,7 +348,7 @@ def test_over_budget():
     assert message == ("budget.max_trials: the plan has 50 trials, over budget.max_trials = 40; "
                        "raise the budget or shrink the axes")
     within = spec(alpha=[0, 1, 2, 3], seeds=10, budget={"max_trials": 50})
-    assert build_plan_within_budget(within).trial_count == within.trial_count() == 50
+    assert build_plan_within_budget(within).trial_count == build_plan(within).trial_count == 50
     assert "the plan has 300 trials" in over_budget(
         alpha=RANGE, search={"kind": "random", "num_samples": 100}, seeds=3)
 

@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 import sweeps.tune.trainable as trainable
 import workers.trial
 from workers.contract import SWEEP_ID_TAG, TRIAL_ID_TAG
-from workers.tracking import ensure_experiment
+from workers.tracking.runs import ensure_experiment
 
 
 class OutageClient:
@@ -46,9 +46,9 @@ def test_leftover_run_is_deleted_through_an_outage(tmp_path, monkeypatch):
     leftover = real.create_run(experiment_id, tags={SWEEP_ID_TAG: "s1", TRIAL_ID_TAG: "t1"})
     faulty = OutageClient(real)
     monkeypatch.setattr(trainable, "MlflowClient", lambda tracking_uri: faulty)
-    # Only the cleanup is under test: making the new run (TrialRun.new_run) is recorded instead.
+    # Only the cleanup is under test: making the new run (TrialRunner.new_run) is recorded instead.
     opened = []
-    monkeypatch.setattr(workers.trial, "TrialRun", SimpleNamespace(  # imported where a trial runs
+    monkeypatch.setattr(workers.trial, "TrialRunner", SimpleNamespace(  # imported where a trial runs
         new_run=lambda *args: opened.append(args[4]) or SimpleNamespace(create=lambda: ("id", "0")),
         created=lambda *args, **kwargs: "run"))
     trainer = SimpleNamespace(config=SimpleNamespace(name="t1"))

@@ -1,4 +1,4 @@
-"""The trials' AdamW (workers/train/adamw.py) against torch.optim.AdamW(foreach=False), the
+"""The trials' AdamW (workers/adamw.py) against torch.optim.AdamW(foreach=False), the
 independent implementation: bitwise equal values on adversarial gradients, and checkpoints
 that load in either direction."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from workers.train.adamw import AdamW
+from workers.adamw import AdamW
 
 ROOT = Path(__file__).resolve().parents[2]
 SHAPES = [(), (7,), (3, 5), (2, 3, 4)]

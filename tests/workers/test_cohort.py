@@ -39,15 +39,16 @@ def variant(config: TrialConfig, seed: int, stack: dict, lr: float, **training) 
 
 def members(config: TrialConfig) -> list[TrialConfig]:
     """Different alpha, stacks (with and without KL / bag of words / annealing), beta, free bits, lr,
-    weight decay, clipping, seed."""
+    weight decay, clipping, seed; a per-token KL and a warm-up relative to the run."""
     return [
         variant(config, 0, {"preset": "raw_plus_ncc", "alpha": 1.0, "terms": KL}, 3e-3),
         variant(config, 1, {"preset": "uniform", "alpha": 0.0}, 1e-2, weight_decay=0.1),
         variant(config, 2, {"preset": "ncc", "alpha": 2.0, "terms": {
-            "kl": {"weight": 1.0, "options": {"free_bits": 0.5}}, "bag_of_words": 0.3}}, 5e-3,
+            "kl": {"weight": 1.0, "options": {"free_bits": 0.5, "scale": "token"}},
+            "bag_of_words": 0.3}}, 5e-3,
             grad_clip=None),
         variant(config, 0, {"preset": "raw_token_weighted", "alpha": 0.5, "terms": {
-            "kl": {"weight": 2.0, "options": {"anneal": "linear", "warmup_steps": 3}}}}, 2e-3,
+            "kl": {"weight": 2.0, "options": {"anneal": "linear", "warmup_fraction": 0.4}}}}, 2e-3,
             grad_clip=0.05),
     ]
 
@@ -79,7 +80,8 @@ def lone_run(config: TrialConfig, cache: Path) -> tuple[Trainer, list[float]]:
 
 
 @pytest.mark.parametrize("family,model", [
-    ("discrete", {}), ("continuous", {}), ("discrete", {"discrete_estimator": "gumbel", "num_layers": 2}),
+    ("discrete", {}), ("continuous", {}),
+    ("discrete", {"discrete_estimator": "gumbel", "num_layers": 2, "gumbel_anneal_fraction": 0.5}),
 ])
 def test_members_match_lone_trials_in_float64(family, model, float64, tmp_path):
     configs = members(base_config(family, **model))
@@ -249,7 +251,7 @@ def test_each_member_is_its_own_mlflow_run(tmp_path):
 
     from workers.cohort.trial import run_logged_cohort
     from workers.contract import FAILURE_TAG
-    from workers.tracking import metric_history
+    from workers.tracking.reads import metric_history
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     configs = members(base_config("discrete", epochs=2))[:3]

@@ -7,7 +7,6 @@ import math
 import numpy as np
 import pytest
 
-from workers.metrics import chance_readouts, latent_recovery
 from workers.readouts.controls import (
     bag_of_tokens_accuracy,
     kappa_length_spearman,
@@ -15,6 +14,7 @@ from workers.readouts.controls import (
     majority_accuracy,
     trivial_controls,
 )
+from workers.readouts.recovery import chance_readouts, latent_recovery
 
 
 def test_perfect_clustering_has_ami_one_and_low_chance() -> None:

@@ -7,14 +7,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from workers.data.dataset_store import (
+from workers.datasets.store import (
     DatasetConflict,
     DatasetNotFound,
     DatasetQuotaExceeded,
     DatasetStore,
-    check_name,
 )
-from workers.data.dataset_table import DatasetError, canonicalize, content_hash
+from workers.datasets.table import DatasetError, canonicalize, content_hash
 
 
 def _table(last: int = 7) -> pa.Table:
@@ -83,7 +82,7 @@ def test_bad_names_refused(tmp_path: Path, name: str) -> None:
 
 def test_good_names_and_bad_hashes(tmp_path: Path) -> None:
     for name in ("a", "A.b-c_1", "x" * 64):
-        assert check_name(name) == name
+        assert DatasetStore.check_name(name) == name
     store = DatasetStore(tmp_path)
     with pytest.raises(DatasetNotFound):
         store.data_path("../../etc/passwd")

@@ -11,7 +11,7 @@ import pyarrow.feather as feather
 import pyarrow.parquet as pq
 import pytest
 
-from workers.data.dataset_table import (
+from workers.datasets.table import (
     BASE_NLL,
     LABEL,
     DatasetError,

@@ -18,13 +18,13 @@ from pydantic import ValidationError
 
 from tests.support.datasets import register, strategy_table
 from workers.data.config import BOS_ID, CONTENT_START, PAD_ID, DatasetDataConfig
-from workers.data.dataset_resolve import DatasetResolutionError, resolve_dataset
-from workers.data.dataset_source import build_task, load_task
-from workers.data.dataset_table import DatasetError
+from workers.datasets.resolve import DatasetResolutionError, resolve_dataset
+from workers.datasets.source import build_task, load_task
+from workers.datasets.table import DatasetError
 from workers.models.config import BaseModelConfig
-from workers.models.dataset_base import dataset_base
 from workers.readouts.evaluate import collect
 from workers.train import Trainer, TrialConfig
+from workers.zfree.dataset import dataset_base
 
 ROOT = Path(__file__).resolve().parents[2]
 LEARNED = BaseModelConfig(kind="learned", epochs=2, hidden_dim=16, embedding_dim=8)
@@ -198,12 +198,12 @@ def test_ksweep_train_on_a_dataset_records_it_as_an_mlflow_input(tmp_path):
 
 
 def test_the_trainer_arrays_are_cached_and_memory_mapped(tmp_path):
-    from workers.data.dataset_cache import cache_key
+    from workers.datasets.cache import task_cache_key
 
     data = _resolved(tmp_path, strategy_table(120, base_nll=True))
     built = load_task(data)
     first = load_task(data, tmp_path)
-    entry = tmp_path / "dataset_tensors" / cache_key(data)
+    entry = tmp_path / "dataset_tensors" / task_cache_key(data)
     assert (entry / "meta.json").exists() and (entry / "target.npy").exists()
     again = load_task(data, tmp_path)
     for task in (first, again):
@@ -214,7 +214,7 @@ def test_the_trainer_arrays_are_cached_and_memory_mapped(tmp_path):
             assert torch.equal(task.splits[name].context, split.context)
             assert torch.equal(task.base_nll[name], built.base_nll[name])
     other = data.model_copy(update={"split_seed": 1})
-    assert cache_key(other) != cache_key(data)
+    assert task_cache_key(other) != task_cache_key(data)
     assert load_task(other, tmp_path).split_hash != built.split_hash
 
 
@@ -232,7 +232,8 @@ def test_a_label_sorted_tables_train_readout_sees_every_class(tmp_path):
     shuffled-label NMI 0 there (its first rows, one class, would read 1.0 and 1.0)."""
     from workers.cohort.evaluation import member_outputs
     from workers.cohort.trainer import Cohort
-    from workers.readouts.evaluate import Collected, readout_split
+    from workers.readouts.evaluate import Collected
+    from workers.readouts.split_data import readout_split
 
     table = strategy_table(240, base_nll=True)
     data = _resolved(tmp_path, table.sort_by("label"))

@@ -12,12 +12,12 @@ import pytest
 
 from tests.support.datasets import register, strategy_table
 from workers.data.config import DatasetDataConfig
-from workers.data.dataset_limits import DatasetError
-from workers.data.dataset_resolve import resolve_dataset
-from workers.data.dataset_source import load_task
-from workers.data.dataset_store import DatasetStore
-from workers.data.dataset_table import canonicalize, content_hash
-from workers.data.dataset_verify import forget_verified, verify_once
+from workers.datasets.limits import DatasetError
+from workers.datasets.resolve import resolve_dataset
+from workers.datasets.source import load_task
+from workers.datasets.store import DatasetStore
+from workers.datasets.table import canonicalize, content_hash
+from workers.datasets.verify import forget_verified, verify_once
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,7 +73,7 @@ def test_a_new_worker_process_refuses_a_changed_copy(tmp_path):
     data = _registered(tmp_path)
     actual = _tamper(data)
     code = ("import sys; from workers.data.config import DatasetDataConfig; "
-            "from workers.data.dataset_source import load_task; "
+            "from workers.datasets.source import load_task; "
             "load_task(DatasetDataConfig.model_validate_json(sys.argv[1]))")
     done = subprocess.run([sys.executable, "-c", code, data.model_dump_json()], cwd=ROOT,
                           capture_output=True, text=True, timeout=120,

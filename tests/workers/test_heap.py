@@ -1,10 +1,10 @@
-"""``workers.heap.heavy_imports``: the collector off during the block, restored after, the heap frozen."""
+"""``workers.imports.heavy_imports``: the collector off during the block, restored after, the heap frozen."""
 
 import gc
 
 import pytest
 
-from workers.heap import heavy_imports
+from workers.imports import heavy_imports
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.datasets import label_in_first_token_table, register
 from workers.data.config import DatasetDataConfig
-from workers.data.dataset_resolve import resolve_dataset
+from workers.datasets.resolve import resolve_dataset
 from workers.train import Trainer, TrialConfig
 
 CLASSES, LENGTH = 4, 12

@@ -25,7 +25,7 @@ from workers.lm.registry import (
     ModelStore,
     check_dataset_tokenizer,
 )
-from workers.lm.surprisal import c_base_of, cached_lm_base_nll, token_surprisal
+from workers.lm.surprisal import c_base_of_rows, cached_lm_base_nll, token_surprisal
 
 transformers = offline_transformers()
 torch = pytest.importorskip("torch")
@@ -198,7 +198,7 @@ def test_cache_computes_once_per_dataset_and_model(tiny: Path, tmp_path: Path, m
     again = cached_lm_base_nll(xs, ys, dataset_sha256="a" * 64, store=store, record=record,
                                cache_root=tmp_path / "cache", progress=False)
     assert again.cache_hit and again.cache_path == first.cache_path
-    assert again.c_base == pytest.approx(c_base_of(first.rows), rel=1e-9)
+    assert again.c_base == pytest.approx(c_base_of_rows(first.rows), rel=1e-9)
     for a, b in zip(first.rows, again.rows, strict=True):
         np.testing.assert_array_equal(a, b)
     meta = json.loads((first.cache_path / "meta.json").read_text())
@@ -232,8 +232,8 @@ def test_dataset_registered_with_the_model_tokenizer_passes_and_bytes_is_refused
         tiny: Path, tmp_path: Path) -> None:
     import pyarrow as pa
 
-    from workers.data.dataset_store import DatasetStore
-    from workers.data.dataset_table import canonicalize, tokenizer_of
+    from workers.datasets.store import DatasetStore
+    from workers.datasets.table import canonicalize, tokenizer_of
     from workers.lm.tokenizer import ModelTextTokenizer
 
     models = ModelStore(tmp_path / "models")

@@ -10,18 +10,18 @@ import torch
 
 from tests.support.tiny_lm import build_tiny_llama, text_table
 from workers.data.config import DatasetDataConfig
-from workers.data.dataset_resolve import DatasetResolutionError, resolve_dataset
-from workers.data.dataset_source import load_task
-from workers.data.dataset_store import DatasetStore
-from workers.data.dataset_table import canonicalize, tokenizer_of
+from workers.datasets.resolve import DatasetResolutionError, resolve_dataset
+from workers.datasets.source import load_task
+from workers.datasets.store import DatasetStore
+from workers.datasets.table import canonicalize, tokenizer_of
 from workers.lm.loading import fingerprint_files, load_model
 from workers.lm.registry import ModelError, ModelStore
-from workers.lm.resolve import resolve_model
 from workers.lm.surprisal import token_surprisal
 from workers.lm.tokenizer import ModelTextTokenizer
 from workers.models.config import BaseModelConfig
-from workers.models.dataset_base import dataset_base
 from workers.train import Trainer, TrialConfig
+from workers.zfree.dataset import dataset_base
+from workers.zfree.resolve import resolve_model
 
 
 @pytest.fixture
@@ -73,7 +73,7 @@ def test_causal_lm_base_lays_out_b_t_per_split_like_an_unbatched_model(setup, tm
 
 
 def _assignment(task, table) -> list[str]:
-    from workers.data.dataset_source import split_assignment
+    from workers.datasets.source import split_assignment
 
     return [("train", "val", "test")[i] for i in split_assignment(table, task.config)]
 

@@ -1,4 +1,4 @@
-"""Metric batches written by a child process (workers/log_batch_process.py), as a cohort trial
+"""Metric batches written by a child process (workers/tracking/writer_process.py), as a cohort trial
 writes them: a real SQLite store, a real child process, real kills."""
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from mlflow.entities import Metric
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from workers import mlflow_retry
-from workers.log_batch_process import LogBatchProcess
-from workers.tracking import NewRun, RunLogger, ensure_experiment
+from workers.tracking import writer
+from workers.tracking.retry import transient
+from workers.tracking.runs import NewRun, RunLogger, ensure_experiment
+from workers.tracking.writer import WriterProcess
 
 
 @pytest.fixture
@@ -28,9 +29,9 @@ def client(tmp_path) -> MlflowClient:
 
 @pytest.fixture
 def in_child():
-    mlflow_retry.write_in_child_process()
-    yield mlflow_retry._THREAD
-    mlflow_retry.write_in_child_process(False)
+    writer.write_in_child_process()
+    yield writer._THREAD
+    writer.write_in_child_process(False)
 
 
 def _logger(client: MlflowClient) -> RunLogger:
@@ -64,12 +65,12 @@ def test_deferred_epochs_of_several_runs_are_written_by_the_child_in_order(clien
 
 
 def test_a_refused_write_comes_back_from_the_child_with_its_error_code(client):
-    child = LogBatchProcess()
+    child = WriterProcess()
     try:
         with pytest.raises(MlflowException) as raised:
             child.log_batch(client.tracking_uri, uuid.uuid4().hex, [Metric("val/loss", 1.0, 0, 1)])
         assert raised.value.error_code == "RESOURCE_DOES_NOT_EXIST"
-        assert not mlflow_retry.transient(raised.value)  # so it fails at once, as in-process
+        assert not transient(raised.value)  # so it fails at once, as in-process
         run_id = _logger(client).run_id  # the child goes on after an error
         child.log_batch(client.tracking_uri, run_id, [Metric("val/loss", 0.5, 0, 1)])
         assert _history(client, run_id, "val/loss") == [(1, 0.5)]
@@ -83,10 +84,10 @@ def test_a_child_opens_its_store_before_the_first_batch_and_one_it_cannot_open_e
     imports; a store it cannot open then fails each write with the store's own error, as an
     unopened one would, and the child stays up for the parent's retries."""
     run_id = _logger(client).run_id
-    child = LogBatchProcess(client.tracking_uri)
+    child = WriterProcess(client.tracking_uri)
     # Fails at once: a database server that is down is retried by MLflow for minutes.
     unopenable = "sqlite:////proc/no-such-folder/mlflow.db"
-    unopened = LogBatchProcess(unopenable)
+    unopened = WriterProcess(unopenable)
     try:
         child.log_batch(client.tracking_uri, run_id, [Metric("val/loss", 0.25, 0, 1)])
         assert _history(client, run_id, "val/loss") == [(1, 0.25)]
@@ -122,10 +123,10 @@ def test_a_killed_child_is_replaced_and_one_that_cannot_run_leaves_the_writes_he
 def test_the_child_dies_with_a_killed_parent(tmp_path):
     """A trial killed with -9 takes its writer child with it: no write outlives the trial."""
     script = ("import time\n"
-              "from workers import mlflow_retry\n"
-              "mlflow_retry.write_in_child_process()\n"
-              "while mlflow_retry._THREAD.child is None: time.sleep(0.05)\n"
-              "print(mlflow_retry._THREAD.child._process.pid, flush=True)\n"
+              "from workers.tracking import writer\n"
+              "writer.write_in_child_process()\n"
+              "while writer._THREAD.child is None: time.sleep(0.05)\n"
+              "print(writer._THREAD.child._process.pid, flush=True)\n"
               "time.sleep(600)\n")
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
                               env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
@@ -171,7 +172,7 @@ def _made(client: MlflowClient, run_id: str) -> tuple:
 
 
 def test_a_run_made_by_the_child_holds_what_one_made_here_holds(client):
-    child = LogBatchProcess(client.tracking_uri)
+    child = WriterProcess(client.tracking_uri)
     try:
         there, here = _new_run(client, "trial-0"), _new_run(client, "trial-0")
         run_id, experiment_id = child.create_run(there)
@@ -194,9 +195,9 @@ def test_a_run_made_by_the_child_holds_what_one_made_here_holds(client):
 
 
 def test_runs_made_later_come_ahead_of_batches_and_a_refused_one_raises_its_error(client, in_child):
-    futures = [mlflow_retry.create_run_later(_new_run(client, f"member-{k}")) for k in range(3)]
+    futures = [writer.create_run_later(_new_run(client, f"member-{k}")) for k in range(3)]
     bad_key = dataclasses.replace(_new_run(client, "member-3"), params={"../alpha": 0.5})
-    refused = mlflow_retry.create_run_later(bad_key)
+    refused = writer.create_run_later(bad_key)
     for k, future in enumerate(futures):
         run_id, experiment_id = future.result(timeout=60)
         logger = RunLogger(client, run_id, experiment_id, buffered=True)
@@ -222,7 +223,7 @@ class DiesAfterMaking(NewRun):
 
 def test_a_run_whose_child_died_before_replying_is_made_once(client, in_child):
     new_run = _new_run(client, "member-0", DiesAfterMaking, maker=os.getpid())
-    run_id, experiment_id = mlflow_retry.create_run_later(new_run).result(timeout=60)
+    run_id, experiment_id = writer.create_run_later(new_run).result(timeout=60)
     runs = client.search_runs([experiment_id], "tags.`ksweep.trial_id` = 'member-0'")
     assert [r.info.run_id for r in runs] == [run_id]  # the child's run, adopted here
     assert runs[0].data.params == {"alpha": "0.5", "model.hidden": "64"}

@@ -1,4 +1,4 @@
-"""Tests for the latent recovery read-outs (workers/metrics.py)."""
+"""Tests for the latent recovery read-outs (workers/readouts/recovery.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from workers.metrics import (
+from workers.readouts.recovery import (
     active_units_discrete,
     active_units_gaussian,
     discrete_mutual_information,
@@ -130,7 +130,7 @@ class TestGaussianMutualInformation:
         assert first >= 0.0
 
     def test_blocked_computation_matches_one_block(self, monkeypatch):
-        import workers.metrics as metrics
+        import workers.readouts.recovery as metrics
 
         generator = torch.Generator().manual_seed(4)
         mean = torch.randn(30, 3, generator=generator)
@@ -219,7 +219,7 @@ def test_chance_readouts_equal_scikit_learn_on_adversarial_labelings():
     tiny n, every label alone, one cluster, skewed clusters, 50 clusters, negative and large ids."""
     from sklearn.metrics import adjusted_mutual_info_score, normalized_mutual_info_score
 
-    from workers.metrics import chance_readouts
+    from workers.readouts.recovery import chance_readouts
 
     rng = np.random.default_rng(7)
     cases = [(np.arange(n), np.arange(n)[::-1] + 10**9) for n in (2, 3, 7)]  # every label alone
@@ -245,7 +245,7 @@ def test_chance_readouts_known_answers() -> None:
     import numpy as np
     from sklearn.metrics import normalized_mutual_info_score
 
-    from workers.metrics import chance_readouts
+    from workers.readouts.recovery import chance_readouts
 
     rng = np.random.default_rng(3)
     truth = rng.integers(0, 4, 400)

@@ -1,4 +1,4 @@
-"""MLflow writes through faults (workers/mlflow_retry.py): a real SQLite store behind a client
+"""MLflow writes through faults (workers/tracking/retry.py, writer.py): a real SQLite store behind a client
 whose chosen calls fail the way a server outage makes them fail, before the write (refused)
 or after it (the reply lost). The full outage, a real ``mlflow server`` stopped for 60 s
 under a sweep, is tests/service/test_mlflow_outage.py."""
@@ -14,8 +14,8 @@ from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import INTERNAL_ERROR
 from mlflow.tracking import MlflowClient
 
-from workers.mlflow_retry import OUTAGE_ENV
-from workers.tracking import RunLogger, ensure_experiment
+from workers.tracking.retry import MLFLOW_OUTAGE_ENV
+from workers.tracking.runs import RunLogger, ensure_experiment
 
 
 class FaultyClient:
@@ -93,7 +93,7 @@ def test_a_refused_request_is_not_retried(client):
 
 
 def test_an_outage_past_the_budget_fails_the_writes_and_still_ends_the_run(client, monkeypatch):
-    monkeypatch.setenv(OUTAGE_ENV, "2")
+    monkeypatch.setenv(MLFLOW_OUTAGE_ENV, "2")
     faulty = FaultyClient(client, refused=10**6)
     logger = _logger(client, faulty, buffered=True)
     logger.log_metrics({"val/loss": 1.0}, step=1)
@@ -137,7 +137,7 @@ def test_deferred_epochs_of_several_runs_are_written_in_order_by_one_thread(clie
 
 def test_a_deferred_write_during_an_outage_lets_training_go_on_and_fails_at_the_end(client,
                                                                                    monkeypatch):
-    monkeypatch.setenv(OUTAGE_ENV, "3")
+    monkeypatch.setenv(MLFLOW_OUTAGE_ENV, "3")
     faulty = FaultyClient(client, refused=10**6)
     logger = _logger(client, faulty, buffered=True)
     started = time.monotonic()

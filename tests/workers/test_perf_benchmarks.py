@@ -155,8 +155,8 @@ def test_the_readouts_benchmark_checks_both_paths_agree_and_restores_the_library
     """``bench_readouts`` raises unless today's read-outs equal the library calls' (abs 1e-9) in
     both families, prints both medians, and leaves the read-out functions as it found them."""
     from benchmarks import bench_readouts
-    from workers import metrics
     from workers.readouts import latent
+    from workers.readouts import recovery as metrics
 
     before = (metrics.chance_readouts, latent._rank_correlation, metrics.gaussian_mutual_information)
     bench_readouts.main(["--members", "2", "--repeats", "1"])
@@ -175,7 +175,7 @@ def test_the_sweep_timeline_names_each_process_by_its_program_not_its_arguments(
     assert _name(["/venv/bin/python", "/venv/lib/ray/_private/workers/default_worker.py",
                   "--raylet-name=/tmp/raylet"]) == "Ray worker (the trial actor)"
     assert _name(["ray::ImplicitFunc.train"]) == "Ray worker (the trial actor)"
-    assert _name(["/venv/bin/python3", "-m", "workers.log_batch_process"]) == "the cohort's metric writer"
+    assert _name(["/venv/bin/python3", "-m", "workers.tracking.writer_process"]) == "the cohort's metric writer"
     assert _name(["/venv/bin/python", "-u", "/venv/lib/ray/dashboard/agent.py", "--gcs-address=x"]) \
         == "Ray dashboard agent"
     assert _name(["/bin/sh", "-c", "true"]) is None

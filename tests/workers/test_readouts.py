@@ -63,8 +63,12 @@ def test_mixture_log_density_and_shared_samples() -> None:
     log densities (tiny and huge variances, far-off means, blocks of 3 rows), and both
     Gaussian MI read-outs give the same value whether they draw the samples or are handed
     ``posterior_samples`` (what ``model_readouts`` does for the whole split)."""
-    from workers import metrics
-    from workers.metrics import gaussian_mutual_information, log_mixture, posterior_samples
+    from workers.readouts import recovery as metrics
+    from workers.readouts.recovery import (
+        gaussian_mutual_information,
+        log_mixture,
+        posterior_samples,
+    )
 
     generator = torch.Generator().manual_seed(4)
     mean = torch.randn(9, 3, generator=generator, dtype=torch.float64) * torch.tensor([1.0, 50.0, 1e-3],
@@ -218,7 +222,8 @@ def test_gradient_shares_are_measured_on_the_posteriors_own_parameters(family) -
 def _readouts_of(posterior_probs=None, mean=None, logvar=None, labels=None) -> dict[str, float]:
     """``model_readouts`` of a split whose model outputs are given (tokens and losses fixed)."""
     from workers.data import SyntheticSplit
-    from workers.readouts.evaluate import Collected, SplitData, diagnostic_stack, model_readouts
+    from workers.readouts.evaluate import Collected, diagnostic_stack, model_readouts
+    from workers.readouts.split_data import SplitData
 
     n = len(labels)
     split = SyntheticSplit(context=torch.zeros(n, 1, dtype=torch.long),
@@ -260,7 +265,7 @@ def test_latent_use_known_cases() -> None:
 def test_train_readout_rows_are_a_fixed_random_subset() -> None:
     """A label-sorted train split's read-out rows see every class (its first rows would see one),
     are the same on every call, come in row order, and are every row when the subset is larger."""
-    from workers.readouts.evaluate import train_readout_rows
+    from workers.readouts.split_data import train_readout_rows
 
     labels = torch.arange(4).repeat_interleave(250)  # sorted: the first 256 rows are class 0 and 1
     assert set(labels[:256].tolist()) == {0, 1}

@@ -1,4 +1,4 @@
-"""Tests for MLflow logging (workers/tracking.py) and the figures it logs (workers/plots.py).
+"""Tests for MLflow logging (workers/tracking/runs.py) and the figures it logs (workers/plots.py).
 
 One real SQLite store serves the whole module: the first use of a fresh store runs the
 schema migrations, which take seconds. Tests keep apart by using their own experiments.
@@ -17,21 +17,15 @@ import torch
 from mlflow.tracking import MlflowClient
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
 
+from workers.contract import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, default_tracking_uri
 from workers.plots import (
     plot_kappa_histogram,
     plot_metric_against_alpha,
     plot_reconstruction_curves,
 )
-from workers.tracking import (
-    EXPERIMENT_KIND,
-    EXPERIMENT_KIND_TAG,
-    RunLogger,
-    default_tracking_uri,
-    ensure_experiment,
-    find_runs,
-    flatten_config,
-    metric_history,
-)
+from workers.tracking.params import flatten_config
+from workers.tracking.reads import find_runs, metric_history
+from workers.tracking.runs import RunLogger, ensure_experiment
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -285,8 +279,6 @@ class TestRunLogger:
 
 class TestFindRuns:
     def test_returns_every_page_with_filter(self, store, experiment, monkeypatch):
-        import workers.tracking as tracking
-
         loggers = [_start(store, experiment) for _ in range(5)]
         loggers[0].set_tags({"role": "parent"})
 
@@ -297,7 +289,7 @@ class TestFindRuns:
                 self, experiment_ids, filter_string, max_results=2, page_token=page_token
             )
 
-        monkeypatch.setattr(tracking.MlflowClient, "search_runs", small_pages)
+        monkeypatch.setattr(MlflowClient, "search_runs", small_pages)
         runs = find_runs(store["uri"], experiment, "")
         assert sorted(r.info.run_id for r in runs) == sorted(lg.run_id for lg in loggers)
         parents = find_runs(store["uri"], experiment, "tags.role = 'parent'")
@@ -367,14 +359,14 @@ class TestPlots:
 
 def test_provenance_is_read_once_per_process(monkeypatch):
     """A reused Ray actor's trials do not run git again; each caller gets its own copy."""
-    from workers import run_params
+    from workers.tracking import params
 
-    first = run_params.provenance_params()
-    monkeypatch.setattr(run_params, "_git", lambda *args: pytest.fail(f"git {args} run again"))
-    second = run_params.provenance_params()
+    first = params.provenance_params()
+    monkeypatch.setattr(params, "_git", lambda *args: pytest.fail(f"git {args} run again"))
+    second = params.provenance_params()
     assert second == first and set(first) >= {"provenance.git_commit", "provenance.git_dirty"}
     second["provenance.git_commit"] = "changed by the caller"
-    assert run_params.provenance_params() == first
+    assert params.provenance_params() == first
 
 
 def test_a_kappa_histogram_this_process_drew_is_written_again_not_drawn(tmp_path, monkeypatch):

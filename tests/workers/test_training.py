@@ -12,8 +12,8 @@ from mlflow.tracking import MlflowClient
 
 from objectives import token_weight_stats
 from workers.data import SyntheticTaskConfig, generate_split, oracle_base_nll
-from workers.models.zfree_base import BaseModelConfig, load_or_train_base
 from workers.train import Trainer, TrialConfig, TrialDiverged, load_trial_config
+from workers.zfree.base import BaseModelConfig, load_or_train_base
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "workers" / "examples"
@@ -177,6 +177,10 @@ def test_ksweep_train_logs_a_complete_mlflow_run(tmp_path):
     assert params["loss_stack"] == "raw_plus_ncc+kl"
     assert float(params["c_base"]) > 0
     assert params["data.num_strategies"] == "2"
+    # The run's units: 3 epochs x ceil(256 / 64) optimizer steps, beta in ELBO units beside them.
+    assert params["total_steps"] == "12" and float(params["train_target_length"]) > 0
+    assert float(params["elbo_beta"]) > 0
+    assert "12 optimizer steps; mean target length" in result.stdout
     for name in DESIGN_METRICS:
         history = client.get_metric_history(run.info.run_id, name)
         assert [m.step for m in history] == [1, 2, 3], name

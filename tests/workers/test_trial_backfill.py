@@ -8,7 +8,7 @@ from mlflow.tracking import MlflowClient
 from test_protocol import _config
 
 from workers.train import Trainer
-from workers.trial import TrialRun
+from workers.trial import TrialRunner
 
 
 def _steps(client: MlflowClient, run_id: str, key: str) -> list[int]:
@@ -19,7 +19,7 @@ def test_epochs_lost_with_a_killed_worker_are_logged_from_the_checkpoint(tmp_pat
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     config = _config(epochs=3, min_epochs=3)
     first = Trainer.create(config, cache_root=tmp_path / "cache")
-    run = TrialRun.start(first, uri, "backfill", "t1")
+    run = TrialRunner.start(first, uri, "backfill", "t1")
     run.log_epoch(first.run_epoch())
     run.logger.flush()  # epoch 1 reached MLflow; epochs 2 and 3 die in the buffer
     first.run_epoch()
@@ -29,7 +29,7 @@ def test_epochs_lost_with_a_killed_worker_are_logged_from_the_checkpoint(tmp_pat
 
     resumed = Trainer.create(config, cache_root=tmp_path / "cache")
     resumed.load_state_dict(checkpoint)
-    TrialRun.attach(resumed, uri, run.logger.run_id).train()
+    TrialRunner.attach(resumed, uri, run.logger.run_id).train()
 
     client = MlflowClient(tracking_uri=uri)
     run_id = run.logger.run_id

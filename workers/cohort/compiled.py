@@ -1,24 +1,11 @@
 """A cohort's training step under ``torch.compile``, on static shapes so it compiles once.
 
-The eager pass (``Cohort._train_pass``) re-stacks the members whenever one leaves and feeds
-the last, short batch at its own size: each would be a new shape, and a new compile. Here:
-
-- every batch has ``batch_size`` rows: the last one is padded with rows whose mask is all
-  False (every loss term and batch metric averages over rows with an active token, so they
-  count for nothing) and whose noise is zero;
-- the target side (target, decoder input, mask, b_t) is cut to the smallest of a few fixed
-  length buckets that holds every running member's active tokens of the batch (the GRUs are
-  causal and the target encoder reads the last active position, so positions past the mask
-  change nothing); the context is never cut (its encoder reads the last position);
-- a member that stops or fails stays stacked but masked (``alive``): its loss is left out of
-  the backward and the optimizer does not touch its slice, so the member axis never changes;
-- annealed term weights, the Gumbel temperature and the NaN injection are tensors, not
-  Python numbers baked into the graph.
-
-So after one warm-up step per length bucket nothing recompiles. Compiled are the forward and
-the objective stack (one graph; AOTAutograd compiles its backward) and the clipping plus
-stacked AdamW update (a second graph). Member k's numbers are the eager cohort's up to float
-rounding (tests/workers/test_cohort_compiled.py).
+The eager pass re-stacks the members whenever one leaves and feeds the last, short batch at
+its own size: each a new shape, and a new compile. Here every batch has ``batch_size`` rows,
+the target side is cut to one of a few length buckets, a member that leaves stays stacked but
+masked, and schedules are tensors (:class:`CompiledStep`). So after one warm-up step per
+bucket nothing recompiles, and member k's numbers are the eager cohort's up to float rounding
+(tests/workers/test_cohort_compiled.py).
 """
 
 from __future__ import annotations
@@ -34,13 +21,17 @@ from pathlib import Path
 import torch
 
 from objectives import LossInputs
+from workers.cohort import phases
+from workers.cohort.losses import loss_groups
 from workers.cohort.member import POSTERIOR_PROBS, per_member
 from workers.cohort.optim import clip_per_member
+from workers.cohort.phases import Draws
 from workers.contract import PERF_COMPILE_SECONDS, TrainingStatus
 from workers.models import CVAEOutput
 from workers.models.backbone import upcast
 from workers.models.functional import cvae_forward
-from workers.train.loop import Trainer
+from workers.train import phases as train_phases
+from workers.train.batch_metrics import batch_metrics
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +93,23 @@ def wants_compile(mode: str, device: torch.device) -> bool:
 
 
 class CompiledStep:
-    """The compiled train pass of one cohort (see the module docstring).
+    """The compiled train pass of one cohort, on static shapes:
+
+    - the last batch is padded to ``batch_size`` with rows whose mask is all False (every loss
+      term and batch metric averages over rows with an active token, so they count for nothing)
+      and whose noise is zero;
+    - the target side (target, decoder input, mask, b_t) is cut to the smallest fixed length
+      bucket that holds every running member's active tokens of the batch (the GRUs are causal
+      and the target encoder reads the last active position); the context is never cut;
+    - a member that stops or fails stays stacked but masked (``alive``): its loss is left out of
+      the backward and the optimizer does not touch its slice, so the member axis never changes;
+    - annealed term weights, the Gumbel temperature and the NaN injection are tensors, not
+      Python numbers baked into the graph.
+
+    Compiled are the forward and the objective stack (one graph; AOTAutograd compiles its
+    backward) and the clipping plus stacked AdamW update (a second graph); aggressive
+    inference-network updates (workers/train/phases.py) compile the update once more for each
+    part they move.
 
     Build with :meth:`create` (None: eager). ``compile_seconds`` sums the warm-up steps
     (first step of each length bucket, compile included); ``fallback`` is the reason it went
@@ -162,8 +169,10 @@ class CompiledStep:
     def _build_groups(self) -> list[dict]:
         """Members with one loss stack share a vmapped loss; which outputs each term reaches."""
         groups = []
-        for index, positions, _ in self.cohort._loss_groups(self.rows):
+        for index, positions, _ in loss_groups(self.rows, self.cohort._data["target"].shape[1],
+                                               self.cohort.device):
             stack, diagnostics = self.rows[positions[0]].trainer._stacks()
+            stack = train_phases.training_stack(stack, self.rows[0].config.training, self.cohort._data["target"].shape[1])
 
             def member_loss(token_nll, base_nll, mask, kl, bow_logits, targets, weights, posterior_probs,
                             stack=stack, diagnostics=diagnostics):
@@ -175,7 +184,7 @@ class CompiledStep:
                 for i, value in enumerate(out.terms.values()):  # the eager stack's sum, in its order
                     total = total + torch.where(weights[i] != 0, weights[i] * value.to(total.dtype), 0.0)
                 diag_out = diagnostics(LossInputs(token_nll.detach(), base_nll, mask))
-                values, count = Trainer._batch_values(out, diag_out, CVAEOutput(token_nll, kl, bow_logits), mask)
+                values, count = batch_metrics(out, diag_out, CVAEOutput(token_nll, kl, bow_logits), mask)
                 return total, {k: v.detach() for k, v in out.terms.items()}, values, count
 
             groups.append({"index": index, "positions": positions, "stack": stack, "fn": member_loss,
@@ -188,10 +197,11 @@ class CompiledStep:
         data = {k: v[cohort._source[row:row + 1], :2] for k, v in cohort._data.items()}
         params = {n: p[row:row + 1].detach() for n, p in cohort.params.items()}
         generator = torch.Generator(cohort.device).manual_seed(0)
+        noise, dropped = cohort._draws([generator], 2)
         with torch.no_grad():
             out = cvae_forward(params, cohort.model_config, cohort.num_categories, data["context"],
-                               data["decoder_input"], data["target"], data["mask"],
-                               cohort._noise([generator], 2), 1.0)
+                               data["decoder_input"], data["target"], data["mask"], noise, 1.0,
+                               dropped=dropped)
         outputs = cohort.outputs
         leaves = {key: upcast(out[key])[0].detach().requires_grad_() for key in outputs}
         terms = stack(LossInputs(token_nll=leaves["token_nll"], base_nll=data["base_nll"][0],
@@ -205,12 +215,12 @@ class CompiledStep:
 
     # -- the compiled functions -------------------------------------------------------------
 
-    def _loss_fn(self, params, context, decoder_input, target, mask, base_nll, noise, temperature,
+    def _loss_fn(self, params, context, decoder_input, target, mask, base_nll, draws, temperature,
                  weights, scale, alive):
         """Forward and objective stacks of all stacked members; the masked loss sum and per-group outputs."""
-        cohort = self.cohort
+        cohort, (noise, dropped) = self.cohort, draws
         out = cvae_forward(params, cohort.model_config, cohort.num_categories, context, decoder_input,
-                           target, mask, noise, temperature)
+                           target, mask, noise, temperature, dropped=dropped)
         outputs = {key: upcast(out[key]) for key in cohort.outputs}
         probs = outputs.get(POSTERIOR_PROBS)
         loss, per_group = None, []
@@ -294,28 +304,38 @@ class CompiledStep:
         counts = [0 for _ in self._groups]
         losses: list[list[torch.Tensor]] = [[] for _ in self._groups]
         terms: list[list[dict]] = [[] for _ in self._groups]
-        for indices in order.split(batch_size, dim=1):
+        epoch = active[0].trainer.epoch
+        if train_phases.resets_decoder(training, epoch):
+            phases.reset_decoders(cohort, active)
+        batches = order.split(batch_size, dim=1)
+        for position, part in train_phases.update_plan(len(batches), training, epoch):
+            indices, counted = batches[position], train_phases.counted(part)
             real = indices.shape[1]
             bucket = self._bucket(running, indices)
             padded = torch.cat([indices, indices.new_zeros(len(rows), batch_size - real)], dim=1)
             padded = padded.to(cohort.device)
             batch = {k: v[source, padded] for k, v in cohort._data.items()}
             batch["mask"][:, real:] = False  # padding rows: no active token, so they count for nothing
-            for key in TARGET_SIDE:
-                batch[key] = batch[key][..., :bucket]
-            noise = self._noise(alive, real, batch_size)
+            draws = self._draws(alive, real, batch_size)
+            batch["dropped"] = draws[1]
+            for key in (*TARGET_SIDE, "dropped"):
+                if batch[key] is not None:
+                    batch[key] = batch[key][..., :bucket]
             rows[0].trainer.model.step = cohort.step
             temperature = torch.tensor(rows[0].trainer.model.gumbel_temperature(), dtype=dtype, device=cohort.device)
             weights = self._step_weights(cohort.step, dtype)
-            inject = [m.config.training.inject_nan_at_step == cohort.step and a for m, a in zip(rows, alive, strict=True)]
+            inject = [m.config.training.inject_nan_at_step == cohort.step and a and counted
+                      for m, a in zip(rows, alive, strict=True)]
             scale = torch.tensor([math.nan if bad else 1.0 for bad in inject], dtype=dtype, device=cohort.device)
             started, warm_up = time.perf_counter(), bucket not in self._warm
             with autocast:
                 loss, per_group = self._call(self._loss, self._loss_fn, cohort.params, batch["context"],
                                              batch["decoder_input"], batch["target"], batch["mask"],
-                                             batch["base_nll"], noise, temperature, weights, scale, alive_tensor)
+                                             batch["base_nll"], (draws[0], batch["dropped"]), temperature,
+                                             weights, scale, alive_tensor)
             loss.backward()
-            grads = {n: p.grad for n, p in cohort.params.items() if p.grad is not None}
+            names = phases.part_names(cohort.params, part) or list(cohort.params)
+            grads = {n: cohort.params[n].grad for n in names if cohort.params[n].grad is not None}
             used = self._step_used([tuple(w.tolist()) for w in weights], alive)
             self._call(self._update, self._update_fn, grads, used)
             for param in cohort.params.values():
@@ -323,6 +343,8 @@ class CompiledStep:
             if warm_up:
                 self._warm.add(bucket)
                 self.compile_seconds += time.perf_counter() - started
+            if not counted:  # an encoder-only update: not a logged step (as alone)
+                continue
             for g, (total, term_values, values, count) in enumerate(per_group):
                 for key, value in values.items():
                     sums[g][key] = sums[g].get(key, 0.0) + value * count
@@ -334,13 +356,16 @@ class CompiledStep:
         by_row = per_member(rows, groups, sums, counts, losses, terms)
         return [[column[rows.index(m)] for m in active] for column in by_row]
 
-    def _noise(self, alive: tuple[bool, ...], real: int, batch_size: int) -> torch.Tensor | None:
-        """Running members' draws from their own streams (as eager), zeros for padding and stopped rows."""
-        cohort = self.cohort
+    def _draws(self, alive: tuple[bool, ...], real: int, batch_size: int) -> Draws:
+        """Running members' draws from their own streams (as eager); zeros (nothing dropped) for
+        padding and stopped rows."""
         running = [m for m, a in zip(self.rows, alive, strict=True) if a]
-        drawn = cohort._noise([m.generator for m in running], real)
-        if drawn is None:
-            return None
-        noise = drawn.new_zeros(len(self.rows), batch_size, drawn.shape[-1])
-        noise[torch.tensor([k for k, a in enumerate(alive) if a], device=noise.device), :real] = drawn
-        return noise
+        rows = torch.tensor([k for k, a in enumerate(alive) if a], device=self.cohort.device)
+        padded = []
+        for drawn in self.cohort._draws([m.generator for m in running], real):
+            if drawn is not None:
+                full = drawn.new_zeros(len(self.rows), batch_size, *drawn.shape[2:])
+                full[rows, :real] = drawn
+                drawn = full
+            padded.append(drawn)
+        return padded[0], padded[1]

@@ -1,15 +1,10 @@
 """A cohort's epoch-end forward: every member's eval-mode outputs on a split in one pass.
 
-The lone epoch end (``Trainer.evaluate``) runs each member's model over its train subset,
-val and test one member after another. Here the members' splits are stacked on a leading
-member axis and ``cvae_forward(training=False)`` (workers/models/functional.py) runs once
+The members' splits are stacked on a member axis and ``cvae_forward(training=False)`` runs once
 per evaluation batch for all of them; member k's :class:`Collected` then goes to its lone
-``Trainer.evaluate_split``, so every read-out (losses, kappa statistics, latent recovery,
-mutual information) is computed by the lone code on the same numbers, up to float rounding.
-The gradient shares (``Trainer.gradient_readouts``) come from one forward and one backward per
-token group for all members (:func:`member_gradient_shares`): members share no parameter, so
-the gradient of the members' summed losses is, on row k, member k's own. ``finalize`` stays
-per member (it runs once). The eval forward draws no random numbers, like the lone one.
+``Trainer.evaluate_split``, so every read-out is the lone code's on the same numbers, up to float
+rounding. The gradient shares come from one forward and one backward per token group for all
+members (:func:`member_gradient_shares`: members share no parameter). No random numbers are drawn.
 """
 
 from __future__ import annotations
@@ -22,8 +17,9 @@ import torch
 from objectives import LossInputs
 from workers.contract import GRAD_NORM_NAME, grad_share_name
 from workers.models.functional import cvae_forward
-from workers.readouts.evaluate import Collected, SplitData, readout_split
+from workers.readouts.evaluate import Collected
 from workers.readouts.gradients import POSTERIOR_PARAMS, settled_share
+from workers.readouts.split_data import SplitData, readout_split
 
 MAX_MEMBER_ROWS = 1 << 20  # rows of all members in one eval batch (bounds a K = 1,024 cohort's memory)
 

@@ -1,9 +1,11 @@
 """Which trials can share a cohort (torch-free: the planner and ``ksweep validate`` use it).
 
 A cohort trains K trials as one vectorized computation (workers/cohort/trainer.py), so its
-members must agree on every shape and on the recipe's budget; they may differ in the loss
-stack (alpha, terms, beta, free bits), the optimiser's learning rate, weight decay and
-clipping, the seed, the run name and the NaN-injection testing aid.
+members must agree on every shape and on the recipe's budget, the collapse remedies among
+them (``model.word_dropout`` adds a parameter; the training phases decide which slices each
+update moves); they may differ in the loss stack (alpha, terms, beta, free bits), the
+optimiser's learning rate, weight decay and clipping, the seed, the run name and the
+NaN-injection testing aid.
 """
 
 from __future__ import annotations

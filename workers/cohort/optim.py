@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-Tensors = dict[str, torch.Tensor]
+from workers.adamw import Tensors
 
 
 def _per_member(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -86,6 +86,13 @@ class StackedAdamW:
         return {"step": state["step"][member].to(torch.get_default_dtype()).clone(),
                 "exp_avg": state["exp_avg"][member].clone(),
                 "exp_avg_sq": state["exp_avg_sq"][member].clone()}
+
+    def reset_member(self, name: str, member: int) -> None:
+        """Clear member's state of one parameter, as a lone AdamW drops a parameter's state."""
+        state = self.state.get(name)
+        if state is not None:
+            for value in state.values():
+                value[member] = 0
 
     def load_member_state(self, name: str, member: int, state: Tensors) -> None:
         """Set member's state of one parameter from a ``torch.optim.AdamW`` state entry."""

@@ -4,10 +4,10 @@ Each member is a lone :class:`~workers.train.loop.Trainer` (its own config, seed
 model, history, checkpoints; every epoch-end read-out runs the lone code): the cohort only
 replaces the train pass. There the members' parameters are stacked on a leading axis and
 one batched forward (workers/models/functional.py) and one backward run per step for all;
-each member keeps its own batch order, noise stream, loss stack, gradient clipping and
-AdamW state (optim.py). A member that diverges fails with the lone trainer's message, one
-that stops improving leaves; the others go on, re-stacked without it (or, compiled, kept
-stacked but masked: compiled.py). Same seed, same config: the same losses as alone.
+each member keeps its own batch order, noise stream, loss stack (losses.py), gradient
+clipping and AdamW state (optim.py), and the training phases (phases.py) move its own slices. A member
+that diverges fails with the lone trainer's message, one that stops improving leaves; the
+others go on, re-stacked without it (or, compiled, kept stacked but masked: compiled.py). Same seed, same config: the same losses as alone.
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ from typing import Any
 import torch
 from torch.func import stack_module_state
 
-from objectives import LossInputs
+from workers.cohort import phases
 from workers.cohort.compiled import CompiledStep
 from workers.cohort.evaluation import member_gradient_shares, member_outputs
 from workers.cohort.grouping import fingerprint
+from workers.cohort.losses import loss_groups
 from workers.cohort.member import (
     OUTPUTS,
     POSTERIOR_PROBS,
@@ -39,9 +40,9 @@ from workers.cohort.member import (
 )
 from workers.cohort.optim import StackedAdamW, clip_per_member
 from workers.contract import PERF_EPOCH_SECONDS, PERF_TOKENS_PER_SECOND, VAL_LOSS, TrainingStatus
-from workers.models import CVAEOutput
 from workers.models.backbone import upcast
 from workers.models.functional import cvae_forward
+from workers.train import phases as train_phases
 from workers.train.config import TrialConfig
 from workers.train.loop import Trainer, TrialCheckFailed
 
@@ -165,9 +166,9 @@ class Cohort:
         if self._deps is None:
             probe = {n: p[:1].detach().requires_grad_() for n, p in self.params.items()}
             data = {k: v[:1, :2] for k, v in self._data.items()}
+            noise, dropped = self._draws([torch.Generator(self.device)], 2)
             out = cvae_forward(probe, self.model_config, self.num_categories, data["context"],
-                               data["decoder_input"], data["target"], data["mask"],
-                               self._noise([torch.Generator(self.device)], 2), 1.0)
+                               data["decoder_input"], data["target"], data["mask"], noise, 1.0, dropped=dropped)
             names = list(probe)
             self._deps = {}
             for key in self.outputs:
@@ -188,53 +189,14 @@ class Cohort:
             }
         return self._used_cache[key]
 
-    def _noise(self, generators: list[torch.Generator], batch: int) -> torch.Tensor | None:
-        """Each member's draws, from its own stream, as its lone forward would make them."""
-        config, dtype = self.model_config, upcast(next(iter(self.params.values()))).dtype
-        if self.members[0].config.training.bf16 and self.device.type == "cuda":
-            dtype = torch.float32
-        if config.family == "continuous":
-            return torch.stack([torch.randn((batch, config.latent_dim), dtype=dtype, device=self.device,
-                                            generator=g) for g in generators])
-        if config.discrete_estimator == "gumbel":
-            return torch.stack([-torch.empty((batch, self.num_categories), dtype=dtype, device=self.device)
-                                .exponential_(generator=g).log() for g in generators])
-        return None
-
     # -- one epoch --------------------------------------------------------------------------
-
-    def _loss_groups(self, active: list[Member]) -> list[tuple[torch.Tensor, list[int], Callable]]:
-        """Members with one loss stack (and c_base) share one vmapped loss: ``(index, positions, fn)``."""
-        groups: dict[tuple, list[int]] = {}
-        for k, member in enumerate(active):
-            spec = member.config.loss_stack
-            key = (spec.model_dump_json(), member.trainer.c_base, tuple(member.trainer.train_kappa(spec).items()))
-            groups.setdefault(key, []).append(k)
-        result = []
-        for indices in groups.values():
-            stack, diagnostics = active[indices[0]].trainer._stacks()
-
-            def member_loss(token_nll, base_nll, mask, kl, bow_logits, targets, step, posterior_probs,
-                            stack=stack, diagnostics=diagnostics):
-                """The lone train step's loss and batch metrics for one member (vmapped)."""
-                inputs = LossInputs(token_nll=token_nll, base_nll=base_nll, mask=mask, kl=kl,
-                                    bow_logits=bow_logits, targets=targets,
-                                    posterior_probs=posterior_probs, step=step)
-                out = stack(inputs)
-                diag_out = diagnostics(LossInputs(token_nll.detach(), base_nll, mask))
-                output = CVAEOutput(token_nll, kl, bow_logits)
-                values, count = Trainer._batch_values(out, diag_out, output, mask)
-                return out.total, {k: v.detach() for k, v in out.terms.items()}, values, count
-
-            result.append((torch.tensor(indices, device=self.device), indices, member_loss))
-        return result
 
     def _train_pass(self, active: list[Member]):
         """One pass over the train split for all running members; per-member tensors back."""
         if self._compiled is not None:
             return self._compiled.train_pass(active)
         training = active[0].config.training
-        groups = self._loss_groups(active)
+        groups = loss_groups(active, self._data["target"].shape[1], self.device)
         size = self._data["target"].shape[1]
         order = torch.stack([torch.randperm(size, generator=m.trainer._generator) for m in active])
         inject = [m.config.training.inject_nan_at_step for m in active]
@@ -245,28 +207,33 @@ class Cohort:
         autocast = (torch.autocast("cuda", dtype=torch.bfloat16)
                     if training.bf16 and self.device.type == "cuda" else contextlib.nullcontext())
         lead = active[0].trainer.model
-        for indices in order.split(training.batch_size, dim=1):
-            indices = indices.to(self.device)
+        if train_phases.resets_decoder(training, active[0].trainer.epoch):
+            phases.reset_decoders(self, active)
+        batches = order.split(training.batch_size, dim=1)
+        for position, part in train_phases.update_plan(len(batches), training, active[0].trainer.epoch):
+            indices = batches[position].to(self.device)
             batch = {key: value[self._source.unsqueeze(1), indices] for key, value in self._data.items()}
             lead.step = self.step
+            noise, dropped = self._draws([m.generator for m in active], indices.shape[1])
             with autocast:
                 out = cvae_forward(self.params, self.model_config, self.num_categories,
                                    batch["context"], batch["decoder_input"], batch["target"],
-                                   batch["mask"], self._noise([m.generator for m in active], indices.shape[1]),
-                                   lead.gumbel_temperature())
+                                   batch["mask"], noise, lead.gumbel_temperature(), dropped=dropped)
             leaves = [{key: upcast(out[key])[index].detach().requires_grad_() for key in self.outputs}
                       for index, _, _ in groups]
-            totals = []
+            totals, counted = [], train_phases.counted(part)
             for g, (index, positions, member_loss) in enumerate(groups):
                 probs = leaves[g].get(POSTERIOR_PROBS)
                 total, term_values, values, count = torch.func.vmap(
                     member_loss, in_dims=(0,) * 6 + (None, None if probs is None else 0))(
                     leaves[g]["token_nll"], batch["base_nll"][index], batch["mask"][index], leaves[g]["kl"],
                     leaves[g]["bow_logits"], batch["target"][index], self.step, probs)
-                if any(inject[k] == self.step for k in positions):
+                if counted and any(inject[k] == self.step for k in positions):
                     total = total * torch.tensor([math.nan if inject[k] == self.step else 1.0
                                                   for k in positions], dtype=total.dtype, device=total.device)
                 totals.append(total.sum())
+                if not counted:  # an encoder-only update: not a logged step (as alone)
+                    continue
                 values["loss"] = total.detach()
                 for key, value in values.items():
                     sums[g][key] = sums[g].get(key, 0.0) + value * count
@@ -274,12 +241,15 @@ class Cohort:
                 losses[g].append(total.detach())
                 terms[g].append(term_values)
             torch.stack(totals).sum().backward()
-            self._backward(out, groups, leaves, len(active))
-            self.step += 1
+            self._backward(out, groups, leaves, len(active), phases.part_names(self.params, part))
+            self.step += 1 if counted else 0
         return per_member(active, groups, sums, counts, losses, terms)
 
-    def _backward(self, out, groups, leaves, members: int) -> None:
-        """Backpropagate the members' output gradients through the model, clip, step."""
+    _draws = phases.member_draws  # each member's (noise, dropped), from its own stream, as alone
+
+    def _backward(self, out, groups, leaves, members: int, names: list[str] | None = None) -> None:
+        """Backpropagate the members' output gradients through the model, clip, step; ``names``:
+        only those parameters (an encoder- or decoder-only update; None: all)."""
         reached, tensors, grads = {}, [], []
         for key in self.outputs:
             grad = torch.zeros_like(out[key], dtype=upcast(out[key]).dtype)
@@ -292,7 +262,7 @@ class Cohort:
             if any(reached[key]):
                 tensors.append(out[key])
                 grads.append(grad.to(out[key].dtype))
-        torch.autograd.backward(tensors, grads)
+        torch.autograd.backward(tensors, grads, inputs=None if names is None else [self.params[n] for n in names])
         param_grads = {n: p.grad for n, p in self.params.items() if p.grad is not None}
         clip_per_member(param_grads, self.max_norm)
         self.optimizer.step(param_grads, self._used(reached))
@@ -368,12 +338,13 @@ class Cohort:
 
     @staticmethod
     def _after_epoch(member: Member, metrics: dict[str, float], patience: int | None, monitor: str) -> None:
-        value = metrics.get(monitor, math.nan)
-        if value < member.best:
+        value, trainer = metrics.get(monitor, math.nan), member.trainer
+        if trainer.epoch <= member.config.training.autoencoder_epochs:  # pre-training: not counted
+            pass
+        elif value < member.best:
             member.best, member.since_best = value, 0
         else:
             member.since_best += 1
-        trainer = member.trainer
         stopped = trainer.selection.stopped  # the lone trainer's own early stopping
         if trainer.epoch >= member.config.training.epochs:
             member.status = TrainingStatus.FINISHED.value

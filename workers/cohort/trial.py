@@ -1,6 +1,6 @@
 """A cohort whose members each keep their own MLflow run: the cohort's ``run_logged_trial``.
 
-Every member gets a :class:`~workers.trial.TrialRun` (its params, one metric point per epoch
+Every member gets a :class:`~workers.trial.TrialRunner` (its params, one metric point per epoch
 through one ``log_batch`` call, its PNGs when asked, its end state), so in MLflow and in the service a
 member is indistinguishable from a lone trial: FINISHED; FINISHED with ``ksweep.stopped_early``
 when it left the cohort early; FAILED with the reason in ``ksweep.failure`` when it diverged.
@@ -22,11 +22,11 @@ from workers.contract import (
     failure_text,
 )
 from workers.train.config import TrialConfig
-from workers.trial import TrialRun, default_run_name
+from workers.trial import TrialRunner, default_run_name
 
 
-def finish_member_run(member: Member, run: TrialRun) -> None:
-    """End a member's run the way :meth:`TrialRun.train` ends a lone trial's."""
+def finish_member_run(member: Member, run: TrialRunner) -> None:
+    """End a member's run the way :meth:`TrialRunner.train` ends a lone trial's."""
     if member.status == TrainingStatus.FAILED:
         run.logger.set_tags({FAILURE_TAG: (member.error or TrainingStatus.FAILED.value)[:MAX_ERROR_CHARS]})
     elif member.status == TrainingStatus.STOPPED and member.trainer.epoch < member.config.training.epochs:
@@ -48,7 +48,7 @@ def run_logged_cohort(
     checkpoints: Mapping[int, Path | str] | None = None,
     run_ids: Mapping[int, str] | None = None,
     plots: bool = True,
-) -> list[tuple[Member, TrialRun]]:
+) -> list[tuple[Member, TrialRunner]]:
     """Train ``configs`` as one cohort, each member logged as its own (child) run.
 
     ``tags[i]``: member i's run tags (e.g. its Tune trial id). ``checkpoints[i]`` and
@@ -61,10 +61,10 @@ def run_logged_cohort(
     for member in cohort.members:
         position = member.position
         if run_ids and run_ids.get(position):
-            runs.append(TrialRun.attach(member.trainer, tracking_uri, run_ids[position],
+            runs.append(TrialRunner.attach(member.trainer, tracking_uri, run_ids[position],
                                         plots=plots))
         else:
-            runs.append(TrialRun.start(member.trainer, tracking_uri, experiment_name,
+            runs.append(TrialRunner.start(member.trainer, tracking_uri, experiment_name,
                                        default_run_name(member.config),
                                        tags[position] if tags else None, parent_run_id,
                                        plots=plots))

@@ -1,16 +1,5 @@
-"""Kappa matching of the mixed task: the private block size M that makes `private` examples
-as concentrated as `prefix` examples.
-
-The first private prefix token costs exactly ``log M`` nats under the oracle (with or
-without s), and nothing else in an example depends on M. So the b_t of a calibration sample
-are computed once with M = 1 and that position is set to ``log M`` for each
-candidate; M is the integer where the median kappa of `private` examples best matches
-the median of `prefix` examples at alpha 1 and 2 together: the root of
-``log(med_private/med_prefix) at alpha 1 + the same at alpha 2`` (bisection on log M;
-kappa grows with M once the prefix is the most surprising part of the example). One M
-cannot match both exactly; on the default task each median ends within about 6%. The sample is fixed (seed
-``CALIBRATION_SEED``, ``CALIBRATION_SIZE`` examples of each kind), so M is a function of
-the task's shape only, never of the data seed or the split sizes.
+"""Kappa matching of the mixed task: the private block size M that makes ``private`` examples as
+concentrated as ``prefix`` examples (:func:`matched_private_prefix_tokens`).
 """
 
 from __future__ import annotations
@@ -53,6 +42,17 @@ def kappa_by_kind(b: torch.Tensor, mask: torch.Tensor, kind: torch.Tensor, alpha
 
 def matched_private_prefix_tokens(config) -> int:
     """The M of ``config`` (a mixed-task SyntheticTaskConfig) that matches median kappa.
+
+    The first private prefix token costs exactly ``log M`` nats under the oracle (with or
+    without s), and nothing else in an example depends on M. So the b_t of a calibration sample
+    are computed once with M = 1 and that position is set to ``log M`` for each
+    candidate; M is the integer where the median kappa of `private` examples best matches
+    the median of `prefix` examples at alpha 1 and 2 together: the root of
+    ``log(med_private/med_prefix) at alpha 1 + the same at alpha 2`` (bisection on log M;
+    kappa grows with M once the prefix is the most surprising part of the example). One M
+    cannot match both exactly; on the default task each median ends within about 6%. The sample is fixed (seed
+    ``CALIBRATION_SEED``, ``CALIBRATION_SIZE`` examples of each kind), so M is a function of
+    the task's shape only, never of the data seed or the split sizes.
 
     Cached per task shape (seed and split sizes do not enter), to 2% in M.
 

@@ -1,20 +1,7 @@
-"""Config of the synthetic strategy task and its vocabulary layout.
+"""Config of the synthetic strategy task (:class:`SyntheticTaskConfig`) and its vocabulary layout.
 
-Vocabulary layout (ids are int64)::
-
-    0                                  PAD
-    1                                  BOS
-    [2, 2 + V)                         content tokens (V = content_vocab)
-    [prefix_token_start + s*m, +m)     prefix block of strategy s (m = prefix_tokens_per_strategy)
-    [distractor_token_start, +D)       distractor tokens (D = num_distractor_tokens)
-    mixed task only:
-    [private_token_start, +M)          the private block: first token of a private prefix (M = private_prefix_tokens)
-    [private_tail_start, +m)           the private tail block: the other private prefix tokens
-    [kind_token_start, +3)             one context marker per example kind (prefix, diffuse, private)
-
-The *legacy* task (``kind_proportions`` = prefix 1, diffuse 0, private 0, the default) is
-the original single-kind task, token for token: no private block, no kind marker, the
-same random stream. Any other proportions give the *mixed* task (see ``synthetic.py``).
+The single-kind task (``kind_proportions`` prefix 1, the default) has no private block and no
+kind marker; any other proportions give the mixed task (see ``synthetic.py``).
 """
 
 from __future__ import annotations
@@ -64,6 +51,22 @@ class KindProportions(BaseModel):
         """Normalised (prefix, diffuse, private)."""
         total = self.prefix + self.diffuse + self.private
         return (self.prefix / total, self.diffuse / total, self.private / total)
+
+
+# The vocabulary's layout (ids are int64):
+#
+#     0                                  PAD
+#     1                                  BOS
+#     [2, 2 + V)                         content tokens (V = content_vocab)
+#     [prefix_token_start + s*m, +m)     prefix block of strategy s (m = prefix_tokens_per_strategy)
+#     [distractor_token_start, +D)       distractor tokens (D = num_distractor_tokens)
+#     mixed task only:
+#     [private_token_start, +M)          the private block: first token of a private prefix (M = private_prefix_tokens)
+#     [private_tail_start, +m)           the private tail block: the other private prefix tokens
+#     [kind_token_start, +3)             one context marker per example kind (prefix, diffuse, private)
+#
+# The single-kind task (``kind_proportions`` = prefix 1, diffuse 0, private 0, the default)
+# has no private block and no kind marker; any other proportions give the *mixed* task.
 
 
 class SyntheticTaskConfig(BaseModel):
@@ -181,7 +184,7 @@ class SyntheticTaskConfig(BaseModel):
 
     @property
     def mixed(self) -> bool:
-        """True for the mixed task, False for the legacy single-kind (prefix only) task."""
+        """True for the mixed task, False for the single-kind (prefix only) task."""
         return self.kind_proportions.probabilities() != (1.0, 0.0, 0.0)
 
     @property

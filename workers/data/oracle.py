@@ -1,31 +1,9 @@
-"""Exact z-free base model of the synthetic task.
+"""The exact z-free base model of the synthetic task: the generator known, the strategy not.
 
-The oracle knows the generator but not the hidden strategy ``s``. At target
-position ``t`` it marginalises ``s`` under its posterior given the context and
-the target prefix seen so far::
-
-    post_t(s) ∝ (1/K) * prod_{u<t} p(y_u | s, x, u)
-    p(y_t | x, y_<t) = sum_s post_t(s) * p(y_t | s, x, t)
-
-Per-strategy token likelihoods (``P_k`` = the kind's prefix length, P or 0 for
-``diffuse``; ``j = t - P_k`` the body position; ``n`` the kind's body noise)::
-
-    prefix kind, t < P:  p = 1/m if y_t lies in s's prefix block, else 0
-    private kind, t < P: p = 1/M if y_t lies in the private block, else 0 (the same for every s)
-    body (t >= P_k):     p = d/D * [y_t is distractor]
-                           + (1 - d) * ((1 - n) * [y_t == f_s(x, j)] + n/V * [y_t is content])
-
-The kind is read from the split (in the mixed task it is the context's marker token, so
-it is observed); only s is marginalised. :func:`oracle_conditional_nll` gives the NLL
-given the true s, ``h_t``.
-
-Body length is not modelled (there is no EOS): the split's mask says which
-positions exist, and every quantity here is 0 off the mask. All arithmetic is
-float64 in log space.
-
-Targets the generator cannot produce under any strategy (e.g. a split built
-with a different config) give ``inf`` NLL and NaN posteriors from that
-position on; splits from :func:`generate_split` with the same config never do.
+At each target position the oracle marginalises the hidden strategy under its posterior given
+the context and the target so far (:func:`oracle_base_nll` gives the formulas); the example's
+kind is observed. :func:`oracle_conditional_nll` is the NLL given the true strategy, h_t. All
+arithmetic is float64 in log space, and every quantity is 0 off the split's mask.
 """
 
 from __future__ import annotations
@@ -150,6 +128,33 @@ def oracle_base_nll(
     dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
     """Per-token oracle surprisal ``b_t = -log p(y_t | x, y_<t)``.
+
+    The oracle knows the generator but not the hidden strategy ``s``. At target
+    position ``t`` it marginalises ``s`` under its posterior given the context and
+    the target prefix seen so far::
+
+        post_t(s) ∝ (1/K) * prod_{u<t} p(y_u | s, x, u)
+        p(y_t | x, y_<t) = sum_s post_t(s) * p(y_t | s, x, t)
+
+    Per-strategy token likelihoods (``P_k`` = the kind's prefix length, P or 0 for
+    ``diffuse``; ``j = t - P_k`` the body position; ``n`` the kind's body noise)::
+
+        prefix kind, t < P:  p = 1/m if y_t lies in s's prefix block, else 0
+        private kind, t < P: p = 1/M if y_t lies in the private block, else 0 (the same for every s)
+        body (t >= P_k):     p = d/D * [y_t is distractor]
+                               + (1 - d) * ((1 - n) * [y_t == f_s(x, j)] + n/V * [y_t is content])
+
+    The kind is read from the split (in the mixed task it is the context's marker token, so
+    it is observed); only s is marginalised. :func:`oracle_conditional_nll` gives the NLL
+    given the true s, ``h_t``.
+
+    Body length is not modelled (there is no EOS): the split's mask says which
+    positions exist, and every quantity here is 0 off the mask. All arithmetic is
+    float64 in log space.
+
+    Targets the generator cannot produce under any strategy (e.g. a split built
+    with a different config) give ``inf`` NLL and NaN posteriors from that
+    position on; splits from :func:`generate_split` with the same config never do.
 
     Computed as ``logsumexp_s(incl_t) - logsumexp_s(excl_t)`` of the cumulative
     per-strategy log-likelihoods, which equals the posterior-weighted mixture

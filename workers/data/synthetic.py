@@ -1,38 +1,9 @@
-"""Synthetic strategy task: generator and split container (the config is in ``config.py``).
+"""The synthetic strategy task: its generator and split container (the config: ``config.py``).
 
-Each example has a context ``x`` of content tokens, a hidden strategy ``s`` and a *kind*.
-Every example's target ``y`` has ``P + L`` active tokens (L drawn per example); what they
-are depends on the kind:
-
-- ``prefix`` (the legacy task): ``P`` prefix tokens from ``s``'s block of prefix tokens
-  (high surprisal for any model without ``s``, explained by ``s``), then a body
-  ``f_s(x, j)``, ``j = t - P``, up to ``noise_rate``.
-- ``diffuse``: no prefix; all ``P + L`` tokens are body, ``j = t``, with the high
-  ``diffuse_noise_rate``, so every token reveals ``s`` a little.
-- ``private``: ``P`` prefix tokens that ``s`` does not explain: the first uniform over
-  the private block of ``M`` tokens (``log M`` nats with or without ``s``), the others
-  uniform over a tail block of ``m`` tokens (``log m``, like a strategy prefix's),
-  then a body ``f_s(x, j)``, ``j = t - P``, up to ``private_noise_rate`` (default
-  ``noise_rate``): ``s`` shows only in the body, at low surprisal. ``M`` is chosen so
-  the kappa of ``private`` examples matches ``prefix`` examples (``calibration.py``).
-
-Body tokens can also be distractors (``distractor_rate``, every kind). In the mixed task
-the context carries one kind-marker token after its ``context_length`` content tokens, so
-the z-free base model (oracle or learned) knows the kind; ``s`` is never observed.
-
-Deterministic body rule (``j`` = 0-based body position, ``C`` = context_length)::
-
-    f_s(x, j) = 2 + (a_s * (x[j mod C] - 2) + c_s + j) mod V
-    a_s = 1 + (2*s mod (V - 1))
-    c_s = s mod V
-
-``a_s`` lies in ``[1, V-1]``, so it is never 0 mod V and every body token
-depends on the context. For ``K <= V`` the offsets ``c_s`` are distinct, so no
-two strategies share the same ``(a_s, c_s)`` pair; for the defaults (V=16,
-K=4) ``f_s(x, j) - f_r(x, j) = (s - r) * (2*(x - 2) + 1) mod 16`` is never 0,
-i.e. the bodies of different strategies differ at every position. For
-``K > V`` some strategies may share a body rule; they remain identifiable from
-their disjoint prefix blocks.
+Each example has a context ``x`` of content tokens, a hidden strategy ``s`` and a kind
+(``prefix``, ``diffuse``, ``private``) that says where in the target ``y`` the strategy shows;
+a deterministic body rule makes the strategies' bodies differ at every position
+(:func:`generate_split` defines the kinds and the rule).
 """
 
 from __future__ import annotations
@@ -141,7 +112,7 @@ class SyntheticSplit:
             leading contiguous run).
         strategy: ``[N]`` int64 true strategy, for evaluation only; models must
             not read it.
-        kind: ``[N]`` int64 example kind, an index into ``KINDS`` (all 0 in the legacy task).
+        kind: ``[N]`` int64 example kind, an index into ``KINDS`` (all 0 in the single-kind task).
     """
 
     context: torch.Tensor
@@ -224,7 +195,7 @@ def _generate(config: SyntheticTaskConfig, n: int, rng: np.random.Generator) -> 
 
     # Draws are made for every padded body slot and then masked, which keeps
     # the random stream (and thus the data) a fixed function of the config. The mixed
-    # task's extra draws come after the legacy ones, so the legacy task is unchanged.
+    # task's extra draws come after the single-kind task's, which therefore does not depend on them.
     strategy = rng.integers(0, k, size=n, dtype=np.int64)
     context = rng.integers(CONTENT_START, CONTENT_START + v, size=(n, config.context_length))
     body_len = rng.integers(config.body_length_min, lmax + 1, size=n, dtype=np.int64)
@@ -288,6 +259,40 @@ def _generate(config: SyntheticTaskConfig, n: int, rng: np.random.Generator) -> 
 
 def generate_split(config: SyntheticTaskConfig, split: SplitName) -> SyntheticSplit:
     """Generate the ``train``, ``val`` or ``test`` split.
+
+    Each example has a context ``x`` of content tokens, a hidden strategy ``s`` and a *kind*.
+    Every example's target ``y`` has ``P + L`` active tokens (L drawn per example); what they
+    are depends on the kind:
+
+    - ``prefix`` (the single-kind default): ``P`` prefix tokens from ``s``'s block of prefix tokens
+      (high surprisal for any model without ``s``, explained by ``s``), then a body
+      ``f_s(x, j)``, ``j = t - P``, up to ``noise_rate``.
+    - ``diffuse``: no prefix; all ``P + L`` tokens are body, ``j = t``, with the high
+      ``diffuse_noise_rate``, so every token reveals ``s`` a little.
+    - ``private``: ``P`` prefix tokens that ``s`` does not explain: the first uniform over
+      the private block of ``M`` tokens (``log M`` nats with or without ``s``), the others
+      uniform over a tail block of ``m`` tokens (``log m``, like a strategy prefix's),
+      then a body ``f_s(x, j)``, ``j = t - P``, up to ``private_noise_rate`` (default
+      ``noise_rate``): ``s`` shows only in the body, at low surprisal. ``M`` is chosen so
+      the kappa of ``private`` examples matches ``prefix`` examples (``calibration.py``).
+
+    Body tokens can also be distractors (``distractor_rate``, every kind). In the mixed task
+    the context carries one kind-marker token after its ``context_length`` content tokens, so
+    the z-free base model (oracle or learned) knows the kind; ``s`` is never observed.
+
+    Deterministic body rule (``j`` = 0-based body position, ``C`` = context_length)::
+
+        f_s(x, j) = 2 + (a_s * (x[j mod C] - 2) + c_s + j) mod V
+        a_s = 1 + (2*s mod (V - 1))
+        c_s = s mod V
+
+    ``a_s`` lies in ``[1, V-1]``, so it is never 0 mod V and every body token
+    depends on the context. For ``K <= V`` the offsets ``c_s`` are distinct, so no
+    two strategies share the same ``(a_s, c_s)`` pair; for the defaults (V=16,
+    K=4) ``f_s(x, j) - f_r(x, j) = (s - r) * (2*(x - 2) + 1) mod 16`` is never 0,
+    i.e. the bodies of different strategies differ at every position. For
+    ``K > V`` some strategies may share a body rule; they remain identifiable from
+    their disjoint prefix blocks.
 
     The splits come from independent children of ``np.random.SeedSequence(data_seed)``
     (child 0 train, 1 val, 2 test), so each split is a deterministic function of the

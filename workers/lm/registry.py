@@ -1,39 +1,29 @@
 """The model store: registered causal language models, content-addressed, torch-free.
 
-A model is a Hugging Face folder (``config.json`` + ``*.safetensors`` + tokenizer files) or
-one ``.gguf`` file. Registration copies the files under the store's root and hashes them; a
-spec then names the model (``base: {kind: causal_lm, model: NAME}``), never a path.
-
-On disk::
-
-    root/objects/<sha256>/files/...   the copied model files (read-only afterwards)
-    root/objects/<sha256>/meta.json   the ModelRecord at registration
-    root/names/<name>.json            the ModelRecord a name points to
-
-Pickle-based weights (``.bin``, ``.pt``, ``.pth``, ``.pkl``, ...) are refused, naming the
-file: loading them can run arbitrary code. Python files are never copied, and every load
-passes ``trust_remote_code=False``.
+A model is a Hugging Face folder (``config.json`` + ``*.safetensors`` + tokenizer files) or one
+``.gguf`` file; registration copies and hashes its files into an
+:class:`~workers.object_store.ObjectStore` (``objects/<sha256>/files/``, the record in
+``meta.json`` and ``names/<name>.json``), and a spec names the model, never a path. Pickle-based
+weights (``.bin``, ``.pt``, ``.pkl``, ...) are refused: loading them can run code. Python files
+are never copied, and every load passes ``trust_remote_code=False``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
-import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field
 
-from workers.contract import REGISTERED_NAME_PATTERN, SHA256_HEX_PATTERN
+from workers.contract import SHA256_HEX_PATTERN
+from workers.object_store import META_FILE, ObjectStore, atomic_write
 
-NAME_PATTERN = re.compile(REGISTERED_NAME_PATTERN)
 PICKLE_SUFFIXES = frozenset({".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib"})
 # Files of a Hugging Face folder that are copied; anything else (README, .py, images) is not.
 HF_CONFIG_FILES = frozenset({
@@ -93,16 +83,6 @@ class ModelRecord(BaseModel):
     source: str = ""
 
 
-def check_name(name: str) -> str:
-    """Return ``name`` when it is a valid model name; raise ModelError naming the rule."""
-    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
-        raise ModelError(
-            f"model name {name!r}: use 1-64 characters of letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit (never a path)"
-        )
-    return name
-
-
 def file_sha256(path: Path) -> str:
     """sha256 hex digest of a file, read in 1 MiB chunks."""
     digest = hashlib.sha256()
@@ -159,23 +139,36 @@ def collect_files(path: Path) -> tuple[Literal["hf", "gguf"], list[Path]]:
     return "hf", sorted(set(weights) | set(configs))
 
 
-class ModelStore:
-    """Registered models under ``root`` (see the module docstring for the layout)."""
+class ModelStore(ObjectStore[ModelRecord]):
+    """Registered models under ``root``: ``objects/<sha256>/files/...`` (the copied files,
+    read-only afterwards), ``objects/<sha256>/meta.json`` (the ModelRecord at registration),
+    ``names/<name>.json`` (the ModelRecord a name points to)."""
+
+    kind = "model"
+    record_model = ModelRecord
 
     def __init__(self, root: Path | str) -> None:
-        self.root = Path(root).expanduser().resolve()
+        super().__init__(Path(root).expanduser().resolve())
 
-    @property
-    def _names(self) -> Path:
-        return self.root / "names"
+    @classmethod
+    def invalid_name(cls, name: object) -> ModelError:
+        return ModelError(f"model name {name!r}: use 1-64 characters of letters, digits, '.', '_' "
+                          "or '-', starting with a letter or digit (never a path)")
 
-    def object_dir(self, sha256: str) -> Path:
-        """The folder of a model's copied files (``.../files``)."""
-        return self.root / "objects" / sha256 / "files"
+    def not_found(self, message: str) -> ModelNotFound:
+        return ModelNotFound(message)
+
+    def files_dir(self, sha256: str) -> Path:
+        """The folder of a model's copied files (``objects/<sha256>/files``)."""
+        return self.object_dir(sha256) / "files"
 
     def model_path(self, record: ModelRecord) -> Path:
         """What ``from_pretrained`` is given: the files folder (with ``gguf_file`` for GGUF)."""
-        return self.object_dir(record.sha256)
+        return self.files_dir(record.sha256)
+
+    def object_record(self, sha256: str) -> ModelRecord:
+        """The record object ``sha256`` was registered with (its name may point elsewhere now)."""
+        return ModelRecord.model_validate_json((self.object_dir(sha256) / META_FILE).read_text())
 
     def add(
         self, path: Path | str, *, name: str, owner: str = "local", replace: bool = False,
@@ -198,16 +191,14 @@ class ModelStore:
             ModelError: see :func:`collect_files`; a bad name.
             ModelConflict: the name holds other content and ``replace`` is False.
         """
-        check_name(name)
+        self.check_name(name)
         source = Path(path).expanduser().resolve()
         kind, files = collect_files(source)
         base = source.parent if kind == "gguf" else source
         hashes = {str(f.relative_to(base)): file_sha256(f) for f in files}
         sha = content_sha256(hashes)
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._names.mkdir(exist_ok=True)
-        with FileLock(self.root / ".lock"):
-            existing = self._read_name(name)
+        with self.lock():
+            existing = self.read_record(name)
             if existing is not None and existing.sha256 == sha:
                 return existing
             if existing is not None and not replace:
@@ -215,9 +206,9 @@ class ModelStore:
                     f"model name {name!r} is taken by other content (sha256 {existing.sha256[:12]}); "
                     "choose another --name or pass --replace"
                 )
-            obj = self.root / "objects" / sha
-            if not (obj / "meta.json").exists():
-                self._copy(base, files, obj)
+            obj = self.object_dir(sha)
+            if not (obj / META_FILE).exists():
+                self.land(self._copy(base, files), sha, META_FILE)
             tokenizer_sha, vocab = (None, None)
             gguf = files[0].name if kind == "gguf" else None
             if fingerprint is not None:
@@ -228,51 +219,35 @@ class ModelStore:
                 vocab_size=vocab, created_at=datetime.now(UTC).isoformat(timespec="seconds"),
                 source=str(source),
             )
-            _atomic_write(obj / "meta.json", record.model_dump_json(indent=2))
-            _atomic_write(self._names / f"{name}.json", record.model_dump_json(indent=2))
+            atomic_write(obj / META_FILE, record.model_dump_json(indent=2))
+            self.write_record(record)
             return record
 
-    def _copy(self, base: Path, files: list[Path], obj: Path) -> None:
-        obj.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{obj.name}-", dir=obj.parent))
+    def _copy(self, base: Path, files: list[Path]) -> Path:
+        """The files copied into a staging folder (``files/...``), for :meth:`land`."""
+        staging = self.staging_dir("model")
         try:
             for f in files:
                 target = staging / "files" / f.relative_to(base)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(f, target)
-            if obj.exists():  # a stale folder without meta.json (a crash before the rename)
-                shutil.rmtree(obj)
-            os.replace(staging, obj)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-
-    def _read_name(self, name: str) -> ModelRecord | None:
-        path = self._names / f"{name}.json"
-        if not path.exists():
-            return None
-        return ModelRecord.model_validate_json(path.read_text())
+        return staging
 
     def get(self, name: str) -> ModelRecord:
         """The record named ``name``; raises ModelNotFound listing what is registered."""
-        check_name(name)
-        record = self._read_name(name)
+        record = self.read_record(name)
         if record is None:
             known = ", ".join(r.name for r in self.list()) or "none"
             raise ModelNotFound(f"model {name!r} is not registered under {self.root} (registered: "
                                 f"{known}); add it with `ksweep model add PATH --name {name}`")
         return record
 
-    def list(self) -> list[ModelRecord]:
-        """Every named model, sorted by name."""
-        if not self._names.exists():
-            return []
-        return [ModelRecord.model_validate_json(p.read_text())
-                for p in sorted(self._names.glob("*.json"))]
-
     def verify(self, record: ModelRecord) -> None:
         """Re-hash the stored files; raise ModelError naming the first file that changed."""
-        folder = self.object_dir(record.sha256)
+        folder = self.files_dir(record.sha256)
         for rel, expected in sorted(record.files.items()):
             path = folder / rel
             if not path.is_file() or file_sha256(path) != expected:
@@ -305,17 +280,6 @@ def check_dataset_tokenizer(dataset_name: str, dataset_tokenizer: str | None,
             f"dataset {dataset_name!r} was tokenized by tokenizer {dataset_tokenizer!r}, but model "
             f"{record.name!r} uses tokenizer {record.tokenizer_sha256}; its ids would mean other "
             "tokens: register the dataset's text again with this model's tokenizer")
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def default_model_root(sweep_root: Path | str) -> Path:
-    """``$KSWEEP_SWEEP_ROOT/models``: where models live when KSWEEP_MODEL_ROOT is unset."""
-    return Path(sweep_root) / "models"
 
 
 def record_summary(record: ModelRecord) -> dict[str, object]:

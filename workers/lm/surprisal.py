@@ -28,7 +28,7 @@ from filelock import FileLock
 
 from workers.lm.registry import ModelError, ModelRecord, ModelStore
 
-CACHE_FORMAT_VERSION = 1
+SURPRISAL_CACHE_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -144,17 +144,17 @@ def token_surprisal(
     return results
 
 
-def c_base_of(rows: Sequence[np.ndarray], train_rows: Sequence[int] | None = None) -> float:
+def c_base_of_rows(rows: Sequence[np.ndarray], train_rows: Sequence[int] | None = None) -> float:
     """Mean over the chosen examples (all when None) of each one's token mean of b."""
     chosen = range(len(rows)) if train_rows is None else train_rows
     means = [float(np.mean(rows[i], dtype=np.float64)) for i in chosen if len(rows[i])]
     return float(np.mean(means)) if means else float("nan")
 
 
-def cache_key(dataset_sha256: str, record: ModelRecord, bos_id: int) -> str:
+def surprisal_cache_key(dataset_sha256: str, record: ModelRecord, bos_id: int) -> str:
     """Content address of one dataset's b_t under one model."""
     payload = json.dumps({"dataset": dataset_sha256, "model": record.sha256, "bos": bos_id,
-                          "version": CACHE_FORMAT_VERSION}, sort_keys=True)
+                          "version": SURPRISAL_CACHE_VERSION}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:24]
 
 
@@ -181,7 +181,7 @@ def cached_lm_base_nll(
     if meta_bos is None:
         model, tokenizer = load_registered(store, record, device=device)
         meta_bos = bos_token_id(model, tokenizer)
-    key = cache_key(dataset_sha256, record, meta_bos)
+    key = surprisal_cache_key(dataset_sha256, record, meta_bos)
     target = root / key
     hit = True
     with FileLock(root / f"{key}.lock"):
@@ -198,8 +198,8 @@ def cached_lm_base_nll(
             pq.write_table(pa.table({"base_nll": column}), staging / "base_nll.parquet")
             meta = {"key": key, "dataset_sha256": dataset_sha256, "model": record.name,
                     "model_sha256": record.sha256, "bos_id": meta_bos, "seconds": seconds,
-                    "tokens": int(sum(len(r) for r in rows)), "c_base_all_rows": c_base_of(rows),
-                    "format_version": CACHE_FORMAT_VERSION}
+                    "tokens": int(sum(len(r) for r in rows)), "c_base_all_rows": c_base_of_rows(rows),
+                    "format_version": SURPRISAL_CACHE_VERSION}
             (staging / "meta.json").write_text(json.dumps(meta, indent=2))
             if target.exists():  # a stale folder without meta.json
                 shutil.rmtree(target)
@@ -211,7 +211,7 @@ def cached_lm_base_nll(
     if len(rows) != len(y_ids):
         raise ModelError(f"{target}: cached b_t has {len(rows)} rows, the dataset {len(y_ids)}; "
                          "delete the folder to recompute")
-    return LMBaseNLL(rows, c_base_of(rows, train_rows), float(meta["seconds"]), int(meta["tokens"]),
+    return LMBaseNLL(rows, c_base_of_rows(rows, train_rows), float(meta["seconds"]), int(meta["tokens"]),
                      hit, target)
 
 

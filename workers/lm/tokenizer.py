@@ -17,11 +17,11 @@ from typing import Any
 import pyarrow as pa
 
 from workers.lm.loading import load_tokenizer, tokenizer_fingerprint
-from workers.lm.registry import ModelRecord, ModelStore
+from workers.lm.registry import ModelError, ModelRecord, ModelStore
 
 
 class ModelTextTokenizer:
-    """Implements ``workers.data.dataset_table.TextTokenizer`` with a Hugging Face tokenizer.
+    """Implements ``workers.datasets.table.TextTokenizer`` with a Hugging Face tokenizer.
 
     Attributes:
         name: ``<label>@<fingerprint>``, what the dataset record keeps.
@@ -36,6 +36,24 @@ class ModelTextTokenizer:
     def of(cls, store: ModelStore, record: ModelRecord) -> ModelTextTokenizer:
         """The tokenizer of a registered model (offline)."""
         return cls(load_tokenizer(store.model_path(record), record.gguf_file), record.name)
+
+    @classmethod
+    def registered(cls, model_root: Path | str, name: str) -> ModelTextTokenizer:
+        """The tokenizer of the model registered as ``name`` under ``model_root``, checked
+        against the fingerprint taken at registration.
+
+        Raises:
+            ModelError: no such model (naming what is registered), or its tokenizer now reads
+                differently from the one fingerprinted at registration.
+        """
+        store = ModelStore(model_root)
+        record = store.get(name)
+        tokenizer = cls.of(store, record)
+        if record.tokenizer_sha256 is not None and tokenizer.fingerprint != record.tokenizer_sha256:
+            raise ModelError(f"model {name!r}: its tokenizer reads as {tokenizer.fingerprint[:12]}, "
+                             f"not the {record.tokenizer_sha256[:12]} fingerprinted at registration; "
+                             f"register it again (`ksweep model add PATH --name {name} --replace`)")
+        return tokenizer
 
     @classmethod
     def from_folder(cls, folder: Path | str, gguf_file: str | None = None,

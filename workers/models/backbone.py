@@ -1,4 +1,9 @@
-"""GRU encoder/decoder components shared by the CVAEs and the z-free base model."""
+"""GRU encoder/decoder components shared by the CVAEs and the z-free base model.
+
+Word dropout (Bowman et al. 2016) replaces decoder inputs by UNK: an input-only embedding
+row of the decoder (never a vocabulary id, never predicted), so vocabularies, ids and
+cached bases stay as they are, and a decoder without word dropout has no such row.
+"""
 
 from __future__ import annotations
 
@@ -62,16 +67,28 @@ class SequenceEncoder(nn.Module):
         return torch.cat([state, state_at_last_active(backwards, mask)], dim=-1)
 
 
+def word_dropout_mask(shape: torch.Size | tuple[int, ...], rate: float, device: torch.device,
+                      generator: torch.Generator | None = None) -> torch.Tensor:
+    """Which decoder inputs ``[B, T]`` become UNK: each with probability ``rate``, never position
+    0 (BOS). One float32 uniform draw per position, from ``generator`` (None: torch's global
+    one), so a cohort member drawing from its own stream reproduces its lone trial."""
+    dropped = torch.rand(shape, dtype=torch.float32, device=device, generator=generator) < rate
+    dropped[:, 0] = False
+    return dropped
+
+
 class ConditionalDecoder(nn.Module):
     """Autoregressive GRU decoder of y given a conditioning vector (context, and z if any).
 
     The conditioning vector initialises the hidden state and is also fed at every step,
-    so the decoder cannot forget z over long sequences.
+    so the decoder cannot forget z over long sequences. With ``unk_input``, the decoder has
+    ``unk_embedding``, the input embedding of a dropped word (zeros at initialisation: no
+    token, and no draw from the RNG).
     """
 
     def __init__(
         self, embedding: nn.Embedding, condition_dim: int, hidden_dim: int, num_layers: int,
-        dropout: float,
+        dropout: float, unk_input: bool = False,
     ):
         super().__init__()
         self.embedding = embedding
@@ -83,22 +100,36 @@ class ConditionalDecoder(nn.Module):
             batch_first=True, dropout=dropout if num_layers > 1 else 0.0,
         )
         self.output = nn.Linear(hidden_dim, embedding.num_embeddings)
+        self.unk_embedding = nn.Parameter(torch.zeros(embedding.embedding_dim)) if unk_input else None
 
-    def logits(self, decoder_input: torch.Tensor, condition: torch.Tensor) -> torch.Tensor:
-        """``decoder_input [B, T]`` (BOS + y shifted right), ``condition [B, C]`` -> ``[B, T, V]``."""
+    def embed(self, decoder_input: torch.Tensor, dropped: torch.Tensor | None = None) -> torch.Tensor:
+        """``[B, T]`` -> ``[B, T, E]``; positions where ``dropped [B, T]`` is True read UNK."""
+        embedded = self.embedding(decoder_input)
+        if dropped is None:
+            return embedded
+        if self.unk_embedding is None:
+            raise ValueError("word dropout needs a decoder built with unk_input=True")
+        unk = self.unk_embedding.to(embedded.dtype)
+        return torch.where(dropped.unsqueeze(-1), unk, embedded)
+
+    def logits(self, decoder_input: torch.Tensor, condition: torch.Tensor,
+               dropped: torch.Tensor | None = None) -> torch.Tensor:
+        """``decoder_input [B, T]`` (BOS + y shifted right), ``condition [B, C]`` -> ``[B, T, V]``;
+        ``dropped [B, T]``: the inputs replaced by UNK (word dropout), None for none."""
         batch, length = decoder_input.shape
         state = torch.tanh(self.init_state(condition)).view(batch, self.num_layers, -1)
         state = state.transpose(0, 1).contiguous()
         steps = condition.unsqueeze(1).expand(batch, length, condition.shape[-1])
-        inputs = torch.cat([self.dropout(self.embedding(decoder_input)), steps], dim=-1)
+        inputs = torch.cat([self.dropout(self.embed(decoder_input, dropped)), steps], dim=-1)
         outputs, _ = self.gru(inputs, state)
         return self.output(self.dropout(outputs))
 
     def token_nll(
-        self, decoder_input: torch.Tensor, target: torch.Tensor, condition: torch.Tensor
+        self, decoder_input: torch.Tensor, target: torch.Tensor, condition: torch.Tensor,
+        dropped: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Per-token NLL ``[B, T]`` of ``target`` (0 at PAD positions), in float32."""
-        logits = self.logits(decoder_input, condition)
+        logits = self.logits(decoder_input, condition, dropped)
         nll = F.cross_entropy(
             upcast(logits).reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="none",
             ignore_index=PAD_ID,

@@ -6,7 +6,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from objectives.schedules import fraction_of_run
 from workers.contract import SHA256_HEX_PATTERN
+
+DEFAULT_GUMBEL_ANNEAL_STEPS = 2000
 
 
 class ModelConfig(BaseModel):
@@ -24,6 +27,14 @@ class ModelConfig(BaseModel):
     num_layers: int = Field(1, ge=1, le=8, description="GRU layers in each encoder/decoder.")
     dropout: float = Field(
         0.0, ge=0, lt=1, description="Dropout on embeddings and between GRU layers."
+    )
+    word_dropout: float = Field(
+        0.0, ge=0, le=1, allow_inf_nan=False,
+        description="Word dropout (Bowman et al. 2016): in training only, each decoder input "
+        "after BOS is replaced by UNK with this probability, so the decoder must lean on z "
+        "rather than on the words before. UNK is an input-only embedding row of the decoder, "
+        "learned from zeros; no vocabulary id changes, and 0 (off) builds no such row. Never "
+        "applied at evaluation. A remedy for posterior collapse (docs/concepts/trials.md).",
     )
     num_categories: int | None = Field(
         None,
@@ -43,8 +54,17 @@ class ModelConfig(BaseModel):
     )
     gumbel_temperature_start: float = Field(1.0, gt=0, description="Gumbel temperature at step 0.")
     gumbel_temperature_end: float = Field(0.3, gt=0, description="Gumbel temperature after annealing.")
-    gumbel_anneal_steps: int = Field(
-        2000, ge=1, description="Steps of exponential decay from the start to the end temperature."
+    gumbel_anneal_steps: int | None = Field(
+        None, ge=1,
+        description=f"Optimizer steps of exponential decay from the start to the end temperature. "
+        f"Unset: {DEFAULT_GUMBEL_ANNEAL_STEPS}, or `gumbel_anneal_fraction` of the run when that "
+        "is set (not both).",
+    )
+    gumbel_anneal_fraction: float | None = Field(
+        None, gt=0, le=1, allow_inf_nan=False,
+        description="The decay's length as a fraction of the trial's total optimizer steps "
+        "(epochs x ceil(train rows / batch_size)), rounded to the nearest step (at least 1). "
+        "Instead of `gumbel_anneal_steps`.",
     )
     target_encoder: Literal["forward", "bidirectional"] = Field(
         "forward",
@@ -58,6 +78,21 @@ class ModelConfig(BaseModel):
         description="'learned': p(z | x) from the context encoder. 'standard': uniform categorical "
         "or N(0, I), independent of x.",
     )
+
+    @model_validator(mode="after")
+    def _steps_or_fraction(self) -> ModelConfig:
+        if self.gumbel_anneal_steps is not None and self.gumbel_anneal_fraction is not None:
+            raise ValueError("set gumbel_anneal_steps (absolute optimizer steps) or "
+                             "gumbel_anneal_fraction (relative to the trial's run), not both; "
+                             "remove one of them")
+        return self
+
+    def gumbel_decay_steps(self, total_steps: int | None = None) -> int:
+        """The temperature decay's length in steps (``total_steps``: the run's, needed by
+        ``gumbel_anneal_fraction``)."""
+        if self.gumbel_anneal_fraction is not None:
+            return fraction_of_run(self.gumbel_anneal_fraction, total_steps, "gumbel_anneal_fraction")
+        return self.gumbel_anneal_steps or DEFAULT_GUMBEL_ANNEAL_STEPS
 
 
 class BaseModelConfig(BaseModel):

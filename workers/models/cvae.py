@@ -14,8 +14,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workers.models.backbone import ConditionalDecoder, SequenceEncoder, upcast
+from workers.models.backbone import ConditionalDecoder, SequenceEncoder, upcast, word_dropout_mask
 from workers.models.config import ModelConfig
+
+INFERENCE_PARAMS = ("target_encoder.", "posterior_head.")
+"""Name prefixes of the parameters only q(z | x, y) reads (the inference network); the shared
+embedding and context encoder also feed the decoder and the prior."""
 
 
 @dataclass
@@ -41,11 +45,14 @@ class CVAEOutput:
 
 
 class CVAE(nn.Module):
-    """A GRU CVAE; ``config.family`` picks the latent."""
+    """A GRU CVAE; ``config.family`` picks the latent. ``total_steps``: the trial's optimizer
+    steps, which ``gumbel_anneal_fraction`` resolves against."""
 
-    def __init__(self, config: ModelConfig, vocab_size: int, num_strategies: int):
+    def __init__(self, config: ModelConfig, vocab_size: int, num_strategies: int,
+                 total_steps: int | None = None):
         super().__init__()
         self.config = config
+        self.gumbel_decay_steps = config.gumbel_decay_steps(total_steps)
         self.family = config.family
         self.num_categories = config.num_categories or num_strategies
         hidden, latent = config.hidden_dim, config.latent_dim
@@ -63,7 +70,8 @@ class CVAE(nn.Module):
             self.posterior_head = nn.Linear(posterior_width, 2 * latent)
             self.prior_head = nn.Linear(hidden, 2 * latent)
         self.decoder = ConditionalDecoder(
-            self.embedding, hidden + latent, hidden, config.num_layers, config.dropout
+            self.embedding, hidden + latent, hidden, config.num_layers, config.dropout,
+            unk_input=config.word_dropout > 0,
         )
         self.bow_head = nn.Sequential(nn.Linear(hidden + latent, hidden), nn.Tanh(),
                                       nn.Linear(hidden, vocab_size))
@@ -72,7 +80,7 @@ class CVAE(nn.Module):
     def gumbel_temperature(self) -> float:
         """Exponentially annealed temperature at the current step."""
         c = self.config
-        progress = min(1.0, self.step / c.gumbel_anneal_steps)
+        progress = min(1.0, self.step / self.gumbel_decay_steps)
         return c.gumbel_temperature_start * (c.gumbel_temperature_end / c.gumbel_temperature_start) ** progress
 
     def forward(
@@ -82,15 +90,21 @@ class CVAE(nn.Module):
         target: torch.Tensor,
         mask: torch.Tensor,
     ) -> CVAEOutput:
-        """Run q(z|x,y), p(z|x) and the decoder on a batch (see CVAEOutput)."""
+        """Run q(z|x,y), p(z|x) and the decoder on a batch (see CVAEOutput).
+
+        In training with ``word_dropout`` > 0, the dropped decoder inputs are drawn first, from
+        torch's global RNG (before z's noise): the cohort draws in the same order."""
+        dropped = None
+        if self.training and self.config.word_dropout > 0:
+            dropped = word_dropout_mask(decoder_input.shape, self.config.word_dropout, decoder_input.device)
         h_context = self.context_encoder(context)
         h_target = self.target_encoder(target, mask)
         posterior_input = torch.cat([h_context, h_target], dim=-1)
         if self.family == "discrete":
-            return self._discrete(h_context, posterior_input, decoder_input, target)
-        return self._continuous(h_context, posterior_input, decoder_input, target)
+            return self._discrete(h_context, posterior_input, decoder_input, target, dropped)
+        return self._continuous(h_context, posterior_input, decoder_input, target, dropped)
 
-    def _discrete(self, h_context, posterior_input, decoder_input, target) -> CVAEOutput:
+    def _discrete(self, h_context, posterior_input, decoder_input, target, dropped) -> CVAEOutput:
         q_logits = upcast(self.posterior_head(posterior_input))
         log_q = F.log_softmax(q_logits, dim=-1)
         if self.config.prior == "learned":
@@ -108,19 +122,20 @@ class CVAE(nn.Module):
                 dim=-1,
             ).reshape(batch * k, -1)
             repeat = lambda t: t.unsqueeze(1).expand(batch, k, t.shape[-1]).reshape(batch * k, -1)  # noqa: E731
-            nll = self.decoder.token_nll(repeat(decoder_input), repeat(target), condition)
+            nll = self.decoder.token_nll(repeat(decoder_input), repeat(target), condition,
+                                         None if dropped is None else repeat(dropped))
             token_nll = (q.unsqueeze(-1) * nll.view(batch, k, -1)).sum(dim=1)
             z_mean = q.to(z.dtype) @ z
         else:
             sample = F.gumbel_softmax(q_logits, tau=self.gumbel_temperature(), hard=True)
             z_mean = sample.to(h_context.dtype) @ self.latent_embedding.weight.to(h_context.dtype)
             token_nll = self.decoder.token_nll(
-                decoder_input, target, torch.cat([h_context, z_mean], dim=-1)
+                decoder_input, target, torch.cat([h_context, z_mean], dim=-1), dropped
             )
         bow = upcast(self.bow_head(torch.cat([h_context, z_mean], dim=-1)))
         return CVAEOutput(token_nll, kl, bow, posterior_probs=q)
 
-    def _continuous(self, h_context, posterior_input, decoder_input, target) -> CVAEOutput:
+    def _continuous(self, h_context, posterior_input, decoder_input, target, dropped) -> CVAEOutput:
         mean, logvar = upcast(self.posterior_head(posterior_input)).chunk(2, dim=-1)
         if self.config.prior == "learned":
             prior_mean, prior_logvar = upcast(self.prior_head(h_context)).chunk(2, dim=-1)
@@ -131,7 +146,7 @@ class CVAE(nn.Module):
         )
         z = mean + torch.randn_like(mean) * (0.5 * logvar).exp() if self.training else mean
         condition = torch.cat([h_context, z.to(h_context.dtype)], dim=-1)
-        token_nll = self.decoder.token_nll(decoder_input, target, condition)
+        token_nll = self.decoder.token_nll(decoder_input, target, condition, dropped)
         bow = upcast(self.bow_head(condition))
         return CVAEOutput(token_nll, kl, bow, posterior_mean=mean, posterior_logvar=logvar)
 

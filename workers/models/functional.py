@@ -1,14 +1,11 @@
 """The CVAE's training-mode forward pass for K stacked parameter sets at once.
 
-A cohort (workers/cohort/trainer.py) keeps K members' parameters stacked on a leading axis
-(``torch.func.stack_module_state`` of K :class:`~workers.models.CVAE` modules) and runs
-this forward once per step for all of them: every matmul is one batched ``baddbmm`` over
-the members, the GRUs are unrolled over the (short) sequences with one batched step per
-position. The maths is the module's, op for op (workers/models/cvae.py, backbone.py):
-member k's slice of every output equals ``CVAE.forward`` of member k's parameters on
-member k's batch up to float rounding. Randomness is an argument (``noise``), drawn by
-the caller from each member's own generator, so each member reproduces the draws its
-lone trial would make. Dropout is not supported (the cohort rejects ``dropout > 0``).
+A cohort keeps its members' parameters stacked on a leading axis and runs this forward once per
+step for all of them: every matmul one batched ``baddbmm``, the GRUs unrolled with one batched
+step per position. The maths is ``workers/models/cvae.py``'s op for op, so member k's slice
+equals ``CVAE.forward`` of member k's parameters up to float rounding. Randomness is an argument
+(``noise``, ``dropped``) drawn from each member's own generator, as its lone trial would draw it;
+dropout is not supported (the cohort refuses ``dropout > 0``).
 """
 
 from __future__ import annotations
@@ -88,13 +85,15 @@ def encode(params: Params, prefix: str, config: ModelConfig, tokens: torch.Tenso
 
 
 def token_nll(params: Params, config: ModelConfig, decoder_input: torch.Tensor,
-              target: torch.Tensor, condition: torch.Tensor) -> torch.Tensor:
+              target: torch.Tensor, condition: torch.Tensor,
+              dropped: torch.Tensor | None = None) -> torch.Tensor:
     """``ConditionalDecoder.token_nll``: per-token NLL ``[K, B, T]`` (0 at PAD).
 
     ``condition [K, B, C]``, or ``[K, B, R, C]`` for R conditions per row (each z category
     when enumerating; then ``[K, B, R, T]``). The GRU's input projection of
     ``[embedding; condition]`` is split in two, so the tokens are projected once per row
-    and the condition once per sequence, not once per position and category.
+    and the condition once per sequence, not once per position and category. ``dropped
+    [K, B, T]``: the inputs that read ``decoder.unk_embedding`` (word dropout).
     """
     single = condition.dim() == 3
     if single:
@@ -105,8 +104,11 @@ def token_nll(params: Params, config: ModelConfig, decoder_input: torch.Tensor,
     state = torch.tanh(linear(flat, params["decoder.init_state.weight"], params["decoder.init_state.bias"]))
     state = state.view(members, batch * repeats, layers, -1).transpose(1, 2)
     w_ih, width = params["decoder.gru.weight_ih_l0"], params["embedding.weight"].shape[-1]
-    x_tokens = linear(embed(params["embedding.weight"], decoder_input), w_ih[..., :width],
-                      params["decoder.gru.bias_ih_l0"])
+    embedded = embed(params["embedding.weight"], decoder_input)
+    if dropped is not None:
+        unk = params["decoder.unk_embedding"].to(embedded.dtype).view(members, 1, 1, width)
+        embedded = torch.where(dropped.unsqueeze(-1), unk, embedded)
+    x_tokens = linear(embedded, w_ih[..., :width], params["decoder.gru.bias_ih_l0"])
     x_condition = linear(condition, w_ih[..., width:], None)
     gates = (x_tokens.unsqueeze(2) + x_condition.unsqueeze(3)).reshape(members, batch * repeats, length, -1)
     outputs = gru(params, "decoder.gru", None, layers, state, gates)
@@ -129,16 +131,19 @@ def _bow(params: Params, condition: torch.Tensor) -> torch.Tensor:
 def cvae_forward(params: Params, config: ModelConfig, num_categories: int, context: torch.Tensor,
                  decoder_input: torch.Tensor, target: torch.Tensor, mask: torch.Tensor,
                  noise: torch.Tensor | None = None, temperature: float = 1.0,
-                 training: bool = True) -> dict[str, torch.Tensor]:
+                 training: bool = True, dropped: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """``CVAE.forward`` of K members; every input has a leading K axis.
 
     ``noise``: the continuous family's standard normal draws ``[K, B, D]``; the Gumbel
     estimator's ``-log(Exponential)`` draws ``[K, B, categories]``; None when enumerating or
     when ``training`` is False (the eval-mode forward: z is the posterior mean, the discrete
-    family enumerates whatever its estimator). Returns ``token_nll [K, B, T]``, ``kl [K, B]``
+    family enumerates whatever its estimator). ``dropped [K, B, T]``: the decoder inputs word
+    dropout replaces by UNK (``backbone.word_dropout_mask`` per member), None for none; it is
+    ignored when ``training`` is False, as the module never drops at evaluation. Returns ``token_nll [K, B, T]``, ``kl [K, B]``
     or ``[K, B, D]``, ``bow_logits [K, B, V]``, and the posterior: ``posterior_probs [K, B, C]``
     (discrete) or ``posterior_mean`` and ``posterior_logvar [K, B, D]`` (continuous).
     """
+    dropped = dropped if training else None
     h_context = encode(params, "context_encoder", config, context)
     h_target = encode(params, "target_encoder", config, target, mask)
     posterior_input = torch.cat([h_context, h_target], dim=-1)
@@ -152,7 +157,7 @@ def cvae_forward(params: Params, config: ModelConfig, num_categories: int, conte
                     + (logvar.exp() + (mean - prior_mean) ** 2) / prior_logvar.exp() - 1.0)
         z = mean + noise * (0.5 * logvar).exp() if training else mean
         condition = torch.cat([h_context, z.to(h_context.dtype)], dim=-1)
-        nll = token_nll(params, config, decoder_input, target, condition)
+        nll = token_nll(params, config, decoder_input, target, condition, dropped)
         return {"token_nll": nll, "kl": kl, "bow_logits": _bow(params, condition),
                 "posterior_mean": mean, "posterior_logvar": logvar}
     q_logits = _head(params, "posterior_head", posterior_input)
@@ -168,7 +173,7 @@ def cvae_forward(params: Params, config: ModelConfig, num_categories: int, conte
     if config.discrete_estimator == "enumerate" or not training:
         condition = torch.cat([h_context.unsqueeze(2).expand(members, batch, k, -1),
                                latent.unsqueeze(1).expand(members, batch, k, -1)], dim=-1)
-        nll = token_nll(params, config, decoder_input, target, condition)
+        nll = token_nll(params, config, decoder_input, target, condition, dropped)
         nll = (q.unsqueeze(-1) * nll).sum(dim=2)
         z_mean = torch.bmm(q.to(latent.dtype), latent)
     else:  # F.gumbel_softmax(q_logits, tau, hard=True) with the given draws
@@ -176,6 +181,7 @@ def cvae_forward(params: Params, config: ModelConfig, num_categories: int, conte
         hard = torch.zeros_like(q_logits).scatter_(-1, soft.max(dim=-1, keepdim=True)[1], 1.0)
         sample = hard - soft.detach() + soft
         z_mean = torch.bmm(sample.to(h_context.dtype), latent)
-        nll = token_nll(params, config, decoder_input, target, torch.cat([h_context, z_mean], dim=-1))
+        nll = token_nll(params, config, decoder_input, target, torch.cat([h_context, z_mean], dim=-1),
+                        dropped)
     bow = _bow(params, torch.cat([h_context, z_mean], dim=-1))
     return {"token_nll": nll, "kl": kl, "bow_logits": bow, "posterior_probs": q}

@@ -1,13 +1,10 @@
 """Read-outs of a trial at epoch end: per split, overall and per example kind.
 
-- ``surprisal``: what depends on b_t and h_t only (kappa, 1/kappa, b_u, the share of pi on
-  strategy-explained surprisal), computed once per split.
-- ``evaluate``: one eval pass of a model over a split and its model-dependent read-outs
-  (losses, R_tok, R~, R^, rate, latent recovery, I(z; s), KL-kappa rank correlation).
-- ``latent``: I(z; s) estimators and the rank correlation.
-- ``gradients``: where the latent's learning signal comes from (gradient shares).
-- ``speed``: NMI-AUC over a fixed horizon and epochs to NMI >= 0.9 (censoring marked).
-
-Every function is a function of (model or its outputs, data, loss stack), so a cohort
-trainer can call it for one member. None of it runs on the training hot path.
+A split as they take it (``split_data``); one evaluation pass and the model's read-outs
+(``evaluate``); those of the surprisal alone (``surprisal``); how the latent is used and what it
+recovers (``recovery``, ``latent``, ``confounds``); the trivial explanations of a recovery
+(``controls``, and for a label, ``label_gate`` with ``text_features``); where the latent's
+learning signal comes from (``gradients``); how fast NMI rises (``speed``). Every function takes
+a model or its outputs, data and a loss stack, so a cohort calls it for one member; none of it
+runs on the training hot path.
 """

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from workers.contract import LATENT_NMI_KAPPA, LATENT_NMI_LENGTH
-from workers.metrics import latent_recovery
+from workers.readouts.recovery import latent_recovery
 
 
 def quartile_bins(values: np.ndarray) -> np.ndarray | None:

@@ -1,15 +1,10 @@
 """Controls for the trivial explanations of a latent-recovery number (torch-free, sklearn).
 
-A latent that "recovers" a label on real text may only have found the text's length, or its
-vocabulary. Beside every NMI the study reports:
-
-- AMI and the NMI against shuffled labels: logged by every trial beside its NMI
-  (``latent_ami``, ``latent_nmi_shuffled``: :func:`workers.metrics.chance_readouts`);
-- ``length_only_accuracy`` / ``bag_of_tokens_accuracy``: test accuracy of a logistic
-  regression trained on the train split from the length alone, or from token counts alone;
-  ``majority_accuracy`` is the floor both are read against;
-- ``kappa_length_spearman``: per group, Spearman's rho between kappa and length (kappa tends to
-  grow with length; a 1/kappa reweighting may then be a length reweighting).
+A latent that "recovers" a label on real text may only have found its length or vocabulary.
+Beside every NMI the study reports AMI and the NMI against shuffled labels
+(:func:`workers.readouts.recovery.chance_readouts`), the test accuracy of a logistic regression
+on the length alone and on token counts alone (beside the majority class), and, per group,
+Spearman's rho between kappa and length (a 1/kappa reweighting may be a length reweighting).
 """
 
 from __future__ import annotations

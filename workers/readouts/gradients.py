@@ -1,34 +1,11 @@
-"""Where the latent's learning signal comes from: gradient shares of token groups.
+"""Where the latent's learning signal comes from: the gradient shares of token groups.
 
-The signal z gets from reconstruction is the gradient of the stack's reconstruction part
-R (its terms that are linear in the token losses l_t: uniform, R_tok, R~, R^ with their
-weights; KL and bag-of-words left out) with respect to the parameters of the posterior
-q(z | x, y): the target encoder and the posterior head. Those parameters are reached only
-through z, and both latent families and both discrete estimators have them (a sampled z
-exists only for some: exact enumeration has none). The shared token embedding is left out.
-
-R is linear in l: R = sum_{n,t} w_{n,t} l_{n,t}, so for a token group G given as a
-membership weight a_G in [0, 1] per token (a boolean mask, or a soft split of each token)
-R_G = R(l * a_G) is G's part, and the R_G of a partition (memberships summing to 1 on
-every token) sum to R. With
-g = dR/dtheta and g_G = dR_G/dtheta (one autograd.grad per group on one forward pass):
-
-    grad_share_G = <g_G, g> / <g, g>
-
-the projection share of G in the update direction; the shares of a partition sum to 1
-(exactly), a share can be negative (a group pulling against the rest) or above 1. NaN
-when g = 0. Groups: ``prefix`` (t below the example's prefix length; the complement is
-the body), ``top_decile_b`` (b_t at or above the 90th percentile of the batch's active
-tokens), ``explained`` (soft: each token's loss is split in proportion to its surprisal,
-membership ``e_t = clamp((b_t - h_t) / b_t, 0, 1)`` (0 where b_t = 0) for the
-strategy-explained part and ``1 - e_t`` for the unexplained h_t part, so a prefix token with
-b = log(K m), h = log m counts log K / log(K m) explained), ``kind_{kind}`` (all tokens of
-one kind's examples). This is not the
-gradient with respect to l_t, which is w (pi) by construction.
-
-Computed at epoch end on a fixed evaluation batch, in eval mode (no dropout, z = the
-posterior mean for the continuous family, enumeration for the discrete one): no RNG is
-consumed, so read-outs never change training.
+The signal z gets from reconstruction is the gradient of the stack's reconstruction part R
+(its terms linear in the token losses l_t; KL and bag-of-words left out) with respect to the
+posterior q(z | x, y)'s parameters, reached only through z. R is linear in l, so a token
+group's part of R is R on its masked losses, and its share of the update direction is a
+projection (:func:`gradient_shares`; the groups: :func:`token_groups`). Computed at epoch end
+on a fixed evaluation batch in eval mode: no RNG is consumed, so read-outs never change training.
 """
 
 from __future__ import annotations
@@ -40,11 +17,12 @@ import torch
 
 from objectives import LossInputs, LossStackSpec
 from workers.data import KINDS
+from workers.models.cvae import INFERENCE_PARAMS
 
 # q(z | x, y)'s own parameters, by name in the model: the target encoder's and the posterior
 # head's. The token embedding the encoders share with the decoder is the model's
 # ``embedding.*`` (named once, where first registered), so it is left out.
-POSTERIOR_PARAMS = ("target_encoder.", "posterior_head.")
+POSTERIOR_PARAMS = INFERENCE_PARAMS
 
 LINEAR_TERMS = ("uniform", "normalized_uniform", "token_weighted", "concentration_corrected",
                 "train_kappa_corrected", "normalized_concentration_corrected")
@@ -68,8 +46,14 @@ def token_groups(
     base_nll: torch.Tensor, cond_nll: torch.Tensor | None, mask: torch.Tensor, kind: torch.Tensor,
     prefix_length: torch.Tensor | None, kinds: tuple[str, ...] = KINDS,
 ) -> dict[str, torch.Tensor]:
-    """The ``[B, T]`` token-group memberships of the module docstring (0 off ``mask``).
+    """The ``[B, T]`` token-group memberships a_G in [0, 1] (0 off ``mask``).
 
+    ``prefix``: t below the example's prefix length (the complement is the body);
+    ``top_decile_b``: b_t at or above the 90th percentile of the batch's active tokens;
+    ``explained``: soft, each token's loss split in proportion to its surprisal, membership
+    ``e_t = clamp((b_t - h_t) / b_t, 0, 1)`` (0 where b_t = 0) for the strategy-explained part
+    and ``1 - e_t`` for the unexplained h_t part (a prefix token with b = log(K m), h = log m
+    counts log K / log(K m) explained); ``kind_{kind}``: all tokens of one kind's examples.
     Without an oracle (a dataset: ``cond_nll`` and ``prefix_length`` None) the ``prefix``
     and ``explained`` groups are absent; ``kinds`` names the kind codes (a dataset's groups).
     """
@@ -107,7 +91,15 @@ def gradient_shares(
     mask: torch.Tensor,
     groups: dict[str, torch.Tensor],
 ) -> dict[str, float]:
-    """``{grad_share_{group}: share}`` plus ``grad_norm_encoder`` (see the module docstring).
+    """``{grad_share_{group}: share}`` plus ``grad_norm_encoder``.
+
+    With ``g = dR/dtheta`` and ``g_G = dR_G/dtheta`` (one autograd.grad per group on one forward
+    pass), ``grad_share_G = <g_G, g> / <g, g>``: the projection share of G in the update
+    direction. The shares of a partition (memberships summing to 1 on every token) sum to 1
+    exactly; a share can be negative (a group pulling against the rest) or above 1; NaN when
+    g = 0. This is not the gradient with respect to l_t, which is w (pi) by construction. The
+    parameters are the target encoder's and the posterior head's (both latent families and both
+    discrete estimators have them); the shared token embedding is left out.
 
     Args:
         token_nll_fn: runs the forward pass with autograd on and returns ``[B, T]`` l_t.

@@ -1,21 +1,8 @@
 """Read-outs that depend on the surprisal only: b_t (z-free) and h_t (given the true s).
 
-For one group of examples (a split, or one kind of it), with pi_t, kappa and b_u of
-docs/concepts/objectives.md at the trial's alpha:
-
-- ``kappa_mean``, ``kappa_p10``, ``kappa_p50``, ``kappa_p90``; the same of 1/kappa
-  (``inv_kappa_*``), the implicit example weight R~ gives an example relative to R_tok.
-- ``b_u``: the mean over examples of each example's token mean of b (c_base's definition,
-  on this group).
-- ``pi_explained_share``: the mean over examples of
-  ``sum_t pi_t (b_t - h_t) / sum_t pi_t b_t``, the share of the weight-averaged surprisal
-  that the true strategy explains; ``pi_unexplained_share`` = ``sum_t pi_t h_t / sum_t
-  pi_t b_t`` is its complement (the two sum to 1 per example). Per-token b - h can be
-  negative (a token less likely under the true s than under the mixture), so a share can
-  leave [0, 1] on a single example, rarely on a mean. Examples whose ``sum_t pi_t b_t`` is
-  0 are left out. With ``base.kind: learned`` b_t is the learned model's and h_t the
-  oracle's. Without an oracle (a registered dataset: ``cond_nll`` None) the two shares are
-  absent: nothing knows h_t there.
+kappa and 1/kappa, b_u, and the share of the pi-weighted surprisal the true strategy explains
+(:func:`surprisal_readouts`), per split and per kind, computed once per split: they do not
+depend on the model.
 """
 
 from __future__ import annotations
@@ -42,7 +29,25 @@ def _quantile_stats(values: torch.Tensor, prefix: str) -> dict[str, float]:
 def surprisal_readouts(
     base_nll: torch.Tensor, cond_nll: torch.Tensor | None, mask: torch.Tensor, alpha: float
 ) -> dict[str, float]:
-    """The read-outs above for the rows given (``[N, T]`` each); NaN for an empty group."""
+    """The read-outs of the rows given (``[N, T]`` each); NaN for an empty group.
+
+    For one group of examples (a split, or one kind of it), with pi_t, kappa and b_u of
+    docs/concepts/objectives.md at the trial's alpha:
+
+    - ``kappa_mean``, ``kappa_p10``, ``kappa_p50``, ``kappa_p90``; the same of 1/kappa
+      (``inv_kappa_*``), the implicit example weight R~ gives an example relative to R_tok.
+    - ``b_u``: the mean over examples of each example's token mean of b (c_base's definition,
+      on this group).
+    - ``pi_explained_share``: the mean over examples of
+      ``sum_t pi_t (b_t - h_t) / sum_t pi_t b_t``, the share of the weight-averaged surprisal
+      that the true strategy explains; ``pi_unexplained_share`` = ``sum_t pi_t h_t / sum_t
+      pi_t b_t`` is its complement (the two sum to 1 per example). Per-token b - h can be
+      negative (a token less likely under the true s than under the mixture), so a share can
+      leave [0, 1] on a single example, rarely on a mean. Examples whose ``sum_t pi_t b_t`` is
+      0 are left out. With ``base.kind: learned`` b_t is the learned model's and h_t the
+      oracle's. Without an oracle (a registered dataset: ``cond_nll`` None) the two shares are
+      absent: nothing knows h_t there.
+    """
     b = base_nll.detach().double().cpu()
     mask = mask.cpu()
     stats = token_weight_stats(b, mask, alpha)

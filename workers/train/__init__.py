@@ -7,5 +7,6 @@ import lazy_loader
 
 __getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
     "config": ["ReadoutConfig", "TrainingConfig", "TrialConfig", "load_trial_config"],
-    "loop": ["Trainer", "TrialCheckFailed", "TrialDiverged", "resolve_device", "seed_everything"],
+    "loop": ["Trainer", "TrialCheckFailed", "TrialDiverged"],
+    "state": ["resolve_device", "seed_everything"],
 })

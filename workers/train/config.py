@@ -8,6 +8,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
+from objectives.options import KLOptions
+from objectives.schedules import kl_schedule_overrun, ramp_overrun, total_optimizer_steps
 from objectives.spec import LossStackSpec
 from workers.data.config import DatasetDataConfig, SyntheticTaskConfig
 from workers.models.config import BaseModelConfig, ModelConfig
@@ -69,6 +71,46 @@ class TrainingConfig(BaseModel):
         description="Testing aid: make the loss NaN at this optimisation step, to exercise the "
         "divergence handling. Leave unset.",
     )
+    autoencoder_epochs: int = Field(
+        0, ge=0, le=100_000,
+        description="Autoencoder pre-training (Li et al. 2019), a remedy for posterior collapse: "
+        "the first this-many epochs train with the KL term's weight at 0; then the KL comes in, "
+        "its anneal schedule counted from there (pair it with free bits, as Li et al. do). "
+        "Selection and early stopping skip these epochs. 0: off. Must be below `epochs`.",
+    )
+    autoencoder_reset_decoder: bool = Field(
+        True,
+        description="With `autoencoder_epochs`: when the KL comes in, the decoder's parameters "
+        "(`decoder.*`; the shared embedding stays) go back to their initial values and their "
+        "AdamW state is cleared, as Li et al. reset the decoder, so only the pre-trained "
+        "inference network carries over.",
+    )
+    aggressive_epochs: int = Field(
+        0, ge=0, le=100_000,
+        description="Aggressive inference-network updates (He et al. 2019), a remedy for posterior "
+        "collapse: in the first this-many epochs, each batch's update of the generative side "
+        "(every parameter but the inference network's `target_encoder.*` and `posterior_head.*`) "
+        "follows `aggressive_encoder_steps` updates of the inference network alone, on the next "
+        "batches of the epoch. 0: off. At most `epochs`.",
+    )
+    aggressive_encoder_steps: int = Field(
+        5, ge=1, le=1000,
+        description="With `aggressive_epochs`: inference-network-only updates before each "
+        "generative update (a fixed count: He et al. stop at convergence, which would need a host "
+        "sync per update). An aggressive epoch costs about this plus one times a plain one; the "
+        "step counter (schedules, logged losses) counts only the generative updates.",
+    )
+
+    @model_validator(mode="after")
+    def _phases_within_budget(self) -> TrainingConfig:
+        if self.autoencoder_epochs >= self.epochs:
+            raise ValueError(f"training.autoencoder_epochs ({self.autoencoder_epochs}) must be below "
+                             f"training.epochs ({self.epochs}), or the KL never comes in; lower it or "
+                             "raise epochs")
+        if self.aggressive_epochs > self.epochs:
+            raise ValueError(f"training.aggressive_epochs ({self.aggressive_epochs}) is more than "
+                             f"training.epochs ({self.epochs}); lower it to at most {self.epochs}")
+        return self
 
 
 class ReadoutConfig(BaseModel):
@@ -196,6 +238,24 @@ class TrialConfig(BaseModel):
     def alpha(self) -> float:
         """The concentration knob of the loss stack."""
         return self.loss_stack.alpha
+
+    def total_steps(self, train_rows: int) -> int:
+        """The run's optimizer steps on ``train_rows`` examples: epochs x ceil(rows / batch_size)."""
+        return total_optimizer_steps(self.training.epochs, train_rows, self.training.batch_size)
+
+    def schedule_overruns(self, total_steps: int) -> list[str]:
+        """The schedules that do not finish within a run of ``total_steps`` optimizer steps, in
+        words (:mod:`objectives.schedules`): the KL annealing (a kl term of weight > 0), and the
+        Gumbel temperature decay of a discrete latent trained with the gumbel estimator."""
+        overruns = []
+        kl = self.loss_stack.resolved_terms().get("kl")
+        if kl is not None and kl.weight > 0:
+            overruns.append(kl_schedule_overrun(KLOptions.model_validate(kl.options), total_steps))
+        model = self.model
+        if model.family == "discrete" and model.discrete_estimator == "gumbel":
+            overruns.append(ramp_overrun("Gumbel temperature decay",
+                                         model.gumbel_decay_steps(total_steps), total_steps))
+        return [words for words in overruns if words is not None]
 
     def summary_params(self) -> dict[str, Any]:
         """The params every trial run carries by name (docs/concepts/design.md), besides the flattened config."""

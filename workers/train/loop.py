@@ -1,15 +1,14 @@
-"""The training recipe: one trial's loop, evaluation, divergence handling and checkpoints.
+"""The training recipe: one trial's loop, evaluation and divergence handling (checkpoints: state.py).
 
-Components (data, base model, CVAE, loss stack) are built from the TrialConfig; the
-loop only composes them. The hot path has no host sync: per-step losses stay on
-the device and are read once per epoch, the logging point.
+Components (data, base model, CVAE, loss stack) are built from the TrialConfig and the loop
+composes them. The hot path has no host sync: per-step losses stay on the device and are read
+once per epoch, the logging point.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ import numpy as np
 import torch
 
 from objectives import KappaSummaryAccumulator, LossInputs, LossStackSpec, baseline_self_check
+from workers.adamw import AdamW
 from workers.contract import (
     PERF_EPOCH_SECONDS,
     PERF_TOKENS_PER_SECOND,
@@ -28,16 +28,12 @@ from workers.contract import (
 )
 from workers.models import CVAE, CVAEOutput
 from workers.models.backbone import upcast
-from workers.models.zfree_base import BaseSurprisal
 from workers.readouts.evaluate import (
-    DIAGNOSTIC_TERMS,
     Collected,
-    SplitData,
     collect,
     diagnostic_stack,
     model_readouts,
     position_profiles,
-    readout_split,
 )
 from workers.readouts.gradients import (
     gradient_shares,
@@ -45,15 +41,22 @@ from workers.readouts.gradients import (
     reconstruction_spec,
     token_groups,
 )
-from workers.train.adamw import AdamW
+from workers.readouts.split_data import SplitData, readout_split
+from workers.train import phases
+from workers.train.batch_metrics import batch_metrics
 from workers.train.config import TrialConfig
 from workers.train.selection import Selection, selected_metrics, speed_metrics
 from workers.train.sources import TaskView, load_sources
+from workers.train.state import (
+    load_trainer_state,
+    resolve_device,
+    save_state,
+    seed_everything,
+    trainer_state,
+)
+from workers.zfree.base import BaseSurprisal
 
-RECON_TERMS = DIAGNOSTIC_TERMS
 KAPPA_METRICS = ("kappa_mean", "kappa_p50", "kappa_p90", "kappa_max", "cv2_mean")
-# Overall train names kept from the running means of the epoch's steps (not the eval pass).
-RUNNING_TRAIN_METRICS = ("loss", "kl", *DIAGNOSTIC_TERMS)
 
 
 class TrialDiverged(RuntimeError):
@@ -62,22 +65,6 @@ class TrialDiverged(RuntimeError):
 
 class TrialCheckFailed(RuntimeError):
     """The baseline self-check (docs/concepts/objectives.md, the R^ section) failed."""
-
-
-def resolve_device(name: str) -> torch.device:
-    """'auto' -> cuda when available, else cpu; 'cuda' without CUDA raises ValueError."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("training.device is 'cuda' but CUDA is not available; use 'auto' or 'cpu'")
-    return torch.device(name)
-
-
-def seed_everything(seed: int) -> None:
-    """Seed python, numpy and torch (all devices)."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 EpochCallback = Callable[["Trainer", int, dict[str, float]], None]
@@ -117,12 +104,14 @@ class Trainer:
         seed_everything(config.seed)
         view, data, base = load_sources(config, cache_root, device)
         seed_everything(config.seed)  # the base model's training must not shift the trial's RNG
-        model = CVAE(config.model, view.vocab_size, view.num_strategies).to(device)
+        model = CVAE(config.model, view.vocab_size, view.num_strategies,
+                     config.total_steps(len(data["train"].split))).to(device)
         optimizer = AdamW(model.parameters(), lr=config.training.learning_rate,
                           weight_decay=config.training.weight_decay)
         training = config.training
         trainer = cls(config, device, base, model, optimizer, data["train"], data["val"],
-                      data["test"], Selection(training.patience, training.min_epochs, training.min_delta),
+                      data["test"], Selection(training.patience, training.min_epochs, training.min_delta,
+                                              first_epoch=training.autoencoder_epochs + 1),
                       view, view.data_hashes)
         trainer._generator = torch.Generator().manual_seed(config.seed)
         trainer._summarise_kappa()
@@ -134,9 +123,16 @@ class Trainer:
     def c_base(self) -> float:
         return self.base.c_base
 
+    @property
+    def total_steps(self) -> int:
+        """The run's optimizer steps: epochs x ceil(train rows / batch_size) (one per batch)."""
+        return self.config.total_steps(len(self.train_data.split))
+
     def build_stack(self, spec: LossStackSpec):
-        """``spec`` built with this trial's reference scales (c_base, the train split's mean kappa)."""
-        return spec.build(c_base=self.c_base, train_kappa=self.train_kappa(spec))
+        """``spec`` built with this trial's reference scales (c_base, the train split's mean
+        kappa) and its run's optimizer steps."""
+        return spec.build(c_base=self.c_base, train_kappa=self.train_kappa(spec),
+                          total_steps=self.total_steps)
 
     def train_kappa(self, spec: LossStackSpec) -> dict[float, float]:
         """The train split's mean kappa at each alpha of ``spec``'s terms (only if a term needs it)."""
@@ -185,29 +181,16 @@ class Trainer:
         )
         return output, inputs
 
-    @staticmethod
-    def _batch_values(stack_out, diag_out, output: CVAEOutput, mask: torch.Tensor):
-        """Per-batch metric tensors (on device) and the batch's count of active examples."""
-        active = mask.any(dim=-1)
-        kl = upcast(output.kl)
-        kl_per_example = kl.sum(dim=-1) if kl.dim() == 2 else kl
-        count = active.sum()
-        values = {
-            "loss": stack_out.total.detach(),
-            "kl": torch.where(active, kl_per_example.detach(), 0.0).sum() / count.clamp_min(1),
-        }
-        for metric, term in RECON_TERMS.items():
-            values[metric] = diag_out.terms[term].detach()
-        return values, count
-
     # -- one epoch --------------------------------------------------------------------------
 
     def train_epoch(self) -> dict[str, float]:
         """One pass over the train split; returns the epoch's train metrics (a logging point)."""
         self.model.train()
         stack, diagnostics = self._stacks()
-        data, clip = self.train_data, self.config.training.grad_clip
-        inject = self.config.training.inject_nan_at_step
+        data, clip, training = self.train_data, self.config.training.grad_clip, self.config.training
+        stack = phases.training_stack(stack, training, len(data.split))  # KL off in pre-training
+        inject = training.inject_nan_at_step
+        parts = phases.start_epoch(self, self.epoch)  # the parameters of each part; resets the decoder
         sums: dict[str, torch.Tensor] = {}
         total_count = torch.zeros((), dtype=torch.long, device=self.device)
         step_losses: list[torch.Tensor] = []
@@ -215,23 +198,25 @@ class Trainer:
         first_step = self.step
         tokens = 0
         started = time.perf_counter()
-        permutation = torch.randperm(len(data.split), generator=self._generator)
-        for indices in permutation.split(self.config.training.batch_size):
-            indices = indices.to(self.device)
+        batches = torch.randperm(len(data.split), generator=self._generator).split(training.batch_size)
+        for index, part in phases.update_plan(len(batches), training, self.epoch):
+            indices = batches[index].to(self.device)
             self.model.step = self.step
             output, inputs = self._forward(data, indices)
             stack_out = stack(inputs)
             loss = stack_out.total
-            if inject is not None and self.step == inject:
+            if inject is not None and self.step == inject and phases.counted(part):
                 loss = loss * float("nan")
             self.optimizer.zero_grad()
-            loss.backward()
+            loss.backward(inputs=parts.get(part))  # None: every parameter
             if clip is not None:
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
             self.optimizer.step()
+            if not phases.counted(part):
+                continue
             with torch.no_grad():
                 diag_out = diagnostics(LossInputs(inputs.token_nll.detach(), inputs.base_nll, inputs.mask))
-                values, count = self._batch_values(stack_out, diag_out, output, inputs.mask)
+                values, count = batch_metrics(stack_out, diag_out, output, inputs.mask)
                 values["loss"] = loss.detach()
                 for key, value in values.items():
                     sums[key] = sums.get(key, 0.0) + value * count
@@ -384,49 +369,15 @@ class Trainer:
 
     def state_dict(self) -> dict[str, Any]:
         """Model, optimiser, counters, history and every RNG state (to resume mid-trial)."""
-        return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "epoch": self.epoch,
-            "step": self.step,
-            "history": self.history,
-            "selection": self.selection.state_dict(),
-            "config": self.config.model_dump(mode="json"),
-            "rng": {
-                "python": random.getstate(),
-                "numpy": np.random.get_state(),
-                "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-                "batching": self._generator.get_state() if self._generator else None,
-            },
-        }
+        return trainer_state(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state written by :meth:`state_dict` (the config must match)."""
-        if state["config"] != self.config.model_dump(mode="json"):
-            raise ValueError("checkpoint was written by a different trial config; refusing to resume")
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.epoch, self.step, self.history = state["epoch"], state["step"], state["history"]
-        if "selection" in state:
-            self.selection.load_state_dict(state["selection"])
-        rng = state["rng"]
-        random.setstate(rng["python"])
-        np.random.set_state(rng["numpy"])
-        torch.set_rng_state(rng["torch"])
-        if rng["cuda"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
-        if rng["batching"] is not None and self._generator is not None:
-            self._generator.set_state(rng["batching"])
+        load_trainer_state(self, state)
 
     def save_checkpoint(self, path: Path | str) -> Path:
         """Write the state atomically to ``path`` (a file)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        staging = path.with_name(path.name + ".tmp")
-        torch.save(self.state_dict(), staging)
-        staging.replace(path)
-        return path
+        return save_state(self.state_dict(), path)
 
     def load_checkpoint(self, path: Path | str) -> None:
         """Resume from a file written by :meth:`save_checkpoint`."""

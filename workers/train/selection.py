@@ -31,6 +31,7 @@ class Selection:
     patience: int | None
     min_epochs: int
     min_delta: float
+    first_epoch: int = 1  # epochs before it (autoencoder pre-training) are neither selected nor counted
     best_loss: float = math.inf
     best_epoch: int = 0
     bad_epochs: int = 0
@@ -39,6 +40,8 @@ class Selection:
 
     def update(self, epoch: int, metrics: dict[str, float], model: torch.nn.Module) -> None:
         """Record epoch ``epoch`` (1-based) from its metrics; may set ``stopped``."""
+        if epoch < self.first_epoch:
+            return
         loss = metrics[SELECTION_METRIC]
         if math.isfinite(loss) and loss < self.best_loss - self.min_delta:
             self.best_loss, self.best_epoch, self.bad_epochs = loss, epoch, 0

@@ -17,9 +17,9 @@ import torch
 from workers.contract import COMPACT_B_U
 from workers.data import KINDS, generate_splits
 from workers.data.config import DatasetDataConfig, SyntheticTaskConfig
-from workers.models.zfree_base import BaseSurprisal, load_or_train_base, score_split
-from workers.readouts.evaluate import SplitData
+from workers.readouts.split_data import SplitData
 from workers.train.config import TrialConfig
+from workers.zfree.base import BaseSurprisal, load_or_train_base, score_split
 
 
 @dataclass(frozen=True)
@@ -80,8 +80,8 @@ def _check_free_bits(config: TrialConfig, k: int) -> None:
 
 def _dataset_sources(config: TrialConfig, data_config: DatasetDataConfig, cache_root: Path | str,
                      device: torch.device) -> tuple[TaskView, dict[str, SplitData], BaseSurprisal]:
-    from workers.data.dataset_source import load_task
-    from workers.models.dataset_base import dataset_base
+    from workers.datasets.source import load_task
+    from workers.zfree.dataset import dataset_base
 
     task = load_task(data_config, cache_root)
     _check_free_bits(config, task.num_strategies)

@@ -1,6 +1,6 @@
 """``/api/v1/datasets``: register (streamed raw upload), list, show and remove datasets.
 
-The registry is :class:`workers.data.dataset_store.DatasetStore` under ``KSWEEP_DATA_ROOT``.
+The registry is :class:`workers.datasets.store.DatasetStore` under ``KSWEEP_DATA_ROOT``.
 Uploads go through :mod:`service.api.dataset_upload` (size caps, a validation subprocess under a
 memory limit); this module maps the store's answers to HTTP and checks who may do what.
 """
@@ -9,35 +9,38 @@ from __future__ import annotations
 
 import json
 from pathlib import PurePath
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from service.api.dataset_upload import (
+    check_tokenizer_model,
     dataset_problem,
     receive_upload,
     temp_upload_path,
     upload_format,
     validate_in_child,
 )
-from service.api.deps import Services, get_services, may_act_on, read_access, require_owner
+from service.api.deps import OwnerDep, ReaderDep, ServicesDep, may_act_on
 from service.api.errors import ProblemError
 from service.api.schemas import PROBLEM_MEDIA_TYPE, Problem
+from service.api.spec_checks import spec_dataset
 from service.lifecycle import ACTIVE_SWEEP_STATES
-from workers.data.dataset_limits import DatasetError
-from workers.data.dataset_store import (
-    NAME_PATTERN,
+from workers.contract import REGISTERED_NAME_PATTERN
+from workers.data.config import DATASET_NAME_PATTERN
+from workers.datasets.formats import FORMATS, Format
+from workers.datasets.limits import DatasetError
+from workers.datasets.store import (
     DatasetConflict,
     DatasetNotFound,
     DatasetQuotaExceeded,
     DatasetRecord,
     DatasetStore,
-    check_name,
 )
 
 router = APIRouter(tags=["datasets"])
-DatasetName = Annotated[str, Path(pattern=f"^{NAME_PATTERN}$", description="The dataset's name.")]
+DatasetName = Annotated[str, Path(pattern=DATASET_NAME_PATTERN, description="The dataset's name.")]
 
 
 def _problem(description: str) -> dict[str, Any]:
@@ -48,17 +51,13 @@ def _problem(description: str) -> dict[str, Any]:
 INVALID_NAME = {422: _problem("Not a dataset name (invalid-dataset), or invalid parameters.")}
 
 
-def store_of(services: Services) -> DatasetStore:
-    return DatasetStore(services.settings.dataset_root)
-
-
 def _json(body: Any, status_code: int = 200) -> Response:
     return Response(json.dumps(body), status_code=status_code, media_type="application/json")
 
 
 def _checked_name(name: str) -> str:
     try:
-        return check_name(name)
+        return DatasetStore.check_name(name)
     except DatasetError as err:
         raise dataset_problem(err) from None
 
@@ -66,37 +65,6 @@ def _checked_name(name: str) -> str:
 def _not_found(name: str) -> ProblemError:
     return ProblemError(404, "Dataset not found", f"no dataset named {name!r}; GET "
                         "/api/v1/datasets lists them", kind="dataset-not-found")
-
-
-def spec_dataset(spec: dict[str, Any]) -> str | None:
-    """The dataset a stored spec names (``template.data.dataset``), or None (synthetic task)."""
-    data = (spec.get("template") or {}).get("data") or {}
-    name = data.get("dataset") if isinstance(data, dict) else None
-    return name if isinstance(name, str) else None
-
-
-def check_spec_dataset(spec: dict[str, Any], owner: str, services: Services) -> None:
-    """Refuse a sweep spec naming a dataset that is not registered (422) or not the owner's (403).
-
-    A pinned ``sha256`` must match the registered content (422). Called by POST /sweeps.
-    """
-    name = spec_dataset(spec)
-    if name is None:
-        return
-    try:
-        record = store_of(services).get(name)
-    except (DatasetNotFound, DatasetError):
-        raise ProblemError(422, "Invalid sweep spec", f"template.data.dataset: no dataset named "
-                           f"{name!r}; register it with `ksweep data add FILE --name {name}`",
-                           kind="invalid-spec") from None
-    if not may_act_on(owner, record.owner):
-        raise ProblemError(403, "Forbidden", f"dataset {name!r} belongs to {record.owner!r}; "
-                           "register your own copy", kind="dataset-forbidden")
-    pin = (spec.get("template") or {}).get("data", {}).get("sha256")
-    if pin and pin != record.sha256:
-        raise ProblemError(422, "Invalid sweep spec", f"template.data.sha256: dataset {name!r} "
-                           f"holds {record.sha256}, not {pin}; pin the current hash or drop the pin",
-                           kind="invalid-spec")
 
 
 @router.post(
@@ -108,21 +76,24 @@ def check_spec_dataset(spec: dict[str, Any], owner: str, services: Services) -> 
                409: _problem("The name holds other content (add replace=true)."),
                413: _problem("Over KSWEEP_MAX_DATASET_BYTES, or the owner's dataset quota."),
                415: _problem("Multipart, an archive, or a format the Content-Type does not name."),
-               422: _problem("An invalid dataset: the file, column, first offending row and fix.")},
+               422: _problem("An invalid dataset: the file, column, first offending row and fix "
+                             "(column `tokenizer`: an unknown model, or no text to tokenize).")},
     openapi_extra={"requestBody": {"required": True, "content": {
         media: {"schema": {"type": "string", "format": "binary"}} for media in (
-            "application/vnd.apache.parquet", "application/vnd.apache.arrow.file",
-            "application/x-ndjson", "application/octet-stream")}}},
+            *(fmt.media_types[0] for fmt in FORMATS), "application/octet-stream")}}},
 )
 async def add_dataset(
-    request: Request,
-    name: Annotated[str, Query(pattern=f"^{NAME_PATTERN}$", description="The dataset's name.")],
+    request: Request, owner: OwnerDep, services: ServicesDep,
+    name: Annotated[str, Query(pattern=DATASET_NAME_PATTERN, description="The dataset's name.")],
     replace: Annotated[bool, Query(description="Point an existing name at new content.")] = False,
-    format: Annotated[Literal["parquet", "arrow", "jsonl"] | None, Query(
+    format: Annotated[Format | None, Query(
         description="The file's format, when the Content-Type does not say.")] = None,
     filename: Annotated[str | None, Query(max_length=200, description="The file's name, for "
                                           "error messages (default NAME.FORMAT).")] = None,
-    owner: str = Depends(require_owner), services: Services = Depends(get_services),
+    tokenizer: Annotated[str | None, Query(
+        pattern=f"^{REGISTERED_NAME_PATTERN}$", description="Tokenize the text (x_text / y_text) "
+        "with this registered model's tokenizer (`ksweep model add`, on the service's "
+        "KSWEEP_MODEL_ROOT) instead of bytes; refused for a file without text.")] = None,
 ) -> Response:
     settings = services.settings
     _checked_name(name)
@@ -130,7 +101,9 @@ async def add_dataset(
     cited = "".join(c for c in PurePath(filename).name if c.isprintable()) if filename else ""
     fmt = upload_format(request.headers.get("content-type"), format, cited or name)
     file = cited or f"{name}.{fmt}"
-    store = store_of(services)
+    if tokenizer is not None:
+        check_tokenizer_model(settings, tokenizer)
+    store = services.datasets
     held = await run_in_threadpool(store.owner_bytes, owner)
     if held >= settings.dataset_quota_bytes:
         raise ProblemError(413, "Dataset quota exceeded", f"owner {owner!r} holds {held} bytes of "
@@ -140,7 +113,7 @@ async def add_dataset(
     upload = temp_upload_path(settings, fmt)
     try:
         await receive_upload(request, upload, settings.max_dataset_bytes, file)
-        staged = await validate_in_child(settings, upload, fmt, file)
+        staged = await validate_in_child(settings, upload, fmt, file, tokenizer)
     finally:
         upload.unlink(missing_ok=True)
     try:
@@ -157,21 +130,21 @@ async def add_dataset(
 
 @router.get("/datasets", response_model=list[DatasetRecord], summary="Registered datasets, by name",
             responses={422: _problem("Invalid parameters.")})
-def list_datasets(owner: Annotated[str | None, Query(description="Only this owner's.")] = None,
-                  _reader: str | None = Depends(read_access),
-                  services: Services = Depends(get_services)) -> Response:
-    records = [r for r in store_of(services).list() if owner is None or r.owner == owner]
+def list_datasets(_reader: ReaderDep, services: ServicesDep,
+                  owner: Annotated[str | None, Query(description="Only this owner's.")] = None,
+                  ) -> Response:
+    records = [r for r in services.datasets.list() if owner is None or r.owner == owner]
     return _json([r.model_dump(mode="json") for r in records])
 
 
 @router.get("/datasets/{name}", response_model=DatasetRecord,
             summary="A dataset: owner, content hash, rows, summary",
             responses={404: _problem("No dataset of that name."), **INVALID_NAME})
-def get_dataset(name: DatasetName, _reader: str | None = Depends(read_access),
-                services: Services = Depends(get_services)) -> Response:
+def get_dataset(name: DatasetName, _reader: ReaderDep,
+                services: ServicesDep) -> Response:
     _checked_name(name)
     try:
-        return _json(store_of(services).get(name).model_dump(mode="json"))
+        return _json(services.datasets.get(name).model_dump(mode="json"))
     except DatasetNotFound:
         raise _not_found(name) from None
 
@@ -184,10 +157,10 @@ def get_dataset(name: DatasetName, _reader: str | None = Depends(read_access),
                404: _problem("No dataset of that name."),
                409: _problem("A queued or running sweep names the dataset."), **INVALID_NAME},
 )
-def remove_dataset(name: DatasetName, owner: str = Depends(require_owner),
-                   services: Services = Depends(get_services)) -> Response:
+def remove_dataset(name: DatasetName, owner: OwnerDep,
+                   services: ServicesDep) -> Response:
     _checked_name(name)
-    store = store_of(services)
+    store = services.datasets
     try:
         record = store.get(name)
     except DatasetNotFound:

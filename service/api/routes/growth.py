@@ -16,8 +16,10 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Response
+from sqlalchemy import Row
 
-from service.api.deps import Services, get_services, may_act_on, read_access, require_owner
+from service.api import documents
+from service.api.deps import OwnerDep, ReaderDep, Services, ServicesDep, may_act_on
 from service.api.errors import ProblemError, invalid_spec
 from service.api.routes.sweeps import (
     INVALID,
@@ -28,7 +30,6 @@ from service.api.routes.sweeps import (
     _get_row,
     _json,
     _problem,
-    sweep_resource,
 )
 from service.api.schemas import (
     Extension,
@@ -36,21 +37,26 @@ from service.api.schemas import (
     ExtensionResult,
     FieldProblem,
     Report,
+    Sweep,
 )
 from service.api.strict_body import StrictRoute, strict_body
 from service.lifecycle import ACTIVE_SWEEP_STATES
 from service.store.db import SweepRow
 from sweeps.plan.growth import ExtensionRequest, extend_spec, extension_plan
 from sweeps.spec import SweepSpec
-from sweeps.tune.status import SweepState
+from sweeps.status import SweepState
 
 router = APIRouter(tags=["sweeps"], route_class=StrictRoute)
-STRICT_EXTENSION = Depends(strict_body(ExtensionRequest))
+StrictExtension = Annotated[ExtensionRequest, Depends(strict_body(ExtensionRequest))]
 IDEMPOTENCY_KEY = Header(alias="Idempotency-Key", max_length=200, pattern=r"^[\x21-\x7e]{1,200}$",
                          description="Same key and body: the same extension again; same key, "
                                      "other body: 409.")
 FORBIDDEN = {403: _problem("The sweep belongs to another owner.")}
 MAX_COMPARED = 8
+
+
+def _sweep(row: SweepRow | Row, services: Services) -> Sweep:
+    return documents.sweep_resource(row, services.settings.mlflow_ui_url)
 
 
 def _planned(row: SweepRow, request: ExtensionRequest, services: Services
@@ -113,7 +119,7 @@ def _replayed(row: SweepRow, key: str, request_hash: str, services: Services) ->
                                f"key {key!r} already extended sweep {row.id} with other values; "
                                "use a new key for a new extension", kind="idempotency-conflict",
                                sweep_id=row.id)
-        result = ExtensionResult(sweep=sweep_resource(_get_row(services, row.id), services),
+        result = ExtensionResult(sweep=_sweep(_get_row(services, row.id), services),
                                  extension=_public(record),
                                  when="this extension was accepted before (replayed)",
                                  plan=ExtensionPlan.model_validate(record["plan"]))
@@ -148,9 +154,8 @@ def _check_state(row: SweepRow, request: ExtensionRequest, services: Services) -
                429: _problem("The owner has KSWEEP_MAX_ACTIVE_SWEEPS_PER_OWNER sweeps active.")},
 )
 def extend_sweep(
-    sweep_id: SweepId, _schema: ExtensionRequest, owner: str = Depends(require_owner),
-    request: ExtensionRequest = STRICT_EXTENSION, services: Services = Depends(get_services),
-    idempotency_key: Annotated[str | None, IDEMPOTENCY_KEY] = None,
+    sweep_id: SweepId, _schema: ExtensionRequest, owner: OwnerDep, request: StrictExtension,
+    services: ServicesDep, idempotency_key: Annotated[str | None, IDEMPOTENCY_KEY] = None,
 ) -> Response:
     """The axes become the Cartesian product of the unions (old values first); trials the
     sweep already has are not run again (matched by objective, model and seed, so a new alpha
@@ -188,7 +193,7 @@ def extend_sweep(
         raise ProblemError(409, "Sweep changed", f"sweep {sweep_id} changed while it was being "
                            "extended (another extension or its end); read it and try again",
                            kind="extension-conflict", sweep_id=sweep_id)
-    result = ExtensionResult(sweep=sweep_resource(_get_row(services, sweep_id), services),
+    result = ExtensionResult(sweep=_sweep(_get_row(services, sweep_id), services),
                              extension=_public(record),
                              when=_when(row.state, marked.trials_new), plan=plan)
     return _json(result, 201, {"Location": f"/api/v1/sweeps/{sweep_id}/extensions"})
@@ -198,8 +203,8 @@ def extend_sweep(
              summary="Dry run of an extension: which rows are new, which trials already exist",
              responses={**UNAUTHORIZED, **NOT_FOUND, **INVALID, **TOO_LARGE})
 def validate_extension(
-    sweep_id: SweepId, _schema: ExtensionRequest, _reader: str | None = Depends(read_access),
-    request: ExtensionRequest = STRICT_EXTENSION, services: Services = Depends(get_services),
+    sweep_id: SweepId, _schema: ExtensionRequest, _reader: ReaderDep, request: StrictExtension,
+    services: ServicesDep,
 ) -> ExtensionPlan:
     """Runs nothing and changes nothing; refuses what ``/extend`` would refuse (but a
     cancelled sweep's state, which only ``/extend`` checks)."""
@@ -210,8 +215,8 @@ def validate_extension(
 @router.get("/sweeps/{sweep_id}/extensions", response_model=list[Extension],
             summary="A sweep's extensions, oldest first",
             responses={**UNAUTHORIZED, **NOT_FOUND, **INVALID})
-def list_extensions(sweep_id: SweepId, _reader: str | None = Depends(read_access),
-                    services: Services = Depends(get_services)) -> list[Extension]:
+def list_extensions(sweep_id: SweepId, _reader: ReaderDep,
+                    services: ServicesDep) -> list[Extension]:
     row = _get_row(services, sweep_id, with_documents=True)
     return [_public(record) for record in row.extensions or []]
 
@@ -225,7 +230,7 @@ def list_extensions(sweep_id: SweepId, _reader: str | None = Depends(read_access
 def compare_sweeps(
     ids: Annotated[list[str], Query(description="Sweep ids, comma-separated or repeated (2 to "
                                                 f"{MAX_COMPARED}).", examples=["a1b2c3,d4e5f6"])],
-    _reader: str | None = Depends(read_access), services: Services = Depends(get_services),
+    _reader: ReaderDep, services: ServicesDep,
 ) -> dict[str, Any]:
     """Sweeps whose specs agree on everything but the swept axes (and bookkeeping: name,
     tags, budget, resources, reuse); their trials are read from MLflow."""

@@ -8,11 +8,11 @@ from collections.abc import Callable
 from urllib.parse import urlparse
 
 import httpx
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import SQLAlchemyError
 
-from service.api.deps import Services, get_services
+from service.api.deps import Services, ServicesDep
 from service.api.schemas import Check, Health, Readiness
 
 router = APIRouter(tags=["health"])
@@ -92,7 +92,7 @@ def _drivers(services: Services) -> Check:
 @router.get("/readyz", response_model=Readiness,
             summary="Readiness: store, Ray, MLflow, the supervisor and its drivers",
             responses={503: {"model": Readiness, "description": "The store is not reachable."}})
-def readyz(services: Services = Depends(get_services)):
+def readyz(services: ServicesDep):
     """``ready``; ``degraded`` (still 200: sweeps are accepted and served) when Ray, MLflow or
     a driver's health check fails; ``unready`` (503) when the store does."""
     checks = {"store": _check(lambda: _store(services)), "ray": _check(lambda: _ray(services)),

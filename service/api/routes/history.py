@@ -12,14 +12,14 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 
-from service.api.deps import Services, get_services, read_access
+from service.api.deps import ReaderDep, ServicesDep
 from service.api.errors import ProblemError
 from service.api.routes.sweeps import INVALID, NOT_FOUND, UNAUTHORIZED, SweepId, _problem
 from service.api.schemas import FieldProblem, History, HistoryPoint, TrialRun
-from workers import run_reads
 from workers.contract import SELECTED_PREFIX
+from workers.tracking import reads
 
 router = APIRouter(tags=["sweeps"])
 _METRIC = re.compile(r"^[A-Za-z0-9_.\-/]{1,200}$")
@@ -29,11 +29,11 @@ def parse_metrics(values: list[str] | None) -> list[str]:
     """``?metrics=a,b&metrics=c`` as ``[a, b, c]`` (order kept, duplicates dropped); the
     default curves when none is given. 422 naming ``metrics`` for a malformed or too long list."""
     names = [name.strip() for value in values or [] for name in value.split(",") if name.strip()]
-    names = list(dict.fromkeys(names)) or list(run_reads.DEFAULT_HISTORY_METRICS)
+    names = list(dict.fromkeys(names)) or list(reads.DEFAULT_HISTORY_METRICS)
     bad = [name for name in names if not _METRIC.match(name)]
-    if bad or len(names) > run_reads.MAX_HISTORY_METRICS:
+    if bad or len(names) > reads.MAX_HISTORY_METRICS:
         message = (f"not a metric name: {bad[0]!r} (letters, digits and _ . - / only)" if bad else
-                   f"{len(names)} metrics asked for; at most {run_reads.MAX_HISTORY_METRICS} "
+                   f"{len(names)} metrics asked for; at most {reads.MAX_HISTORY_METRICS} "
                    "per request")
         raise _invalid(message)
     return names
@@ -51,13 +51,12 @@ def _invalid(message: str) -> ProblemError:
                503: _problem("The MLflow tracking store could not be read.")},
 )
 def get_history(
-    sweep_id: SweepId,
+    sweep_id: SweepId, _reader: ReaderDep, services: ServicesDep,
     metrics: Annotated[list[str] | None, Query(
         description="Metric names, comma-separated or repeated (default the report's curves: "
-                    f"{', '.join(run_reads.DEFAULT_HISTORY_METRICS)}); each must be logged by "
+                    f"{', '.join(reads.DEFAULT_HISTORY_METRICS)}); each must be logged by "
                     "the sweep's trials.",
         examples=["val/latent_nmi,val/loss"])] = None,
-    _reader: str | None = Depends(read_access), services: Services = Depends(get_services),
 ) -> History:
     """Points are ordered by trial, metric and epoch. A sweep whose trials have not logged yet
     has no runs and no points; a metric no trial logged is refused (422) with the names to use."""
@@ -69,16 +68,16 @@ def get_history(
         return History(sweep_id=sweep_id, metrics=names, runs=[], points=[])
     uri = services.settings.mlflow_tracking_uri
     try:
-        runs = run_reads.trial_runs(uri, sweep_id, row.experiment_id)
+        runs = reads.trial_runs(uri, sweep_id, row.experiment_id)
         # Trials reused from other sweeps are read in their own runs (never copied here).
-        runs += run_reads.runs_by_id(uri, run_reads.reused_trials(row.report))
-        unknown = run_reads.unknown_metrics(runs, names)
+        runs += reads.runs_by_id(uri, reads.reused_trials(row.report))
+        unknown = reads.unknown_metrics(runs, names)
         if unknown:
             logged = sorted({name for run in runs for name in run.final
                              if not name.startswith(SELECTED_PREFIX)})
             raise _invalid(f"not logged by this sweep's trials: {', '.join(unknown)}; "
                            f"logged per epoch: {', '.join(logged[:40])}")
-        points = run_reads.metric_points(uri, runs, names)
+        points = reads.metric_points(uri, runs, names)
     except ProblemError:
         raise
     except Exception as error:  # noqa: BLE001  (any MLflow store failure is one 503)

@@ -13,10 +13,8 @@ from sqlalchemy import Row
 
 from service.api import documents
 from service.api.bodies import list_page_body, sweep_body
-from service.api.deps import Services, get_services, may_act_on, read_access, require_owner
+from service.api.deps import OwnerDep, ReaderDep, Services, ServicesDep, may_act_on
 from service.api.errors import ProblemError, invalid_spec
-from service.api.model_check import check_spec_model
-from service.api.routes.datasets import check_spec_dataset
 from service.api.schemas import (
     PROBLEM_MEDIA_TYPE,
     FieldProblem,
@@ -24,11 +22,12 @@ from service.api.schemas import (
     Report,
     Sweep,
     SweepPage,
-    SweepState,
+    SweepStateValue,
     Trial,
     TrialPage,
-    TrialState,
+    TrialStateValue,
 )
+from service.api.spec_checks import check_spec_dataset, check_spec_model
 from service.api.strict_body import StrictRoute, strict_body
 from service.lifecycle import ACTIVE_SWEEP_STATES
 from service.store.db import SweepRow
@@ -36,11 +35,12 @@ from service.store.queries import IdempotencyConflict
 from sweeps.plan.budget import build_plan_within_budget
 from sweeps.plan.build import SweepPlan
 from sweeps.spec import SweepSpec, load_sweep_spec
-from sweeps.tune.status import SweepState as SweepStates
+from sweeps.status import SweepState
+from workers.datasets.train_facts import TrainFacts, train_facts
 
 # Spec bodies are parsed strictly (service.api.strict_body); `_schema` only documents them.
 router = APIRouter(tags=["sweeps"], route_class=StrictRoute)
-STRICT_SPEC = Depends(strict_body(SweepSpec))
+StrictSpec = Annotated[SweepSpec, Depends(strict_body(SweepSpec))]
 
 SweepId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,32}$", description="The sweep's id.")]
 
@@ -74,7 +74,7 @@ SPEC_EXAMPLES = {
 SpecBody = Annotated[SweepSpec, Body(openapi_examples=SPEC_EXAMPLES)]
 
 
-def sweep_resource(row: SweepRow | Row, services: Services) -> Sweep:
+def _sweep(row: SweepRow | Row, services: Services) -> Sweep:
     return documents.sweep_resource(row, services.settings.mlflow_ui_url)
 
 
@@ -105,10 +105,10 @@ def _not_found(sweep_id: str) -> ProblemError:
     return ProblemError(404, "Sweep not found", f"no sweep with id {sweep_id!r}", kind="not-found")
 
 
-def _checked_plan(spec: SweepSpec, services: Services) -> SweepPlan:
+def _checked_plan(spec: SweepSpec, services: Services, facts: TrainFacts | None = None) -> SweepPlan:
     """The spec's plan, built once; 422 over ``budget.max_trials`` (a ``ValidationError``
     located there, answered by the app's handler) or over the service's cap."""
-    plan = build_plan_within_budget(spec)
+    plan = build_plan_within_budget(spec, facts)
     cap = services.settings.max_trials_per_sweep
     count = plan.trial_count
     if count > cap:
@@ -131,8 +131,8 @@ def _checked_plan(spec: SweepSpec, services: Services) -> SweepPlan:
                              "running; retry after Retry-After seconds.")},
 )
 def submit_sweep(
-    _schema: SpecBody, owner: str = Depends(require_owner), spec: SweepSpec = STRICT_SPEC,
-    services: Services = Depends(get_services),
+    _schema: SpecBody, owner: OwnerDep, spec: StrictSpec,
+    services: ServicesDep,
     idempotency_key: Annotated[str | None, Header(
         alias="Idempotency-Key", max_length=200, pattern=r"^[\x21-\x7e]{1,200}$",
         description="Same key and body: the same sweep again; same key, other body: 409.")] = None,
@@ -153,7 +153,7 @@ def submit_sweep(
                     f"key {idempotency_key!r} already created sweep {earlier.id} from another "
                     "spec; use a new key for a new sweep", kind="idempotency-conflict",
                     sweep_id=earlier.id)
-            return _json(sweep_resource(earlier, services), 200, {"Idempotent-Replayed": "true"})
+            return _json(_sweep(earlier, services), 200, {"Idempotent-Replayed": "true"})
     cap = services.settings.max_active_sweeps_per_owner
     if store.count_active(owner) >= cap:
         raise ProblemError(
@@ -172,24 +172,26 @@ def submit_sweep(
     headers = {"Location": f"/api/v1/sweeps/{row.id}"}
     if not created:
         headers["Idempotent-Replayed"] = "true"
-    return _json(sweep_resource(row, services), 201 if created else 200, headers)
+    return _json(_sweep(row, services), 201 if created else 200, headers)
 
 
 @router.post("/sweeps:validate", response_model=SweepPlan, summary="Dry run: the trial plan of a spec",
              responses={**UNAUTHORIZED, **INVALID, **TOO_LARGE})
-def validate_sweep(_schema: SpecBody, _reader: str | None = Depends(read_access),
-                   spec: SweepSpec = STRICT_SPEC, services: Services = Depends(get_services)) -> SweepPlan:
-    return _checked_plan(spec, services)
+def validate_sweep(_schema: SpecBody, _reader: ReaderDep,
+                   spec: StrictSpec, services: ServicesDep) -> SweepPlan:
+    # A dataset's train split from its registry summary (the API reads no table).
+    facts = train_facts(spec.template.data, services.settings.dataset_root, read_table=False)
+    return _checked_plan(spec, services, facts)
 
 
 @router.get("/sweeps", response_model=SweepPage, summary="List sweeps, newest first",
             responses={**UNAUTHORIZED, **INVALID})
 def list_sweeps(
-    state: Annotated[SweepState | None, Query(description="Only sweeps in this state.")] = None,
+    _reader: ReaderDep, services: ServicesDep,
+    state: Annotated[SweepStateValue | None, Query(description="Only sweeps in this state.")] = None,
     owner: Annotated[str | None, Query(max_length=100, description="Only this owner's.")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
-    _reader: str | None = Depends(read_access), services: Services = Depends(get_services),
 ) -> Response:
     return Response(list_page_body(services, state, owner, limit, offset),
                     media_type="application/json")
@@ -197,8 +199,8 @@ def list_sweeps(
 
 @router.get("/sweeps/{sweep_id}", response_model=Sweep, summary="A sweep: state, counters, ETA",
             responses={**UNAUTHORIZED, **NOT_FOUND, **INVALID})
-def get_sweep(sweep_id: SweepId, _reader: str | None = Depends(read_access),
-              services: Services = Depends(get_services)) -> Response:
+def get_sweep(sweep_id: SweepId, _reader: ReaderDep,
+              services: ServicesDep) -> Response:
     body = sweep_body(services, sweep_id)
     if body is None:
         raise _not_found(sweep_id)
@@ -209,11 +211,10 @@ def get_sweep(sweep_id: SweepId, _reader: str | None = Depends(read_access),
             summary="The sweep's trials: config, state, latest metrics",
             responses={**UNAUTHORIZED, **NOT_FOUND, **INVALID})
 def list_trials(
-    sweep_id: SweepId,
-    state: Annotated[TrialState | None, Query(description="Only trials in this state.")] = None,
+    sweep_id: SweepId, _reader: ReaderDep, services: ServicesDep,
+    state: Annotated[TrialStateValue | None, Query(description="Only trials in this state.")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
-    _reader: str | None = Depends(read_access), services: Services = Depends(get_services),
 ) -> TrialPage:
     _get_row(services, sweep_id)
     page = services.store.list_trials(sweep_id, state=state, limit=limit, offset=offset)
@@ -228,11 +229,11 @@ def list_trials(
             responses={**UNAUTHORIZED, **NOT_FOUND, **INVALID,
                        409: _problem("The sweep has no report (yet): it is still queued or "
                                      "running, or was cancelled before its end.")})
-def get_report(sweep_id: SweepId, _reader: str | None = Depends(read_access),
-               services: Services = Depends(get_services)) -> dict[str, Any]:
+def get_report(sweep_id: SweepId, _reader: ReaderDep,
+               services: ServicesDep) -> dict[str, Any]:
     row = _get_row(services, sweep_id, with_documents=True)
     if row.report is None:
-        why = ("it was cancelled before its report was written" if row.state == SweepStates.CANCELLED
+        why = ("it was cancelled before its report was written" if row.state == SweepState.CANCELLED
                else f"it is {row.state}; the report is written when it ends")
         raise ProblemError(409, "Report not available", f"sweep {sweep_id} has no report: {why}",
                            kind="report-not-ready", sweep_id=sweep_id)
@@ -246,7 +247,7 @@ def _cancel(sweep_id: str, owner: str, services: Services) -> Sweep:
                            "owner or an admin token may cancel it", kind="forbidden")
     if row.state in ACTIVE_SWEEP_STATES:
         services.supervisor.cancel(row)
-    return sweep_resource(_get_row(services, sweep_id), services)
+    return _sweep(_get_row(services, sweep_id), services)
 
 
 CANCEL = {"response_model": Sweep,
@@ -255,8 +256,8 @@ CANCEL = {"response_model": Sweep,
 
 
 @router.post("/sweeps/{sweep_id}/cancel", summary="Cancel a sweep (idempotent)", **CANCEL)
-def cancel_sweep(sweep_id: SweepId, owner: str = Depends(require_owner),
-                 services: Services = Depends(get_services)) -> Sweep:
+def cancel_sweep(sweep_id: SweepId, owner: OwnerDep,
+                 services: ServicesDep) -> Sweep:
     """Stops the driver and its trials; finished trials keep their MLflow runs. Cancelling an
     ended sweep changes nothing and returns it as it is."""
     return _cancel(sweep_id, owner, services)
