@@ -10,7 +10,8 @@ objective after dedup (its signature), the model, the data (the synthetic task's
 a dataset's hash, its split assignment's hash, length and truncation), the base (its kind and
 a language model's hash), the training recipe and read-outs, the seed, and the training
 environment: the torch version, the device type, the precision, and a digest of the training
-code (``objectives/`` and the trainers) together with :data:`TRAINING_COMPAT_VERSION`. Trial
+code (``objectives/`` and ``workers/`` but its MLflow side) together with
+:data:`TRAINING_COMPAT_VERSION`. Trial
 runs carry it as a tag (``workers.contract.TRIAL_HASH_TAG``); a sweep with ``reuse`` finds
 finished trials of earlier sweeps by it. Everything here is torch-free (the torch version is
 read from the installed package's metadata).
@@ -32,16 +33,17 @@ from sweeps.plan.equivalence import objective_signature
 from sweeps.spec import SweepSpec
 from workers.contract import TRAINING_COMPAT_VERSION
 
-__all__ = ["TRAINING_CODE", "TRIAL_HASH", "TrainingEnvironment", "code_digest", "hash_trials",
-           "hashed_content", "objective_key", "trial_hash", "trial_identity",
-           "training_environment"]
+__all__ = ["NOT_TRAINING_CODE", "TRAINING_CODE", "TRIAL_HASH", "TrainingEnvironment", "code_digest",
+           "hash_trials", "hashed_content", "objective_key", "training_code_files", "trial_hash",
+           "trial_identity", "training_environment"]
 
 TRIAL_HASH = "trial_hash"
 """The param (and so the ``ksweep.trial_hash`` run tag) a hashed trial carries."""
-TRAINING_CODE: tuple[tuple[str, str], ...] = (
-    ("objectives", ""), ("workers", "train"), ("workers", "cohort"))
-"""(package, sub-folder) whose ``*.py`` files the code digest reads: the objective library
-and the lone and cohort trainers."""
+TRAINING_CODE: tuple[str, ...] = ("objectives", "workers")
+"""The packages whose ``*.py`` files the code digest reads: the objective library and
+everything a trial runs (data, bases, models, trainers, optimizer, read-outs)."""
+NOT_TRAINING_CODE: tuple[str, ...] = ("workers/tracking",)
+"""Folders the digest leaves out: where a trial writes its logs changes none of its values."""
 
 
 @dataclass(frozen=True)
@@ -62,17 +64,27 @@ def _package_folder(package: str) -> Path:
     return Path(next(iter(found.submodule_search_locations)))
 
 
+def training_code_files() -> dict[str, Path]:
+    """The files the code digest reads, by their path from the project root, in path order."""
+    skipped = tuple(f"{folder}/" for folder in NOT_TRAINING_CODE)
+    files: dict[str, Path] = {}
+    for package in TRAINING_CODE:
+        root = _package_folder(package)
+        for path in sorted(root.rglob("*.py")):
+            name = f"{package}/{path.relative_to(root).as_posix()}"
+            if not name.startswith(skipped):
+                files[name] = path
+    return files
+
+
 @functools.cache
 def code_digest() -> str:
     """sha256 over the training code's files (relative path and content, in path order)."""
     digest = hashlib.sha256()
-    for package, sub in TRAINING_CODE:
-        root = _package_folder(package)
-        folder = root / sub if sub else root
-        for path in sorted(folder.rglob("*.py")):
-            digest.update(f"{package}/{path.relative_to(root).as_posix()}\0".encode())
-            digest.update(path.read_bytes())
-            digest.update(b"\0")
+    for name, path in training_code_files().items():
+        digest.update(f"{name}\0".encode())
+        digest.update(path.read_bytes())
+        digest.update(b"\0")
     return digest.hexdigest()
 
 

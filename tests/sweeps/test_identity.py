@@ -9,6 +9,7 @@ from sweeps.plan.identity import (
     code_digest,
     hashed_content,
     objective_key,
+    training_code_files,
     training_environment,
     trial_hash,
 )
@@ -70,6 +71,43 @@ def test_the_hash_changes_with_everything_that_determines_a_result(quickstart):
     for dotted, value in (("name", "other"), ("tags", {"x": "y"}), ("budget.max_trials", 50),
                           ("reuse", "own")):
         assert trial_hash(_changed(quickstart, dotted, value), ROW, env) == base, dotted
+
+
+def test_the_hash_covers_the_resolved_objective_units_and_remedies(quickstart):
+    """The KL options (its units, the mutual-information credit), the encoder and the collapse
+    remedies each change a trial's result, so each changes its hash; what the report declares
+    about contrasts (primary, predicted sign) trains nothing and changes none."""
+    env = training_environment(quickstart)
+    base = trial_hash(quickstart, ROW, env)
+    for dotted, value in (("common_terms.kl.options.weight_units", "effective"),
+                          ("common_terms.kl.options.mutual_info_credit", 1.0),
+                          ("common_terms.kl.options.scale", "token"),
+                          ("template.model.target_encoder", "bidirectional"),
+                          ("template.model.word_dropout", 0.25),
+                          ("template.model.prior", "standard"),
+                          ("template.training.autoencoder_epochs", 2),
+                          ("template.training.aggressive_epochs", 1),
+                          ("template.readouts.train_subset", 128)):
+        changed = _changed(quickstart, dotted, value)
+        assert trial_hash(changed, ROW, env) != base, dotted
+    effective = _changed(quickstart, "common_terms.kl.options.weight_units", "effective")
+    assert hashed_content(effective, ROW, env)["objective"] != hashed_content(
+        quickstart, ROW, env)["objective"]  # the units are part of the objective itself
+    declared = _changed(quickstart, "analysis.contrasts", [
+        {"stack": "raw_token_weighted", "baseline": "uniform", "predicted": "lower"},
+        {"stack": "concentration_corrected", "baseline": "uniform", "primary": False}])
+    assert trial_hash(declared, ROW, env) == base
+
+
+def test_the_code_digest_reads_everything_a_trial_runs_but_its_logging():
+    files = training_code_files()
+    # The optimizer, models, read-outs and data live outside the trainers' folders: all are read.
+    for needed in ("objectives/terms.py", "workers/adamw.py", "workers/models/cvae.py",
+                   "workers/readouts/evaluate.py", "workers/cohort/trainer.py",
+                   "workers/train/loop.py", "workers/data/synthetic.py"):
+        assert needed in files, needed
+    assert not [name for name in files if name.startswith("workers/tracking/")]
+    assert list(files) == sorted(files) and len(code_digest()) == 64
 
 
 def test_the_environment_is_read_without_torch_and_follows_the_resources(quickstart):
