@@ -1,20 +1,12 @@
 """What makes two trials the same: the objective key within a sweep, the content hash across sweeps.
 
-The **objective key** ``(objective signature, model, seed)`` is the plan's dedup key: rows of
-one sweep (one template) with the same key run as one trial. The runner and the report match
-trials to rows by it, never by a plan index, so an extension that adds rows finds the trials
-that already ran (``uniform`` at a new alpha is the ``uniform`` trial it already has).
-
-The **content hash** covers everything that determines a trial's result: the resolved
-objective after dedup (its signature), the model, the data (the synthetic task's settings, or
-a dataset's hash, its split assignment's hash, length and truncation), the base (its kind and
-a language model's hash), the training recipe and read-outs, the seed, and the training
-environment: the torch version, the device type, the precision, and a digest of the training
-code (``objectives/`` and ``workers/`` but its MLflow side) together with
-:data:`TRAINING_COMPAT_VERSION`. Trial
-runs carry it as a tag (``workers.contract.TRIAL_HASH_TAG``); a sweep with ``reuse`` finds
-finished trials of earlier sweeps by it. Everything here is torch-free (the torch version is
-read from the installed package's metadata).
+The objective key ``(objective signature, model, seed)`` is the plan's dedup key; the runner and
+the report match trials to rows by it, never by a plan index, so an extension finds the trials
+a sweep already has. The content hash covers everything that determines a trial's result (the
+resolved objective, model, data and split, base, recipe, read-outs, seed) and the environment
+it trains in (torch version, device type, precision, a digest of the training code with
+:data:`TRAINING_COMPAT_VERSION`); trial runs carry it as a tag, and ``reuse`` finds finished
+trials of earlier sweeps by it. Torch-free: the torch version is read from package metadata.
 """
 
 from __future__ import annotations

@@ -114,7 +114,7 @@ def _union(lists: Iterator[Sequence[Any]] | Any) -> list[Any]:
 
 def outcomes_of(report: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -> list[TrialOutcome]:
     """A sweep's trials as outcomes: its report's trials with their runs' final metrics
-    (``runs``: ``trial_id``, ``run_id``, ``final``, ``c_base``, as :mod:`workers.run_reads`
+    (``runs``: ``trial_id``, ``run_id``, ``final``, ``c_base``, as :mod:`workers.tracking.reads`
     reads them)."""
     by_trial = {run["trial_id"]: run for run in runs}
     outcomes = []

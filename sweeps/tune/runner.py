@@ -1,20 +1,12 @@
 """The Ray Tune driver: one spec in, a complete, comparable sweep out.
 
-Tune state lives under ``<sweep_root>/<sweep_id>/tune``; started again for a sweep
-whose state exists, the driver restores it and finishes the sweep without re-running
-completed trials (their MLflow runs are kept, never duplicated). A sweep that grew (an
-extension, :mod:`sweeps.plan.growth`) runs its new trials as a further segment
-(``tune-1``, ...: :mod:`sweeps.tune.segments`) under the same parent run; trials of earlier
-sweeps with the same content hash are reused instead when the spec asks (``reuse``,
-:mod:`sweeps.tune.reuse`).
-
-:func:`run_sweep` is a sequence of named steps: prepare the sweep's folder, open (or find)
-the MLflow parent run, start publishing progress, fit the Tuner of each segment
-(``sweeps/tune/segment_run.py``, ``sweeps/tune/setup.py``, progress from
-``sweeps/tune/progress_callback.py``), then collect the trials' outcomes, write the
-report and publish the final status. Every MLflow write is retried while the tracking server
-is down (``workers/tracking/retry.py``), so a sweep waits out an outage of up to
-``KSWEEP_MLFLOW_OUTAGE_S``.
+Tune state lives under ``<sweep_root>/<sweep_id>/tune`` (``tune-1``, ... for the segments a
+grown sweep adds, :mod:`sweeps.tune.segments`); started again, the driver restores it and
+finishes the sweep without re-running completed trials, and reuses trials of earlier sweeps
+by content hash when the spec asks (:mod:`sweeps.tune.reuse`). :func:`run_sweep` prepares the
+folder, opens the MLflow parent run, publishes progress, fits each segment's Tuner
+(:mod:`sweeps.tune.segment_run`), then writes the report and the final status. MLflow writes
+are retried through an outage of up to ``KSWEEP_MLFLOW_OUTAGE_S`` (``workers/tracking/retry.py``).
 """
 
 from __future__ import annotations
