@@ -14,7 +14,7 @@ from ksweep import Client
 from service.api.schemas import ExtensionPlan
 from service.cli.client import _exits, console
 
-SHOWN_ROWS = 40
+SHOWN_NEW_ROWS = 40
 
 
 def _values(text: str | None, kind: Callable[[str], Any], option: str) -> list[Any] | None:
@@ -50,14 +50,14 @@ def render_extension_plan(plan: ExtensionPlan, sweep_id: str) -> None:
     swept = [a for a in ("beta", "free_bits") if any(a in row for row in rows)]
     for column in ("alpha", "loss stack", "model", *swept, "seed", "trial"):
         table.add_column(column, no_wrap=True)
-    for row in new_rows[:SHOWN_ROWS]:
+    for row in new_rows[:SHOWN_NEW_ROWS]:
         trial = trials[row["trial"]] if row["trial"] < len(trials) else {}
         status = "exists" if trial.get("exists") else "new"
         table.add_row(_mark(row["alpha"]), row["loss_stack"], row["model"],
                       *(_mark(row.get(a)) for a in swept), str(row["seed"]),
                       f"{row['trial'] + 1} ({status})")
-    if len(new_rows) > SHOWN_ROWS:
-        table.add_row(f"... {len(new_rows) - SHOWN_ROWS} more", *[""] * (len(swept) + 4))
+    if len(new_rows) > SHOWN_NEW_ROWS:
+        table.add_row(f"... {len(new_rows) - SHOWN_NEW_ROWS} more", *[""] * (len(swept) + 4))
     console.print(table)
     console.print(f"adds {_added_text(plan.added)}: rows {plan.rows_before} -> "
                   f"{plan.rows_before + plan.rows_new} ({plan.rows_new} new); trials "

@@ -25,7 +25,7 @@ from sweeps.plan.build import SweepPlan, build_plan
 from sweeps.plan.identity import objective_key
 from sweeps.spec import SweepSpec
 
-__all__ = ["GROWABLE_AXES", "ExtensionPlan", "ExtensionRequest", "added_values", "extend_spec",
+__all__ = ["GROWABLE_AXES", "ExtensionRequest", "MarkedPlan", "added_values", "extend_spec",
            "extension_plan"]
 
 GROWABLE_AXES: tuple[str, ...] = ("seeds", "alpha", "loss_stacks", "models", "beta", "free_bits")
@@ -191,7 +191,7 @@ def added_values(spec: SweepSpec, extended: SweepSpec | dict[str, Any]) -> dict[
 
 
 @dataclass
-class ExtensionPlan:
+class MarkedPlan:
     """The extended sweep's plan, with its rows and trials marked new or existing.
 
     ``plan.rows`` carry ``new`` (a row the sweep did not have); ``plan.trials`` carry
@@ -218,7 +218,7 @@ def _row_point(row: dict[str, Any]) -> tuple:
     return tuple(row.get(axis) for axis in _ROW_AXES)
 
 
-def extension_plan(spec: SweepSpec, extended: SweepSpec) -> ExtensionPlan:
+def extension_plan(spec: SweepSpec, extended: SweepSpec) -> MarkedPlan:
     """What extending ``spec`` to ``extended`` adds (the union's plan, marked).
 
     Raises:
@@ -239,7 +239,7 @@ def extension_plan(spec: SweepSpec, extended: SweepSpec) -> ExtensionPlan:
     if shared:
         notes.append(f"{shared} new row(s) are objectives the sweep already trains (dedup: e.g. "
                      "uniform at a new alpha): they add no trial")
-    return ExtensionPlan(plan=plan, added=added_values(spec, extended), rows_before=len(before.rows),
+    return MarkedPlan(plan=plan, added=added_values(spec, extended), rows_before=len(before.rows),
                          rows_new=rows_new, trials_before=before.trial_count,
                          trials_existing=existing, trials_new=len(plan.trials) - existing,
                          notes=notes)

@@ -42,7 +42,7 @@ from service.api.schemas import (
 from service.api.strict_body import StrictRoute, strict_body
 from service.lifecycle import ACTIVE_SWEEP_STATES
 from service.store.db import SweepRow
-from sweeps.plan.growth import ExtensionRequest, extend_spec, extension_plan
+from sweeps.plan.growth import ExtensionRequest, MarkedPlan, extend_spec, extension_plan
 from sweeps.spec import SweepSpec
 from sweeps.status import SweepState
 
@@ -60,7 +60,7 @@ def _sweep(row: SweepRow | Row, services: Services) -> Sweep:
 
 
 def _planned(row: SweepRow, request: ExtensionRequest, services: Services
-             ) -> tuple[SweepSpec, Any]:
+             ) -> tuple[SweepSpec, MarkedPlan]:
     """The union spec and its marked plan; 422 naming the field for every refusal."""
     extended = extend_spec(SweepSpec.model_validate(row.spec), request)
     marked = extension_plan(SweepSpec.model_validate(row.spec), extended)
@@ -80,7 +80,7 @@ def _public(record: dict[str, Any]) -> Extension:
     return Extension.model_validate({k: v for k, v in record.items() if k not in _PRIVATE})
 
 
-def _plan_body(marked: Any) -> ExtensionPlan:
+def _plan_body(marked: MarkedPlan) -> ExtensionPlan:
     return ExtensionPlan.model_validate(marked.to_dict())
 
 
