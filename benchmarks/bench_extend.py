@@ -1,6 +1,6 @@
 """What ``ksweep extend`` saves: quickstart + 2 seeds, extended against a fresh sweep of the union.
 
-A real ``python -m service.cli serve`` of this checkout runs on a temporary root (its own store,
+A real ``python -m ksweep.cli serve`` of this checkout runs on a temporary root (its own store,
 sweep root and sqlite MLflow store; one sweep at a time). The quickstart spec (15 trials) runs
 first, untimed. Then, each timed from its request until the sweep reads ``succeeded``:
 

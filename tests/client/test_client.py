@@ -44,7 +44,7 @@ def client(service_env):
 def _ksweep(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     full = {**os.environ, **env, "PYTHONPATH": str(repo_root()), "COLUMNS": "80",
             "TERM": "dumb"}
-    return subprocess.run([sys.executable, "-m", "service.cli", *args], env=full,
+    return subprocess.run([sys.executable, "-m", "ksweep.cli", *args], env=full,
                           capture_output=True, text=True, timeout=120, cwd=repo_root())
 
 
@@ -204,7 +204,7 @@ def test_from_mlflow_reads_a_sweep_run_without_the_service(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     env = {**os.environ, "PYTHONPATH": str(repo_root()), "MLFLOW_TRACKING_URI": uri,
            "KSWEEP_SWEEP_ROOT": str(tmp_path / "root"), "RAY_ADDRESS": ""}
-    run = subprocess.run([sys.executable, "-m", "service.cli", "sweep", "run", str(spec),
+    run = subprocess.run([sys.executable, "-m", "ksweep.cli", "sweep", "run", str(spec),
                           "--sweep-id", "clirun01", "--num-cpus", "1"], env=env, cwd=tmp_path,
                          capture_output=True, text=True, timeout=540)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]

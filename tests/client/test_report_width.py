@@ -8,8 +8,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from service.cli.fitted_table import Column, fit_table, short_labels
-from service.cli.report_view import report_renderables
+from ksweep.cli.fitted_table import Column, fit_table, short_labels
+from ksweep.cli.report_view import report_renderables
 from sweeps.plan.growth import ExtensionRequest, extend_spec
 from sweeps.report.build import build_report
 from sweeps.report.compare import compare_report

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 def ksweep(service, *args: str, owner: str = "alice") -> subprocess.CompletedProcess:
     env = {**os.environ, "KSWEEP_URL": service.url.removesuffix("/api/v1"),
            "KSWEEP_TOKEN": TOKENS[owner], "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "service.cli", *args], env=env,
+    return subprocess.run([sys.executable, "-m", "ksweep.cli", *args], env=env,
                           capture_output=True, text=True, timeout=120)
 
 

@@ -140,7 +140,7 @@ def test_the_python_client_and_the_cli(paused_service):
             assert error.problem.type.endswith("/report-not-ready")
 
     def ksweep(*args):
-        return subprocess.run([sys.executable, "-m", "service.cli", *args], env=env,
+        return subprocess.run([sys.executable, "-m", "ksweep.cli", *args], env=env,
                               capture_output=True, text=True, timeout=120)
 
     dry = ksweep("extend", sweep_id, "--seeds", "3,4", "--alpha", "0.5", "--validate")

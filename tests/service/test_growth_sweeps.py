@@ -160,7 +160,7 @@ def test_grow_reuse_and_compare(make_service, tmp_path):
     assert set(joined.trials["sweep_id"]) == {first, second}
     env = {**os.environ, "KSWEEP_URL": client.url, "KSWEEP_TOKEN": TOKENS["alice"],
            "PYTHONPATH": str(ROOT), "COLUMNS": "80"}
-    shown = subprocess.run([sys.executable, "-m", "service.cli", "report", first, second],
+    shown = subprocess.run([sys.executable, "-m", "ksweep.cli", "report", first, second],
                            env=env, capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0, shown.stdout + shown.stderr
     assert max(len(line) for line in shown.stdout.splitlines()) <= 80

@@ -76,7 +76,7 @@ def test_runs_page_shows_the_trials_and_their_axes(tmp_path):
     # Run this test with --basetemp on a machine shared with other pytest sessions: they
     # clean up old /tmp/pytest-of-<user> folders, this one's mlflow.db among them.
     sweep = subprocess.run(
-        [sys.executable, "-m", "service.cli", "sweep", "run", str(spec), "--sweep-id", "ui1",
+        [sys.executable, "-m", "ksweep.cli", "sweep", "run", str(spec), "--sweep-id", "ui1",
          "--num-cpus", "1"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert sweep.returncode == 0, sweep.stdout + sweep.stderr
     report = json.loads((tmp_path / "root" / "ui1" / "report.json").read_text())

@@ -429,7 +429,7 @@ def test_a_contrast_against_a_constant_latent_baseline_is_flagged():
 
     from rich.console import Console
 
-    from service.cli.report_view import render_report
+    from ksweep.cli.report_view import render_report
 
     console = Console(file=io.StringIO(), width=600)
     render_report(report, console)

@@ -47,7 +47,7 @@ def _sweep(tmp_path: Path, spec: Path, sweep_id: str, fresh_store: bool = False,
     after another in one reused process: a test not about trials side by side saves the second
     process's imports."""
     return subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "sweep", "run", str(spec), "--sweep-id", sweep_id,
+        [sys.executable, "-m", "ksweep.cli", "sweep", "run", str(spec), "--sweep-id", sweep_id,
          "--num-cpus", str(num_cpus)],
         env=_env(tmp_path, fresh_store) | (env or {}), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True, start_new_session=True, **popen,

@@ -161,7 +161,7 @@ def report_command(
 
         print(report_markdown(report), end="")
     else:
-        from service.cli.report_view import render_report
+        from ksweep.cli.report_view import render_report
 
         render_report(report, console)
     if sweep is not None and sweep.mlflow.ui_url:

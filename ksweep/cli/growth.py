@@ -11,8 +11,8 @@ import typer
 from rich.table import Table
 
 from ksweep import Client
+from ksweep.cli.client import _exits, console
 from service.api.schemas import ExtensionPlan
-from service.cli.client import _exits, console
 
 SHOWN_NEW_ROWS = 40
 

@@ -2,7 +2,7 @@
 
 Readable at 80 columns (``make demo``'s terminal): stack labels are shortened with a legend
 when the full ones do not fit, a column never cuts a word (intervals stay on one line), and a
-column that does not fit leaves its table whole (:mod:`service.cli.fitted_table`); the ties
+column that does not fit leaves its table whole (:mod:`ksweep.cli.fitted_table`); the ties
 on val are listed under the best table rather than wrapped in it. Markdown stays the MLflow
 artifact (report.md) and ``--format md`` prints it raw.
 """
@@ -16,7 +16,7 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from service.cli.fitted_table import Column, fit_table, short_labels
+from ksweep.cli.fitted_table import Column, fit_table, short_labels
 from sweeps.report.growth import describe_extensions
 from sweeps.report.text import (
     ALL,
