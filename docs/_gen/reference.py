@@ -54,8 +54,10 @@ limits (body size, trials per sweep, active sweeps per owner).
 CLI_INTRO = """# CLI reference: `ksweep`
 
 Generated from the Typer app (`ksweep.cli:app`) each time the site is built. The client
-commands (`submit`, `status`, `watch`, `cancel`, `report`) talk to the service at
-`KSWEEP_URL` with `KSWEEP_TOKEN`; `train` and `sweep run` train in-process without it.
+commands (`submit`, `status`, `watch`, `cancel`, `extend`, `report`, `export`) talk to the
+service at `KSWEEP_URL` with `KSWEEP_TOKEN`; `train` and `sweep run` train in-process without
+it. `ksweep extend ID --seeds 3,4 --validate` is the dry run of an extension and `ksweep report
+ID1 ID2` one report over compatible sweeps ([sweeps that grow](../guide/growing.md)).
 
 """
 

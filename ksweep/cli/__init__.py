@@ -18,6 +18,7 @@ from ksweep.cli.client import (
 )
 from ksweep.cli.common import validate_command
 from ksweep.cli.datasets import data_app
+from ksweep.cli.growth import extend_command
 from ksweep.cli.models import model_app
 from ksweep.cli.server import serve_command
 from ksweep.cli.training import sweep_app, train_command
@@ -32,6 +33,7 @@ app.command("submit")(submit_command)
 app.command("status")(status_command)
 app.command("watch")(watch_command)
 app.command("cancel")(cancel_command)
+app.command("extend")(extend_command)
 app.command("report")(report_command)
 app.command("export")(export_command)
 app.add_typer(data_app, name="data")

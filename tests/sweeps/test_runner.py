@@ -116,7 +116,7 @@ def test_quickstart_sweep_end_to_end(tmp_path):
     assert any(p.startswith("plots/latent_nmi_vs_alpha__discrete") for p in plots)
     report = json.loads((tmp_path / "root" / "qs1" / "report.json").read_text())
     assert report["dedup"] == {"trials_requested": 27, "trials_run": 15,
-                               "trials_saved_by_dedup": 12}
+                               "trials_saved_by_dedup": 12, "trials_reused": 0}
     assert report["counts"] == {"done": 15}
     # Read at the epoch val chose (selected/*), reported on test; val's cells are beside them.
     assert (report["split"], report["readout_source"]) == ("test", "selected")
