@@ -101,9 +101,9 @@ def headline(short: bool = False, cohort_size: Any = None) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="bench-headline-") as tmp:
         files = {name: _write(spec, Path(tmp) / f"{name}.yaml") for name, spec in specs.items()}
         commands = {
-            "ksweep": [sys.executable, "-m", "service.cli", "sweep", "run", str(files["ksweep"]),
+            "ksweep": [sys.executable, "-m", "ksweep.cli", "sweep", "run", str(files["ksweep"]),
                        "--num-cpus", str(NUM_CPUS)],
-            "ksweep_nodedup": [sys.executable, "-m", "service.cli", "sweep", "run",
+            "ksweep_nodedup": [sys.executable, "-m", "ksweep.cli", "sweep", "run",
                                str(files["ksweep_nodedup"]), "--num-cpus", str(NUM_CPUS)],
             "handwired": [sys.executable, "-m", "benchmarks.handwired_tune",
                           str(files["handwired"]), "--num-cpus", str(NUM_CPUS), "--storage", "."],
@@ -168,7 +168,7 @@ def floor(short: bool = False, cohort_size: Any = None) -> dict[str, float]:
     loads: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-headline-floor-") as tmp:
         path = _write(spec, Path(tmp) / "ksweep.yaml")
-        command = [sys.executable, "-m", "service.cli", "sweep", "run", str(path), "--num-cpus", str(NUM_CPUS)]
+        command = [sys.executable, "-m", "ksweep.cli", "sweep", "run", str(path), "--num-cpus", str(NUM_CPUS)]
         for index, name in enumerate(["ksweep", "floor", "floor", "ksweep"]):
             loads.append(f"{os.getloadavg()[0]:.1f}")
             folder = Path(tmp) / f"{index}-{name}"

@@ -2,7 +2,7 @@
 request, and (for comparison) the queueing of 32 closed-loop clients.
 
 The store is :mod:`benchmarks.bench_service`'s (1,000 sweeps, 10,000 trials, SQLite), the server
-a real ``python -m service.cli serve`` under uvicorn on 127.0.0.1 with its queue paused and the
+a real ``python -m ksweep.cli serve`` under uvicorn on 127.0.0.1 with its queue paused and the
 page cache off (``KSWEEP_LIST_CACHE_S=0``: every list request reads the store). Locust runs in
 this process as a library (headless, no web UI, ``FastHttpUser``: geventhttpclient, one
 keep-alive connection per user), one request shape at a time:

@@ -5,7 +5,7 @@ spread over three owners and the states succeeded, cancelled, failed and queued 
 ones: the supervisor would restart their absent drivers), 10 trial rows each with every
 metric of ``sweeps.spec.METRIC_NAMES``, and a ``build_report`` report on every succeeded or
 failed sweep. The stored spec is the quickstart spec with five alphas (10 trials), canonicalised
-as the API stores it. A real ``python -m service.cli serve`` of this checkout then runs on that
+as the API stores it. A real ``python -m ksweep.cli serve`` of this checkout then runs on that
 store with its queue paused (``KSWEEP_MAX_CONCURRENT_SWEEPS=0``: submissions stay queued,
 nothing trains).
 
@@ -76,7 +76,7 @@ GOALS_S = {"GET /sweeps/{id}": 0.050, "GET /sweeps": 0.050, "POST /sweeps": 0.20
 
 
 def make_server(folder: Path) -> ServeProcess:
-    """``python -m service.cli serve`` on the seeded store, queue paused."""
+    """``python -m ksweep.cli serve`` on the seeded store, queue paused."""
     env = {
         **os.environ,
         "KSWEEP_HOST": "127.0.0.1",

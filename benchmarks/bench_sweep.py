@@ -40,7 +40,7 @@ import ray
 from mlflow.tracking import MlflowClient
 from ray import tune
 
-import sweeps.tune.runner
+import sweeps.tune.segment_run
 from benchmarks import sweep_profile
 from benchmarks.bare_trial import bare_trial
 from service.orchestrator.driver_env import TUNE_ENV
@@ -133,7 +133,7 @@ def _driver_environ() -> Iterator[None]:
 @contextmanager
 def _timed_fit(seconds: list[float]) -> Iterator[None]:
     """Time run_sweep's Tuner.fit, so the driver's own time around it can be told apart."""
-    fit = sweeps.tune.runner._fit
+    fit = sweeps.tune.segment_run._fit
 
     def timed(*args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter()
@@ -142,22 +142,22 @@ def _timed_fit(seconds: list[float]) -> Iterator[None]:
         finally:
             seconds.append(time.perf_counter() - started)
 
-    sweeps.tune.runner._fit = timed
+    sweeps.tune.segment_run._fit = timed
     try:
         yield
     finally:
-        sweeps.tune.runner._fit = fit
+        sweeps.tune.segment_run._fit = fit
 
 
 @contextmanager
 def _profiled_trainable(profile: bool) -> Iterator[None]:
-    trainable = sweeps.tune.runner.train_sweep_trial
+    trainable = sweeps.tune.segment_run.train_sweep_trial
     if profile:
-        sweeps.tune.runner.train_sweep_trial = sweep_profile.profiled_sweep_trial
+        sweeps.tune.segment_run.train_sweep_trial = sweep_profile.profiled_sweep_trial
     try:
         yield
     finally:
-        sweeps.tune.runner.train_sweep_trial = trainable
+        sweeps.tune.segment_run.train_sweep_trial = trainable
 
 
 def run_ksweep(spec: SweepSpec, root: Path, tracking_uri: str, sweep_id: str,

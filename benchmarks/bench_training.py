@@ -62,7 +62,7 @@ def peak_rss() -> None:
                "KSWEEP_SWEEP_ROOT": folder}
         started = time.perf_counter()
         subprocess.run(
-            [sys.executable, "-m", "service.cli", "train", str(EXAMPLE), "--experiment", "bench"],
+            [sys.executable, "-m", "ksweep.cli", "train", str(EXAMPLE), "--experiment", "bench"],
             env=env, cwd=folder, check=True, capture_output=True,
         )
         elapsed = time.perf_counter() - started

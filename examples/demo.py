@@ -32,7 +32,7 @@ def _port_free(host: str, port: int) -> bool:
 
 
 def _ksweep(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "service.cli", *args], env=env, text=True,
+    return subprocess.run([sys.executable, "-m", "ksweep.cli", *args], env=env, text=True,
                           stdout=subprocess.PIPE if args[0] == "submit" else None)
 
 

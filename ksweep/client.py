@@ -18,6 +18,9 @@ from pydantic import BaseModel, ValidationError
 from ksweep.errors import ServiceUnreachable, SpecError, WaitTimeout, error_for
 from ksweep.progress import WaitBar
 from service.api.schemas import (
+    Extension,
+    ExtensionPlan,
+    ExtensionResult,
     FieldProblem,
     History,
     Problem,
@@ -201,6 +204,65 @@ class Client:
         return History.model_validate_json(
             self.request("GET", f"/sweeps/{sweep_id}/history", params=params).content)
 
+    # --- growth and comparison -------------------------------------------------------------
+
+    def extend(self, sweep_id: str, *, seeds: Sequence[int] | None = None,
+               alpha: Sequence[float] | None = None,
+               loss_stacks: Sequence[str | Mapping[str, Any]] | None = None,
+               models: Sequence[str] | None = None, beta: Sequence[float] | None = None,
+               free_bits: Sequence[float] | None = None, primary: bool = False,
+               allow_cancelled: bool = False, idempotency_key: str | None = None) -> ExtensionResult:
+        """Add values to a sweep's axes (the owner's or an admin's); only the new trials run.
+
+        ``primary`` declares the contrasts the extension adds primary before they run;
+        ``allow_cancelled`` extends a cancelled sweep. Returns the sweep (queued again when
+        it had ended), the extension's record, when its trials run and what it adds.
+        """
+        body = _extension_body(seeds, alpha, loss_stacks, models, beta, free_bits, primary,
+                               allow_cancelled)
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        response = self.request("POST", f"/sweeps/{sweep_id}/extend", json=body, headers=headers)
+        return ExtensionResult.model_validate_json(response.content)
+
+    def validate_extension(self, sweep_id: str, *, seeds: Sequence[int] | None = None,
+                           alpha: Sequence[float] | None = None,
+                           loss_stacks: Sequence[str | Mapping[str, Any]] | None = None,
+                           models: Sequence[str] | None = None,
+                           beta: Sequence[float] | None = None,
+                           free_bits: Sequence[float] | None = None) -> ExtensionPlan:
+        """The dry run of :meth:`extend`: which rows are new, which trials exist (runs nothing)."""
+        body = _extension_body(seeds, alpha, loss_stacks, models, beta, free_bits, False, False)
+        response = self.request("POST", f"/sweeps/{sweep_id}/extend:validate", json=body)
+        return ExtensionPlan.model_validate_json(response.content)
+
+    def extensions(self, sweep_id: str) -> builtins.list[Extension]:
+        """The sweep's extensions, oldest first."""
+        response = self.request("GET", f"/sweeps/{sweep_id}/extensions")
+        return [Extension.model_validate(item) for item in response.json()]
+
+    def compare(self, sweep_ids: Sequence[str]) -> dict[str, Any]:
+        """One report over several ended, compatible sweeps (report.json's shape, with
+        ``compared`` listing them); :class:`ksweep.errors.Conflict` names the differing fields
+        of sweeps that are not compatible."""
+        report: dict[str, Any] = self.request(
+            "GET", "/sweeps:compare", params={"ids": ",".join(sweep_ids)}).json()
+        return report
+
+    def compare_frames(self, sweep_ids: Sequence[str], metrics: Sequence[str] | None = None
+                       ) -> Frames:
+        """:meth:`frames` of :meth:`compare`'s report: the trials of every sweep (a
+        ``sweep_id`` column says whose), the joined cells and contrasts, every curve."""
+        from ksweep.tables import build_frames
+
+        report = Report.model_validate(self.compare(sweep_ids))
+        runs: builtins.list[dict[str, Any]] = []
+        points: builtins.list[dict[str, Any]] = []
+        for sweep_id in sweep_ids:
+            history = self.history(sweep_id, metrics)
+            runs += [run.model_dump() for run in history.runs]
+            points += [point.model_dump() for point in history.points]
+        return build_frames(report, runs, points)
+
     # --- DataFrames (pandas imported here, not at import) --------------------------------
 
     def frames(self, sweep_id: str, metrics: Sequence[str] | None = None) -> Frames:
@@ -220,6 +282,21 @@ class Client:
             raise ValueError(f"table {table!r}: use one of {', '.join(TABLES)}")
         frame: pd.DataFrame = getattr(self.frames(sweep_id, metrics), table)
         return frame
+
+
+def _extension_body(seeds: Sequence[int] | None, alpha: Sequence[float] | None,
+                    loss_stacks: Sequence[str | Mapping[str, Any]] | None,
+                    models: Sequence[str] | None, beta: Sequence[float] | None,
+                    free_bits: Sequence[float] | None, primary: bool,
+                    allow_cancelled: bool) -> dict[str, Any]:
+    axes: dict[str, Any] = {"seeds": seeds, "alpha": alpha, "loss_stacks": loss_stacks,
+                            "models": models, "beta": beta, "free_bits": free_bits}
+    body: dict[str, Any] = {key: list(value) for key, value in axes.items() if value is not None}
+    if primary:
+        body["primary"] = True
+    if allow_cancelled:
+        body["allow_cancelled"] = True
+    return body
 
 
 def _problem_of(response: httpx.Response) -> Problem:

@@ -63,7 +63,9 @@ class NotFound(ApiError):
 
 
 class Conflict(ApiError):
-    """409: an Idempotency-Key reused with another body (``problem.sweep_id`` names the sweep)."""
+    """409: an Idempotency-Key reused with another body (``problem.sweep_id`` names the sweep),
+    an extension of a cancelled sweep without ``allow_cancelled``, or sweeps compared that are
+    not compatible (``errors`` name every differing field)."""
 
 
 class ReportNotReady(Conflict):

@@ -46,6 +46,7 @@ def from_mlflow(tracking_uri: str, experiment_or_sweep_id: str,
             f"{parent.info.run_id}: it has not ended (or its driver was killed before writing it)")
     names = list(dict.fromkeys(metrics or reads.DEFAULT_HISTORY_METRICS))
     runs = reads.trial_runs(tracking_uri, sweep_id, parent.info.experiment_id)
+    runs += reads.runs_by_id(tracking_uri, reads.reused_trials(report))
     unknown = reads.unknown_metrics(runs, names)
     if unknown:
         raise ValueError(f"metrics: not logged by sweep {sweep_id}'s trials: {', '.join(unknown)}")

@@ -3,8 +3,9 @@ answers (:meth:`ksweep.Client.frames`) and from MLflow alone (:func:`ksweep.fram
 
 - ``trials``: one row per trial: ``trial_id``, every swept value (alpha, loss_stack, model,
   seed, and beta / free_bits when swept), ``state``, ``epochs``, ``selected_epoch``,
-  ``error``, ``mlflow_run_id``, ``shared_by`` (the rows a deduplicated trial stands in,
-  comma-separated), then the run's final value of every metric it logged, one column each
+  ``error``, ``mlflow_run_id``, ``trial_hash`` (its content hash), ``reused_from`` (the sweep
+  whose run it is, for a trial reused from another sweep; else empty), ``shared_by`` (the rows
+  a deduplicated trial stands in, comma-separated), then the run's final value of every metric it logged, one column each
   (``test/latent_nmi``, ``selected/test/prefix/latent_nmi``, ...; NaN where not logged).
 - ``cells`` and ``contrasts``: the report's tables, one row each, every key a column.
 - ``history``: long format, one row per trial x epoch x metric (``trial_id``, the swept values,
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Frames", "build_frames"]
 
-_TRIAL_KEYS = ("trial_id", "state", "epochs", "error", "mlflow_run_id")
+_TRIAL_KEYS = ("trial_id", "state", "epochs", "error", "mlflow_run_id", "trial_hash", "reused_from")
 
 
 @dataclass
@@ -76,6 +77,8 @@ def build_frames(report: Report, runs: Sequence[Mapping[str, Any]],
             "trial_id": trial.trial_id, **swept[trial.trial_id], "state": trial.state,
             "epochs": trial.epochs, "selected_epoch": None if selected is None else int(selected),
             "error": trial.error, "mlflow_run_id": trial.mlflow_run_id,
+            "trial_hash": getattr(trial, "trial_hash", None),
+            "reused_from": getattr(trial, "reused_from", None),
             "shared_by": ",".join(run.get("shared_by", [])),
             **{name: final.get(name) for name in metric_names},
         })

@@ -254,7 +254,7 @@ class ClusterParts:
 
     def start_api(self) -> Proc:
         ksweep = Path(sys.executable).parent / "ksweep"
-        argv = [str(ksweep), "serve"] if ksweep.exists() else [sys.executable, "-m", "service.cli",
+        argv = [str(ksweep), "serve"] if ksweep.exists() else [sys.executable, "-m", "ksweep.cli",
                                                                 "serve"]
         return self.record(spawn("api", argv, env=self.env(**self.api_environment()),
                                  cwd=self.layout.root,

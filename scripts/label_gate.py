@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a file: the checkout's packages
     sys.path.insert(0, str(ROOT))
 
-from service.cli.common import default_data_root, default_model_root, default_sweep_root  # noqa: E402
+from ksweep.cli.common import default_data_root, default_model_root, default_sweep_root  # noqa: E402
 
 ALPHAS = (1.0, 2.0)
 

@@ -73,7 +73,7 @@ def default_gguf() -> Path | None:
 
 def steps(work: Path, gguf: Path) -> list[Step]:
     """The study, in order (module doc)."""
-    py, ksweep = sys.executable, [sys.executable, "-m", "service.cli"]
+    py, ksweep = sys.executable, [sys.executable, "-m", "ksweep.cli"]
     me = [py, str(Path(__file__).resolve()), "--work", str(work), "--gguf", str(gguf), "--only"]
     out = [
         Step("check", "inputs installed (apt-get install fortunes; pip install --no-deps "

@@ -43,7 +43,7 @@ def run_set(spec_path: Path, seeds: list[int], workdir: Path, num_cpus: int) -> 
            "KSWEEP_SWEEP_ROOT": str(workdir / "root"), "RAY_ADDRESS": "",
            "PYTHONPATH": str(ROOT)}
     began = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "service.cli", "sweep", "run", str(path),
+    done = subprocess.run([sys.executable, "-m", "ksweep.cli", "sweep", "run", str(path),
                            "--sweep-id", sweep_id, "--num-cpus", str(num_cpus)],
                           env=env, cwd=workdir, capture_output=True, text=True)
     seconds = time.monotonic() - began

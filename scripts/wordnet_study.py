@@ -86,13 +86,13 @@ def build(work: Path, gguf: Path) -> None:
 
 
 def model(work: Path, gguf: Path) -> None:
-    run([sys.executable, "-m", "service.cli", "model", "add", str(gguf), "--name", MODEL_NAME],
+    run([sys.executable, "-m", "ksweep.cli", "model", "add", str(gguf), "--name", MODEL_NAME],
         environment(work))
 
 
 def datasets(work: Path, gguf: Path) -> None:
     for name in LABEL_SETS:
-        run([sys.executable, "-m", "service.cli", "data", "add", str(work / f"{name}.parquet"),
+        run([sys.executable, "-m", "ksweep.cli", "data", "add", str(work / f"{name}.parquet"),
              "--name", name, "--tokenizer", MODEL_NAME, "--local"], environment(work))
 
 
@@ -127,7 +127,7 @@ def sweeps(work: Path, gguf: Path, only: tuple[str, ...] = (), cancel: tuple[str
            "KSWEEP_URL": f"http://127.0.0.1:{port}"}
     server = ServeProcess(env, work / "serve.log", port=port, host="127.0.0.1")
     server.start(timeout_s=120, probe="/readyz")
-    ksweep = [sys.executable, "-m", "service.cli"]
+    ksweep = [sys.executable, "-m", "ksweep.cli"]
     try:
         for left in cancel:
             run([*ksweep, "cancel", left], env)

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import typer
 
+from ksweep.cli import app as cli_app
 from service.api.app import create_app
-from service.cli import app as cli_app
 
 ROOT = Path(__file__).resolve().parents[1]
 HTTP_METHODS = ("get", "put", "post", "delete", "patch", "head", "options")

@@ -223,9 +223,9 @@ def test_no_private_name_is_imported_across_packages() -> None:
 
 def test_the_private_import_scan_sees_a_crossing(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
-    for folder in ("workers/tracking", "service/cli"):
+    for folder in ("workers/tracking", "ksweep/cli"):
         (tmp_path / folder).mkdir(parents=True)
-    (tmp_path / "service/cli/a.py").write_text("from workers.tracking.writer import _THREAD, log\n")
+    (tmp_path / "ksweep/cli/a.py").write_text("from workers.tracking.writer import _THREAD, log\n")
     (tmp_path / "workers/tracking/b.py").write_text("from workers.tracking.writer import _THREAD\n")
-    assert private_imports(tmp_path / "service/cli/a.py") == {"workers.tracking.writer._THREAD"}
+    assert private_imports(tmp_path / "ksweep/cli/a.py") == {"workers.tracking.writer._THREAD"}
     assert private_imports(tmp_path / "workers/tracking/b.py") == set()

@@ -102,6 +102,9 @@ RUN_KIND_TRIAL = "trial"  # the only kind counted as trials
 RUN_KIND_SWEEP = "sweep"  # the parent run of a sweep (summary runs: sweeps.report.summary_runs)
 SHARED_BY_TAG = "ksweep.shared_by"
 """On a trial run that stands in several rows: the rows, ``stack@alpha=a`` comma-separated."""
+TRIAL_HASH_TAG = "ksweep.trial_hash"
+"""On a trial run: the content hash of everything that determined its result
+(:mod:`sweeps.plan.identity`); a sweep with ``reuse`` finds earlier trials by it."""
 FAILURE_TAG = "ksweep.failure"
 STOPPED_EARLY_TAG = "ksweep.stopped_early"
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
@@ -136,6 +139,13 @@ TRAINED_BETA_PARAM = "trained_beta"
 RUN_CONSTANT_PARAMS: tuple[str, ...] = (
     C_BASE_PARAM, TRAIN_TARGET_LENGTH_PARAM, TOTAL_STEPS_PARAM, ELBO_BETA_PARAM, TRAINED_BETA_PARAM)
 """What a trial's whole run is measured in: params of its run, and in its last results."""
+
+# --- a trial's identity -------------------------------------------------------------------
+
+TRAINING_COMPAT_VERSION = 1
+"""Raised whenever the training semantics change in a way the code digest may not see (a
+data generator, a read-out, a default): trials hashed under another version are never
+reused (:mod:`sweeps.plan.identity`)."""
 
 # --- MLflow locations and links -----------------------------------------------------------
 

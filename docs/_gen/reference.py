@@ -53,9 +53,11 @@ limits (body size, trials per sweep, active sweeps per owner).
 
 CLI_INTRO = """# CLI reference: `ksweep`
 
-Generated from the Typer app (`service.cli:app`) each time the site is built. The client
-commands (`submit`, `status`, `watch`, `cancel`, `report`) talk to the service at
-`KSWEEP_URL` with `KSWEEP_TOKEN`; `train` and `sweep run` train in-process without it.
+Generated from the Typer app (`ksweep.cli:app`) each time the site is built. The client
+commands (`submit`, `status`, `watch`, `cancel`, `extend`, `report`, `export`) talk to the
+service at `KSWEEP_URL` with `KSWEEP_TOKEN`; `train` and `sweep run` train in-process without
+it. `ksweep extend ID --seeds 3,4 --validate` is the dry run of an extension and `ksweep report
+ID1 ID2` one report over compatible sweeps ([sweeps that grow](../guide/growing.md)).
 
 """
 
@@ -86,9 +88,9 @@ def rest_page() -> str:
 
 
 def cli_page() -> str:
-    """The CLI reference by ``typer service.cli utils docs``, its title replaced by ours."""
+    """The CLI reference by ``typer ksweep.cli utils docs``, its title replaced by ours."""
     out = subprocess.run(
-        [sys.executable, "-m", "typer", "service.cli", "utils", "docs", "--name", "ksweep"],
+        [sys.executable, "-m", "typer", "ksweep.cli", "utils", "docs", "--name", "ksweep"],
         check=True, capture_output=True, text=True, cwd=ROOT,
     ).stdout
     out = re.sub(r"^# .*$", "", out, count=1, flags=re.MULTILINE)

@@ -15,7 +15,7 @@ from service.api.deps import PageCache, Services
 from service.api.errors import BodySizeLimit, install_error_handlers
 from service.api.hot_reads import HotReads
 from service.api.links import add_links
-from service.api.routes import datasets, health, history, objectives, sweeps
+from service.api.routes import datasets, growth, health, history, objectives, sweeps
 from service.orchestrator.launchers import make_launcher
 from service.orchestrator.supervisor import Supervisor
 from service.settings import LOCAL_OWNER, Settings, get_settings, hash_token
@@ -90,7 +90,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes,
                        streamed=(f"{API_PREFIX}/datasets",))
-    for router in (sweeps.router, history.router, datasets.router, objectives.router,
+    for router in (sweeps.router, growth.router, history.router, datasets.router, objectives.router,
                    health.router):
         app.include_router(router, prefix=API_PREFIX)
     generate = app.openapi

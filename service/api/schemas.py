@@ -280,3 +280,44 @@ class Report(BaseModel):
     excluded: dict[str, int] = Field(default_factory=dict)
     limitations: list[str] = Field(default_factory=list)
     trials: list[ReportTrial] = Field(default_factory=list)
+
+
+class ExtensionPlan(BaseModel):
+    """What an extension adds (``POST /sweeps/{id}/extend:validate``), before anything runs."""
+
+    added: dict[str, list[Any]] = Field(..., description="Per axis, the values that are new.")
+    rows_before: int = Field(..., description="Rows the sweep had.")
+    rows_new: int = Field(..., description="Rows the union adds (the plan's rows carry `new`).")
+    trials_before: int
+    trials_existing: int = Field(..., description="Trials of the union the sweep already has "
+                                                  "(the plan's trials carry `exists`): not run again.")
+    trials_new: int = Field(..., description="Trials that will run.")
+    notes: list[str] = Field(default_factory=list)
+    plan: dict[str, Any] = Field(default_factory=dict, description="The union's plan (as POST "
+                                 "/sweeps:validate); empty in a replayed extension's answer.")
+
+
+class Extension(BaseModel):
+    """One extension of a sweep, as recorded (and as the report lists it)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    number: int = Field(..., description="1 for the first extension.")
+    added: dict[str, list[Any]]
+    primary: bool = Field(..., description="Its new contrasts were declared primary before they ran.")
+    after_report: dict[str, Any] | None = Field(
+        None, description="The report the sweep had when it was extended (its number and headline); "
+                          "none when it had none yet.")
+    state_before: str
+    requested_at: str
+    rows: dict[str, int]
+    trials: dict[str, int]
+
+
+class ExtensionResult(BaseModel):
+    """An accepted extension: the sweep, the record, and when its new trials run."""
+
+    sweep: Sweep
+    extension: Extension
+    when: str = Field(..., description="When the new trials run, and why then.")
+    plan: ExtensionPlan

@@ -8,6 +8,10 @@ that is not ``running`` in the store (cancelled meanwhile, or finished) is left 
 A database restart under a running driver loses nothing: progress reports that fail are
 dropped (the next one carries the same counters), and the driver's start, its final status
 and its failure are retried until the store answers again (``service/store/retry.py``).
+
+A sweep extended while its driver runs (``POST /sweeps/{id}/extend``): the driver asks the
+store for newer extensions whenever its trials have ended, and stores its final status only
+while the sweep holds the extensions it ran; otherwise it runs the new trials and ends again.
 """
 
 from __future__ import annotations
@@ -45,13 +49,38 @@ class StoreSink:
             first = str(error).splitlines()[0][:300]
             print(f"ksweep driver: could not record progress: {first}", file=sys.stderr, flush=True)
 
-    def finish(self, status: SweepStatus | None, report: dict | None) -> None:
+    def finish(self, status: SweepStatus | None, report: dict | None,
+               extension_count: int | None = None) -> bool:
         """The final status (with the report, when the sweep has one), retried through a
-        store restart."""
+        store restart; False when the store did not take it (see
+        :meth:`Store.publish_status`)."""
         status = status or self.final
-        if status is not None:
-            store_retrying(lambda: self.store.publish_status(status, report=report),
-                           f"final status of sweep {status.sweep_id}")
+        if status is None:
+            return False
+        return bool(store_retrying(
+            lambda: self.store.publish_status(status, report=report, extension_count=extension_count),
+            f"final status of sweep {status.sweep_id}"))
+
+
+def refresher(store: Store, sweep_id: str):
+    """``run_sweep``'s ``refresh``: the sweep's newer spec and extension records, if any."""
+    def refresh(known: int) -> tuple[SweepSpec, list[dict]] | None:
+        row = store_retrying(lambda: store.get_sweep(sweep_id), f"reading sweep {sweep_id}")
+        if row is None or row.state != SweepState.RUNNING or row.extension_count <= known:
+            return None
+        return SweepSpec.model_validate(row.spec), list(row.extensions or [])
+
+    return refresh
+
+
+def reusable_sweeps(store: Store, row) -> frozenset[str] | None:
+    """The sweeps whose trials ``reuse`` may take: the owner's (own) or every sweep the
+    service holds (visible: any caller with read access reads them all)."""
+    reuse = (row.spec or {}).get("reuse", "none")
+    if reuse == "none":
+        return frozenset()
+    owner = row.owner if reuse == "own" else None
+    return frozenset(store_retrying(lambda: store.sweep_ids(owner=owner), "listing sweeps"))
 
 
 def init_tracking_store(tracking_uri: str) -> None:
@@ -93,12 +122,25 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ksweep driver: sweep {sweep_id} ({spec.name}), attempt {row.attempts}", flush=True)
     sink = StoreSink(store)
     try:
-        outcome = run_sweep(
-            spec, plan, sweep_id=sweep_id, sweep_root=settings.sweep_root,
-            tracking_uri=settings.mlflow_tracking_uri, num_cpus=settings.driver_num_cpus,
-            ray_address=settings.ray_address, sinks=[sink], mlflow_ui_url=settings.mlflow_ui_url,
-            data_root=settings.dataset_root, model_root=settings.resolved_model_root,
-        )
+        while True:
+            extensions = list(row.extensions or [])
+            outcome = run_sweep(
+                spec, plan, sweep_id=sweep_id, sweep_root=settings.sweep_root,
+                tracking_uri=settings.mlflow_tracking_uri, num_cpus=settings.driver_num_cpus,
+                ray_address=settings.ray_address, sinks=[sink], mlflow_ui_url=settings.mlflow_ui_url,
+                data_root=settings.dataset_root, model_root=settings.resolved_model_root,
+                extensions=extensions, refresh=refresher(store, sweep_id),
+                reuse_from=reusable_sweeps(store, row),
+            )
+            count = len(outcome.report.get("extensions", extensions))
+            if sink.finish(outcome.status, outcome.report, extension_count=count):
+                break
+            row = store_retrying(lambda: store.get_sweep(sweep_id), f"reading sweep {sweep_id}")
+            if row is None or row.state != SweepState.RUNNING or row.extension_count <= count:
+                break  # cancelled (or ended) under the driver
+            # Extended as it ended: run the new trials, then end again.
+            spec = SweepSpec.model_validate(row.spec)
+            plan = build_plan_within_budget(spec)
     except Exception as error:
         # run_sweep has published the failed status to the sink: store it, then make sure the
         # store says failed even if that status was never published.
@@ -109,7 +151,6 @@ def main(argv: list[str] | None = None) -> int:
         raise
     finally:
         end_driver_process()
-    sink.finish(outcome.status, outcome.report)
     print(f"ksweep driver: sweep {sweep_id} {outcome.status.state}", flush=True)
     return 0 if outcome.status.state == SweepState.SUCCEEDED else 1
 

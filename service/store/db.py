@@ -74,6 +74,10 @@ class SweepRow(Base):
     driver_handle: Mapped[str | None] = mapped_column(String(200))
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     heartbeat_at: Mapped[datetime | None]
+    # A grown sweep's extension records (service/api/routes/growth.py), oldest first, and how
+    # many there are: an extension and a driver's final status both check the count they read.
+    extensions: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
+    extension_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     __table_args__ = (
         UniqueConstraint("owner", "idempotency_key", name="uq_sweeps_owner_idempotency_key"),

@@ -56,7 +56,7 @@ def _summary_column(column: Any) -> Any:
 # before it acts on a sweep (cancel, trials, report), through a statement built once with
 # bound parameters (building and cache-keying a select of 28 columns costs more than running it).
 _SUMMARY_COLUMNS = tuple(_summary_column(c) for c in SweepRow.__table__.c
-                         if c.name not in ("spec", "report"))
+                         if c.name not in ("spec", "report", "extensions"))
 _SUMMARY_BY_ID = select(*_SUMMARY_COLUMNS).where(SweepRow.id == bindparam("sweep_id"))
 
 
@@ -244,6 +244,14 @@ class Store:
         with self.engine.connect() as connection:
             return connection.execute(_ACTIVE_OF_OWNER, {"owner": owner}).scalar() or 0
 
+    def sweep_ids(self, owner: str | None = None) -> list[str]:
+        """Every sweep's id, or only ``owner``'s."""
+        query = select(SweepRow.id)
+        if owner is not None:
+            query = query.where(SweepRow.owner == owner)
+        with self.engine.connect() as connection:
+            return list(connection.execute(query).scalars())
+
     def sweeps_in_state(self, state: str) -> list[SweepRow]:
         """Sweeps in ``state``, oldest first (the queue order)."""
         with self.session() as session:
@@ -289,11 +297,13 @@ class Store:
 
     # ---- progress from drivers ---------------------------------------------------------------
 
-    def publish_status(self, status: SweepStatus, report: dict[str, Any] | None = None) -> bool:
+    def publish_status(self, status: SweepStatus, report: dict[str, Any] | None = None,
+                       extension_count: int | None = None) -> bool:
         """Record a driver's progress; a terminal status also ends the sweep.
 
         Only a running sweep is updated: False means the sweep was cancelled (or ended)
-        under the driver, which should then stop.
+        under the driver, which should then stop, or (a terminal status with
+        ``extension_count``) it was extended past the extensions the driver ran.
         """
         now = utcnow()
         values: dict[str, Any] = {name: int(getattr(status, name)) for name in COUNTERS}
@@ -309,9 +319,11 @@ class Store:
             values.update(state=status.state, finished_at=now, error=status.error, running=0)
             if report is not None:
                 values["report"] = report
+        conditions = [SweepRow.id == status.sweep_id, SweepRow.state == SweepState.RUNNING.value]
+        if "state" in values and extension_count is not None:
+            conditions.append(SweepRow.extension_count == extension_count)
         with self.writing() as session:
-            result = session.execute(update(SweepRow).where(
-                SweepRow.id == status.sweep_id, SweepRow.state == SweepState.RUNNING.value).values(**values))
+            result = session.execute(update(SweepRow).where(*conditions).values(**values))
             if result.rowcount != 1:
                 return False
             self._upsert_trials(session, status.sweep_id, status.trials, now)
@@ -335,6 +347,34 @@ class Store:
                 values.pop("error")  # keep an error recorded earlier
             for key, value in values.items():
                 setattr(row, key, value)
+
+    # ---- growth ---------------------------------------------------------------------------
+
+    def extend_sweep(self, sweep_id: str, *, expected_count: int, spec: dict[str, Any],
+                     record: dict[str, Any], total: int, from_states: Sequence[str]) -> bool:
+        """Append an extension: the union ``spec``, its ``record``, the new ``total``. Only
+        while the sweep still has ``expected_count`` extensions and is in ``from_states``; a
+        sweep that had ended is queued again (its driver starts afresh, its report stays until
+        the new one replaces it). False when the sweep changed meanwhile."""
+        now = utcnow()
+        with self.writing() as session:
+            row = session.get(SweepRow, sweep_id)
+            if row is None or row.extension_count != expected_count or row.state not in from_states:
+                return False
+            ended = row.done + row.failed + row.stopped
+            reopened = row.state not in ACTIVE_SWEEP_STATES
+            values: dict[str, Any] = {
+                "spec": spec, "extensions": [*(row.extensions or []), record],
+                "extension_count": expected_count + 1, "total": total, "updated_at": now,
+                # the counter's column: trials not started yet
+                SweepRow.pending.key: max(0, total - ended - (0 if reopened else row.running))}
+            if reopened:
+                values.update(state=SweepState.QUEUED.value, finished_at=None, error=None,
+                              eta_seconds=None, attempts=0, driver_handle=None, running=0)
+            result = session.execute(update(SweepRow).where(
+                SweepRow.id == sweep_id, SweepRow.extension_count == expected_count,
+                SweepRow.state == row.state).values(**values))
+            return result.rowcount == 1
 
     def list_trials(self, sweep_id: str, *, state: str | None = None, limit: int = 100,
                     offset: int = 0) -> Page:

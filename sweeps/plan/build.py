@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # numpy (random search) and rich (render_plan) load where use
     from rich.console import Console
 
 __all__ = ["SEARCH_AXES", "SweepPlan", "build_plan", "cohort_size_for", "render_plan", "row_label",
-           "trial_key"]
+           "subplan", "trial_key"]
 
 # The search axes of a sweep, in this order: every trial's params (beta and free bits only
 # when the sweep sweeps them), its progress record's config and its report row.
@@ -284,6 +284,19 @@ def build_plan(spec: SweepSpec, facts: TrainFacts | None = None) -> SweepPlan:
         train=facts.to_dict(),
         warnings=schedule_warnings(trials),
     )
+
+
+def subplan(spec: SweepSpec, plan: SweepPlan, trials: list[dict[str, Any]]) -> SweepPlan:
+    """``plan`` narrowed to ``trials`` (one segment of a grown sweep: the trials it trains),
+    regrouped into cohorts as a plan of those trials alone would be. Its ``rows`` stay the
+    whole plan's (their ``trial`` indices point into ``plan.trials``)."""
+    size = cohort_size_for(spec, len(trials))
+    cohorts = _cohorts(spec, trials, size) if trials else []
+    concurrent = min(spec.budget.max_concurrent_trials or len(cohorts), len(cohorts))
+    return dataclasses.replace(
+        plan, trial_count=len(trials), trials=list(trials), cohort_size=size, cohorts=cohorts,
+        total_epochs=len(trials) * plan.epochs_per_trial, max_concurrent=concurrent,
+        peak_resources={key: value * concurrent for key, value in plan.resources_per_trial.items()})
 
 
 def _number(value: float) -> str:

@@ -25,6 +25,12 @@ from typing import Any
 from sweeps.plan.build import SEARCH_AXES, SweepPlan, build_plan, trial_key
 from sweeps.plan.units import listed, overrun_groups
 from sweeps.report.contrasts import build_contrasts
+from sweeps.report.growth import (
+    growth_limitations,
+    mark_growth,
+    primary_eligibility,
+    report_extensions,
+)
 from sweeps.report.latent_use import USE_READOUTS, latent_limitations, latent_use
 from sweeps.report.plots import write_report_plots
 from sweeps.report.readout_table import (
@@ -270,8 +276,10 @@ def context_free_prior(spec: SweepSpec) -> list[str]:
 
 
 def build_report(spec: SweepSpec, sweep_id: str, outcomes: Iterable[TrialOutcome],
-                 plan: SweepPlan | None = None) -> dict[str, Any]:
-    """The JSON report of a finished (or partly finished) sweep."""
+                 plan: SweepPlan | None = None,
+                 extensions: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """The JSON report of a finished (or partly finished) sweep; ``extensions``: the records
+    of a grown sweep's extensions (:mod:`sweeps.report.growth`)."""
     outcomes = list(outcomes)
     plan = plan or build_plan(spec)
     # The latent-use read-outs are read whatever analysis.metrics lists: the gate needs them.
@@ -280,7 +288,9 @@ def build_report(spec: SweepSpec, sweep_id: str, outcomes: Iterable[TrialOutcome
     source = "selected" if rows and all(r.source == "selected" for r in rows) else "final_epoch"
     split = "test" if any(key[0] == "test" for r in rows for key in r.values) else "val"
     cells = build_cells(rows)
-    contrasts = build_contrasts(spec, rows, split)
+    contrasts = build_contrasts(spec, rows, split, primary_eligibility(extensions))
+    mark_growth(contrasts, extensions)
+    reused = [o for o in outcomes if o.reused_from]
     counts: dict[str, int] = defaultdict(int)
     for outcome in outcomes:
         counts[outcome.state] += 1
@@ -292,19 +302,25 @@ def build_report(spec: SweepSpec, sweep_id: str, outcomes: Iterable[TrialOutcome
         "analysis": spec.analysis.model_dump(mode="json"),
         "split": split, "readout_source": source,
         "dedup": {"trials_requested": plan.trials_requested, "trials_run": plan.trial_count,
-                  "trials_saved_by_dedup": plan.trials_saved_by_dedup},
+                  "trials_saved_by_dedup": plan.trials_saved_by_dedup,
+                  "trials_reused": len(reused)},
         "cells": cells, "contrasts": contrasts,
         "best": choose_best(cells, spec.analysis.metric, split),
         "collapse": collapse_betas(cells, spec.analysis.collapse_threshold, split),
         "counts": dict(counts), "excluded": excluded,
         "limitations": schedule_overruns(spec, plan, outcomes)
         + _limitations(rows, cells, contrasts, excluded, source, split, seeds, spec.epochs_per_trial())
-        + latent_limitations(cells, use) + context_free_prior(spec),
+        + latent_limitations(cells, use) + context_free_prior(spec)
+        + growth_limitations(contrasts, extensions),
         "latent_use": use,
         "data": data_section(spec),
+        "extensions": report_extensions(extensions),
+        "reused": [{"trial_id": o.trial_id, "sweep_id": o.reused_from, "mlflow_run_id": o.run_id,
+                    "trial_hash": o.trial_hash} for o in sorted(reused, key=lambda o: o.trial_id)],
         "trials": [
             {"trial_id": o.trial_id, **o.params, "state": o.state, "epochs": o.epochs,
-             "error": o.error, "mlflow_run_id": o.run_id}
+             "error": o.error, "mlflow_run_id": o.run_id, "trial_hash": o.trial_hash,
+             "reused_from": o.reused_from}
             for o in sorted(outcomes, key=lambda o: o.trial_id)
         ],
     }

@@ -32,7 +32,7 @@ whose sides are both collapsed or at chance says which instead of "higher"/"lowe
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from sweeps.report.latent_use import (
@@ -233,7 +233,8 @@ def _caveat_contrasts(spec, points, split) -> list[dict[str, Any]]:
     return out
 
 
-def _assign_families(spec: SweepSpec, contrasts: list[dict[str, Any]]) -> None:
+def _assign_families(spec: SweepSpec, contrasts: list[dict[str, Any]],
+                     eligible: Callable[[dict[str, Any]], bool] | None = None) -> None:
     metric = spec.analysis.metric
     for entry in contrasts:
         if spec.analysis.primary == "caveat":
@@ -243,6 +244,8 @@ def _assign_families(spec: SweepSpec, contrasts: list[dict[str, Any]]) -> None:
             primary = (entry["contrast"] == "stack" and entry["kind"] == ALL_KINDS
                        and entry["metric"] == metric and not entry["identical_objective"]
                        and entry.get("declared_primary", True))
+        # A grown sweep's primary family stays as first declared (sweeps.report.growth).
+        primary = primary and (eligible is None or eligible(entry))
         entry["family"] = "primary" if primary else "exploratory"
     family = [e for e in contrasts if e["family"] == "primary"]
     for entry, adjusted in zip(family, holm([e["p_value"] for e in family]), strict=True):
@@ -281,11 +284,13 @@ def claim_words(entry: dict[str, Any]) -> str:
     return f"no significant difference (Holm p = {entry['p_adjusted']:.3g}; {why}){flag}"
 
 
-def build_contrasts(spec: SweepSpec, rows: Sequence[RowResult], split: str) -> list[dict[str, Any]]:
-    """Every stack contrast and caveat contrast on ``split``, with families and Holm applied."""
+def build_contrasts(spec: SweepSpec, rows: Sequence[RowResult], split: str,
+                    eligible: Callable[[dict[str, Any]], bool] | None = None) -> list[dict[str, Any]]:
+    """Every stack contrast and caveat contrast on ``split``, with families and Holm applied
+    (``eligible``: which contrasts may be primary at all; None: any)."""
     points, curves, matched_on = _index(rows, split)
     metrics = {spec.analysis.metric, *EXTRA_CONTRAST_METRICS}
     contrasts = _stack_contrasts(spec, points, curves, split, metrics, matched_on)
     contrasts += _caveat_contrasts(spec, points, split)
-    _assign_families(spec, contrasts)
+    _assign_families(spec, contrasts, eligible)
     return contrasts

@@ -21,6 +21,7 @@ from typing import Any
 
 from objectives.units import effective_beta, elbo_beta, kl_weight
 from sweeps.plan.build import SweepPlan, row_label, trial_key
+from sweeps.plan.identity import objective_key
 from sweeps.spec import SweepSpec
 from sweeps.status import TrialState
 from workers.contract import (
@@ -61,6 +62,8 @@ class TrialOutcome:
     epochs: int = 0
     error: str | None = None
     run_id: str | None = None
+    trial_hash: str | None = None  # the content hash its run is tagged with (sweeps.plan.identity)
+    reused_from: str | None = None  # the sweep whose run it is, when reused from another sweep
 
 
 @dataclass
@@ -136,6 +139,20 @@ def _usable(outcome: TrialOutcome) -> bool:
     return outcome.state == TrialState.STOPPED and SELECTED_EPOCH in outcome.final
 
 
+def _rows_of(spec: SweepSpec, plan: SweepPlan) -> dict[tuple, list[dict[str, Any]]]:
+    """A grid's requested rows by the key of the trial that stands in them: the objective key
+    (:mod:`sweeps.plan.identity`) under dedup, so a trial that ran before the sweep grew (its
+    params those of its first row then) stands in every row of its objective now."""
+    if spec.search.kind != "grid":
+        return {}
+    if not spec.search.dedup:
+        return plan.rows_of_trial()
+    rows: dict[tuple, list[dict[str, Any]]] = {}
+    for row in plan.rows:
+        rows.setdefault(objective_key(spec, row), []).append(row)
+    return rows
+
+
 def expand_outcomes(spec: SweepSpec, plan: SweepPlan, outcomes: Iterable[TrialOutcome],
                     metrics: Sequence[str]) -> tuple[list[RowResult], dict[str, int]]:
     """Every requested row at every seed with a usable trial, and the exclusion counts.
@@ -143,7 +160,8 @@ def expand_outcomes(spec: SweepSpec, plan: SweepPlan, outcomes: Iterable[TrialOu
     Returns:
         rows, and ``{"failed": n, "stopped": n, "unfinished": n}`` of the trials excluded.
     """
-    rows_of = plan.rows_of_trial() if spec.search.kind == "grid" else {}
+    rows_of = _rows_of(spec, plan)
+    by_objective = spec.search.kind == "grid" and spec.search.dedup
     results: list[RowResult] = []
     excluded = {TrialState.FAILED.value: 0, TrialState.STOPPED.value: 0, UNFINISHED: 0}
     for outcome in outcomes:
@@ -156,7 +174,8 @@ def expand_outcomes(spec: SweepSpec, plan: SweepPlan, outcomes: Iterable[TrialOu
         length = _finite(outcome.final.get(TRAIN_TARGET_LENGTH_PARAM,
                                            outcome.params.get(TRAIN_TARGET_LENGTH_PARAM)))
         selected_epoch = _finite(outcome.final.get(SELECTED_EPOCH))
-        members = rows_of.get(trial_key(outcome.params)) or [outcome.params]
+        key = objective_key(spec, outcome.params) if by_objective else trial_key(outcome.params)
+        members = rows_of.get(key) or [outcome.params]
         labels = [row_label(row) for row in members] if len(members) > 1 else []
         for row in members:
             alpha, stack = float(row["alpha"]), str(row["loss_stack"])

@@ -36,15 +36,16 @@ MIN_PAIRS_FOR_CLAIM = 3
 # Metric name (the part after split and kind) -> (low, high) of its possible values.
 # Matched in order; the first pattern that matches wins. None: unbounded on that side.
 _RANGES: tuple[tuple[str, tuple[float | None, float | None]], ...] = (
-    (r"latent_nmi(_auc)?$", (0.0, 1.0)),
-    (r"latent_nmi_shuffled$", (0.0, 1.0)),  # an NMI, before the generic mi_* pattern
+    # NMIs of z against the label, shuffled labels, length or kappa quartiles: before the
+    # kappa pattern, which would otherwise read latent_nmi_kappa as a kappa (>= 1).
+    (r"latent_nmi(_auc|_shuffled|_length|_kappa)?$", (0.0, 1.0)),
     (r"latent_ami$", (None, 1.0)),  # 1 at most; below 0 where worse than chance
     (r"nmi_auc$", (0.0, 1.0)),
     (r"latent_ari$", (-1.0, 1.0)),
     (r"(share|_frac|fraction)(_\w+)?$", (0.0, 1.0)),
     (r"share_", (0.0, 1.0)),
     (r"rank_corr\w*$|spearman\w*$", (-1.0, 1.0)),
-    (r"kappa(_mean|_p\d+|_max|_min)?$", (1.0, None)),
+    (r"^kappa(_mean|_p\d+|_max|_min)?$", (1.0, None)),
     (r"inv_kappa\w*$", (0.0, 1.0)),
     (r"(loss|recon_\w+|kl|mutual_info|mi_\w+|active_units|cv2_mean|c_base|b_u|epochs?_to_\w+)$",
      (0.0, None)),

@@ -30,8 +30,8 @@ from workers.contract import (
 )
 from workers.tracking.runs import RunLogger
 
-__all__ = ["RUN_KIND_SUMMARY", "log_summary_runs", "publish_summary", "runs_page_url", "save_view",
-           "trials_view_state", "view_state"]
+__all__ = ["RUN_KIND_SUMMARY", "log_summary_runs", "publish_summary", "reused_view_state",
+           "runs_page_url", "save_view", "trials_view_state", "view_state"]
 
 RUN_KIND_SUMMARY = "summary"  # the run_kind tag of a summary run
 SHARED_VIEW_TAG_PREFIX = "mlflow.sharedViewState."
@@ -147,6 +147,35 @@ def trials_view_state(report: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def reused_view_state(run_ids: list[str]) -> dict[str, Any]:
+    """The runs-page state listing trial runs by run id: a sweep's trials reused from other
+    sweeps stay in those sweeps' runs (MLflow's filter has no "or", so they get a view of
+    their own, in the experiment that holds them)."""
+    quoted = ", ".join(f"'{run_id}'" for run_id in run_ids)
+    return {
+        "searchFilter": f"attributes.run_id IN ({quoted})",
+        "orderByKey": "attributes.start_time", "orderByAsc": True,
+        "selectedColumns": [f"params.`{name}`" for name in TRIAL_COLUMNS]
+                           + [f"tags.`{SWEEP_ID_TAG}`"],
+        "groupBy": _group_by(("loss_stack",)),
+    }
+
+
+def _reused_views(tracking_uri: str, report: Mapping[str, Any], key: str,
+                  ui_base_url: str) -> dict[str, str]:
+    """One saved view per experiment holding reused trials: ``reused`` (``reused-<experiment
+    id>`` when they sit in several experiments)."""
+    client = MlflowClient(tracking_uri=tracking_uri)
+    by_experiment: dict[str, list[str]] = defaultdict(list)
+    for entry in report.get("reused") or []:
+        run = client.get_run(entry["mlflow_run_id"])
+        by_experiment[run.info.experiment_id].append(entry["mlflow_run_id"])
+    single = len(by_experiment) == 1
+    return {("reused" if single else f"reused-{experiment}"): save_view(
+                tracking_uri, experiment, f"{key}-reused", reused_view_state(run_ids), ui_base_url)
+            for experiment, run_ids in sorted(by_experiment.items())}
+
+
 def save_view(tracking_uri: str, experiment_id: str, key: str, state: Mapping[str, Any],
               ui_base_url: str, charts: bool = False) -> str:
     """Store a view as the experiment's shared view state ``key``; returns its runs-page link
@@ -159,8 +188,9 @@ def save_view(tracking_uri: str, experiment_id: str, key: str, state: Mapping[st
 
 def publish_summary(tracking_uri: str, experiment_name: str, parent_run_id: str,
                     experiment_id: str, report: Mapping[str, Any], ui_base_url: str) -> dict[str, str]:
-    """Summary runs and the two saved views of a finished sweep; returns their links,
-    ``{"summary": ..., "trials": ...}``, on the MLflow UI at ``ui_base_url`` (the driver's
+    """Summary runs and the saved views of a finished sweep; returns their links,
+    ``{"summary": ..., "trials": ...}`` and, for trials reused from other sweeps,
+    ``"reused"`` (their runs by id), on the MLflow UI at ``ui_base_url`` (the driver's
     caller passes it: the service's ``KSWEEP_MLFLOW_UI_URL`` setting)."""
     log_summary_runs(tracking_uri, experiment_name, parent_run_id, report["sweep_id"], report)
     base = ui_base_url
@@ -170,4 +200,5 @@ def publish_summary(tracking_uri: str, experiment_name: str, parent_run_id: str,
                              charts=True),
         "trials": save_view(tracking_uri, experiment_id, f"{key}-trials",
                             trials_view_state(report), base),
+        **_reused_views(tracking_uri, report, key, base),
     }

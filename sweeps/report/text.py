@@ -180,10 +180,17 @@ def report_markdown(report: Mapping[str, Any], metrics: Sequence[str] | None = N
              f"({dedup['trials_saved_by_dedup']} saved by dedup). Tables: {report['split']} "
              f"split, read at {report['readout_source']}. Selection (best, collapse beta) reads "
              "val only.", ""]
+    for entry in report.get("compared") or []:
+        lines += [f"- compared: {entry['sweep_id']} ({entry['name']}), {entry['trials']} trials, "
+                  f"seeds {', '.join(str(s) for s in entry['seeds'])}"]
+    if report.get("compared"):
+        lines += [""]
     views = report.get("mlflow_views") or {}
     if views:
         lines += [f"MLflow: metric against alpha (summary runs) {views['summary']} ; "
-                  f"the trial runs with their axes {views['trials']}", ""]
+                  f"the trial runs with their axes {views['trials']}"]
+        lines += [f"MLflow: the trials reused from other sweeps, by run id {url}"
+                  for name, url in sorted(views.items()) if name.startswith("reused")] + [""]
     data = report.get("data") or {}
     if data.get("source") == "dataset":
         lines += [f"Data: dataset {data['dataset']} (sha256 {data['sha256']}), base "
@@ -191,6 +198,11 @@ def report_markdown(report: Mapping[str, Any], metrics: Sequence[str] | None = N
                   "does not mean a stack beats the base (see docs/guide/datasets-training.md).", ""]
         lines += [f"- Absent: {item['readouts']}. Why: {item['why']}." for item in data["absent"]]
         lines += [""]
+    if report.get("reused"):
+        lines += ["## Trials reused from other sweeps (read in their own runs)", "",
+                  "| trial | sweep | MLflow run |", "|---|---|---|"]
+        lines += [f"| {r['trial_id']} | {r['sweep_id']} | {r['mlflow_run_id']} |"
+                  for r in report["reused"]] + [""]
     if report["limitations"]:
         lines += ["## What this report cannot claim", ""]
         lines += [f"- {words}" for words in report["limitations"]] + [""]

@@ -182,6 +182,14 @@ class SweepSpec(BaseModel):
     tracking: TrackingSpec = Field(
         default_factory=TrackingSpec, description="What each trial's MLflow run gets (PNGs)."
     )
+    reuse: Literal["none", "own", "visible"] = Field(
+        "none", description="Reuse finished trials of earlier sweeps instead of training them "
+        "again, matched by their content hash (everything that determines a trial's result, the "
+        "training code and torch version included): 'own' the same owner's sweeps, 'visible' "
+        "every sweep the service holds (`ksweep sweep run`: both mean every sweep of the MLflow "
+        "store). A reused trial stays in its own MLflow run; the report lists it with its sweep "
+        "and run id. 'none' (the default) trains every trial.",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -8,6 +8,7 @@ the driver that runs the sweep registers the status and sinks under that id in
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import time
@@ -27,19 +28,30 @@ log = logging.getLogger("ksweep.runner")
 
 
 class LiveProgress:
-    """The running sweeps of this process: sweep id -> (status, sinks)."""
+    """The running sweeps of this process: sweep id -> (status, sinks, carried records).
+
+    The carried records are the trials the running Tuner does not hold (earlier segments'
+    and reused ones, :mod:`sweeps.tune.segments`): they count in the status beside its own.
+    """
 
     def __init__(self) -> None:
         self._sweeps: dict[str, tuple[SweepStatus, list[ProgressSink]]] = {}
+        self._carried: dict[str, list[dict[str, Any]]] = {}
 
-    def register(self, status: SweepStatus, sinks: list[ProgressSink]) -> None:
+    def register(self, status: SweepStatus, sinks: list[ProgressSink],
+                 carried: list[dict[str, Any]] | None = None) -> None:
         self._sweeps[status.sweep_id] = (status, sinks)
+        self._carried[status.sweep_id] = list(carried or [])
 
     def unregister(self, sweep_id: str) -> None:
         self._sweeps.pop(sweep_id, None)
+        self._carried.pop(sweep_id, None)
 
     def get(self, sweep_id: str) -> tuple[SweepStatus, list[ProgressSink]] | None:
         return self._sweeps.get(sweep_id)
+
+    def carried(self, sweep_id: str) -> list[dict[str, Any]]:
+        return self._carried.get(sweep_id, [])
 
 
 LIVE = LiveProgress()
@@ -138,7 +150,8 @@ class ProgressCallback(tune.Callback):
         if live is None:
             return
         status, sinks = live
-        update_status_from_trials(status, trials, self.epochs, self.metric, self.mode)
+        update_status_from_trials(status, trials, self.epochs, self.metric, self.mode,
+                                  LIVE.carried(self.sweep_id))
         if self._durations:
             # Durations are per Tune trial; a cohort Tune trial trains len(members) trials.
             mean = sum(self._durations.values()) / len(self._durations)
@@ -183,14 +196,24 @@ def _views(trials, epochs: int):
             yield trial.trial_id, _trial_state(trial, epochs), trial.config, trial.last_result or {}
 
 
-def update_status_from_trials(status: SweepStatus, trials, epochs: int, metric: str, mode: str) -> None:
-    """Counters, per-trial records and best-so-far from Tune's trials (the same after a restore).
+def _carried_views(records: list[dict[str, Any]]):
+    for record in records:
+        result = {**record["metrics"], "training_iteration": record["epochs"],
+                  "mlflow_run_id": record["mlflow_run_id"]}
+        yield record["trial_id"], record["state"], record["config"], result
+
+
+def update_status_from_trials(status: SweepStatus, trials, epochs: int, metric: str, mode: str,
+                              carried: list[dict[str, Any]] | None = None) -> None:
+    """Counters, per-trial records and best-so-far from Tune's trials (the same after a restore)
+    and the ``carried`` records (:meth:`LiveProgress.register`), which come first.
 
     A cohort Tune trial counts as its members: each is a trial with its own state and record."""
     counts = dict.fromkeys(TrialState, 0)
     best_value, best_trial, best_config = None, None, None
     records = []
-    for trial_id, state, config, result in _views(trials, epochs):
+    views = itertools.chain(_carried_views(carried or []), _views(trials, epochs))
+    for trial_id, state, config, result in views:
         counts[state] += 1
         # The error text is read once, from the results, when the sweep ends.
         records.append(trial_record(trial_id, state, config, result))

@@ -1,15 +1,12 @@
 """The Ray Tune driver: one spec in, a complete, comparable sweep out.
 
-Tune state lives under ``<sweep_root>/<sweep_id>/tune``; started again for a sweep
-whose state exists, the driver restores it and finishes the sweep without re-running
-completed trials (their MLflow runs are kept, never duplicated).
-
-:func:`run_sweep` is a sequence of named steps: prepare the sweep's folder, open (or find)
-the MLflow parent run, start publishing progress, fit the Tuner (``sweeps/tune/setup.py``,
-progress from ``sweeps/tune/progress_callback.py``), then collect the trials' outcomes, write the
-report and publish the final status. Every MLflow write is retried while the tracking server
-is down (``workers/tracking/retry.py``), so a sweep waits out an outage of up to
-``KSWEEP_MLFLOW_OUTAGE_S``.
+Tune state lives under ``<sweep_root>/<sweep_id>/tune`` (``tune-1``, ... for the segments a
+grown sweep adds, :mod:`sweeps.tune.segments`); started again, the driver restores it and
+finishes the sweep without re-running completed trials, and reuses trials of earlier sweeps
+by content hash when the spec asks (:mod:`sweeps.tune.reuse`). :func:`run_sweep` prepares the
+folder, opens the MLflow parent run, publishes progress, fits each segment's Tuner
+(:mod:`sweeps.tune.segment_run`), then writes the report and the final status. MLflow writes
+are retried through an outage of up to ``KSWEEP_MLFLOW_OUTAGE_S`` (``workers/tracking/retry.py``).
 """
 
 from __future__ import annotations
@@ -17,18 +14,16 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mlflow.tracking import MlflowClient
-from ray import tune
-from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
 from sweeps.plan.budget import build_plan_within_budget
-from sweeps.plan.build import SEARCH_AXES, SweepPlan
+from sweeps.plan.build import SweepPlan
 from sweeps.report.build import (
     TrialOutcome,
     build_report,
@@ -46,20 +41,14 @@ from sweeps.status import (
     SweepState,
     SweepStatus,
     TrialState,
-    finished_state,
     publish,
 )
-from sweeps.tune.cohort_results import member_state, saved_members
-from sweeps.tune.cohort_trainable import member_trial_id
-from sweeps.tune.progress_callback import LIVE, ProgressCallback, trial_record
-from sweeps.tune.search_space import MEMBERS, is_cohort
-from sweeps.tune.setup import TUNE_FOLDER, ensure_ray, make_tuner, param_space
-from sweeps.tune.state_backup import ExperimentStateBackup
+from sweeps.tune.progress_callback import trial_record
+from sweeps.tune.segment_run import SegmentRun, run_segments
+from sweeps.tune.setup import ensure_ray, param_space
 from sweeps.tune.tag_sink import MlflowTagSink
-from sweeps.tune.trial_entry import train_sweep_trial
 from workers.contract import (
     FAILURE_TAG,
-    HISTORY_METRICS,
     LOCAL_MLFLOW_UI,
     MAX_ERROR_CHARS,
     RUN_KIND_SWEEP,
@@ -129,85 +118,12 @@ def _parent_run(tracking_uri: str, spec: SweepSpec, plan: SweepPlan, sweep_id: s
     logger.log_dict_json(json.loads(spec.canonical_json()), "spec.json")
     return client, logger
 
-
-def _member_outcomes(result, epochs: int) -> list[TrialOutcome]:
-    """A cohort's members as trial outcomes, from its last checkpoint's member records."""
-    records: list[dict[str, Any]] = []
-    if result.checkpoint is not None:
-        with result.checkpoint.as_directory() as path:
-            records = saved_members(path)
-    error = None if result.error is None else str(result.error).strip()[-2000:]
-    tune_state = "ERROR" if result.error is not None else "TERMINATED"
-    cohort_id = str((result.metrics or {}).get("trial_id") or Path(result.path).name)
-    outcomes = []
-    for k, params in enumerate((result.config or {})[MEMBERS]):
-        record = records[k] if k < len(records) else {}
-        reached = int(record.get("epochs", 0))
-        state = member_state(record.get("state"), tune_state, reached, epochs)
-        outcomes.append(TrialOutcome(
-            trial_id=record.get("trial_id") or member_trial_id(cohort_id, k),
-            params={key: params.get(key) for key in SEARCH_AXES}, state=state,
-            final=dict(record.get("final", {})), history=dict(record.get("history", {})),
-            epochs=reached, error=record.get("error") or (error if state == TrialState.FAILED else None),
-            run_id=record.get("run_id"),
-        ))
-    return outcomes
-
-
-def _outcomes(results, epochs: int) -> list[TrialOutcome]:
-    outcomes = []
-    for result in results:
-        metrics = result.metrics or {}
-        config = result.config or {}
-        if is_cohort(config):
-            outcomes.extend(_member_outcomes(result, epochs))
-            continue
-        trial_id = metrics.get("trial_id") or Path(result.path).name
-        history: dict[str, list[float]] = {}
-        frame = result.metrics_dataframe
-        if frame is not None and len(frame):
-            for name in HISTORY_METRICS:
-                if name in frame:
-                    history[name] = [float(v) for v in frame[name].tolist()]
-        reached = int(metrics.get("training_iteration", 0) or 0)
-        state = finished_state(result.error is not None, reached, epochs)
-        outcomes.append(TrialOutcome(
-            trial_id=str(trial_id), params={k: config.get(k) for k in SEARCH_AXES}, state=state,
-            final={k: float(v) for k, v in metrics.items()
-                   if isinstance(v, int | float) and not isinstance(v, bool)},
-            history=history, epochs=reached,
-            error=None if result.error is None else str(result.error).strip()[-2000:],
-            run_id=metrics.get("mlflow_run_id"),
-        ))
-    return outcomes
-
-
 def _prepare_folder(spec: SweepSpec, sweep_root: Path | str, sweep_id: str) -> Path:
     """``<sweep_root>/<sweep_id>`` with the spec in it."""
     folder = sweep_dir(sweep_root, sweep_id)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "spec.json").write_text(spec.canonical_json())
     return folder
-
-
-def _fit(spec: SweepSpec, plan: SweepPlan, folder: Path, context: dict[str, Any],
-         callback: ProgressCallback) -> Any:
-    """Run (or resume) the Tuner to the end; returns Tune's result grid."""
-    trainable = tune.with_resources(
-        tune.with_parameters(train_sweep_trial, configs=spec.trial_configs(), context=context),
-        {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu},
-    )
-    # CSV and JSON: the result grid's metrics_dataframe is read from their files (TUNE_ENV turns
-    # off Tune's automatic loggers, TensorBoard's among them).
-    loggers = [CSVLoggerCallback(), JsonLoggerCallback()]
-    run_config = tune.RunConfig(
-        name=TUNE_FOLDER, storage_path=str(folder), verbose=0,
-        callbacks=[callback, ExperimentStateBackup(), *loggers],
-        failure_config=tune.FailureConfig(max_failures=spec.budget.max_failures_per_trial),
-        checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
-    )
-    return make_tuner(spec, plan, trainable, run_config, folder / TUNE_FOLDER).fit()
-
 
 def _log_report(parent: RunLogger, report: dict[str, Any], outcomes: list[TrialOutcome],
                 folder: Path) -> None:
@@ -259,6 +175,9 @@ def run_sweep(
     mlflow_ui_url: str = LOCAL_MLFLOW_UI,
     data_root: Path | str | None = None,
     model_root: Path | str | None = None,
+    extensions: Sequence[dict[str, Any]] = (),
+    refresh: Callable[[int], tuple[SweepSpec, list[dict[str, Any]]] | None] | None = None,
+    reuse_from: Collection[str] | None = None,
 ) -> SweepOutcome:
     """Run (or resume) a sweep to the end and write its report to the parent run.
 
@@ -272,14 +191,26 @@ def run_sweep(
     dataset reads (resolved to its hash here, once: :mod:`sweeps.spec.datasets`); ``model_root``
     the model store a ``base.kind: causal_lm`` reads (resolved alike).
 
+    A grown sweep: ``spec`` is the union of its axes and ``extensions`` the extension
+    records (:mod:`service.api.routes.growth`), which the report reads; ``refresh(n)``, asked
+    each time the trials known so far have ended, returns a newer spec and its ``n + k``
+    records when the sweep was extended meanwhile (else None): its new trials run before
+    the report is written. ``reuse_from``: the sweeps whose trials ``spec.reuse`` may take
+    (None: every sweep of the tracking store).
+
     Raises:
         DatasetResolutionError: the spec's dataset is missing, its pin differs, or the spec
             asks what the dataset cannot give (before anything is written).
     """
-    resolved = resolve_spec_data(spec, data_root, sweep_dir(sweep_root, sweep_id) / "spec.json",
-                                 model_root=model_root)
-    if resolved is not spec:  # the dataset's hash (and label-less defaults) change the trials
-        spec, plan = resolved, build_plan_within_budget(resolved)
+    def resolve(spec: SweepSpec, plan: SweepPlan) -> tuple[SweepSpec, SweepPlan]:
+        resolved = resolve_spec_data(spec, data_root, sweep_dir(sweep_root, sweep_id) / "spec.json",
+                                     model_root=model_root)
+        if resolved is not spec:  # the dataset's hash (and label-less defaults) change the trials
+            return resolved, build_plan_within_budget(resolved)
+        return spec, plan
+
+    spec, plan = resolve(spec, plan)
+    extensions = list(extensions)
     folder = _prepare_folder(spec, sweep_root, sweep_id)
     experiment_name = experiment_name or spec.name
     with ThreadPoolExecutor(1, thread_name_prefix="ksweep-while-ray-starts") as pool:
@@ -290,6 +221,9 @@ def run_sweep(
         ensure_ray(num_cpus, ray_address)
         client, parent = made.result()
         plotting.result()
+    if extensions:  # the parent run's params are the first spec's; the union is logged beside them
+        parent.log_dict_json(json.loads(spec.canonical_json()), "spec.json")
+        parent.log_dict_json(extensions, "extensions.json")
     status = SweepStatus(sweep_id=sweep_id, total=plan.trial_count, pending=plan.trial_count,
                          parent_run_id=parent.run_id, experiment_id=parent.experiment_id)
     all_sinks: list[ProgressSink] = [StatusFileSink(folder / STATUS_FILE),
@@ -301,16 +235,21 @@ def run_sweep(
         "metric": spec.primary_metric, "mode": spec.primary_mode,
         "trial_plots": spec.tracking.trial_plots,
     }
-    epochs = spec.template.training.epochs
-    callback = ProgressCallback(sweep_id, epochs, spec.primary_metric, spec.primary_mode, tracking_uri)
-    LIVE.register(status, all_sinks)
+    segments = SegmentRun(sweep_id, folder, context, status, all_sinks, reuse_from)
     try:
-        try:
-            results = _fit(spec, plan, folder, context, callback)
-        finally:
-            LIVE.unregister(sweep_id)
-        outcomes = _outcomes(results, epochs)
-        report = build_report(spec, sweep_id, outcomes, plan)
+        while True:
+            outcomes, environment_notes = run_segments(spec, plan, segments)
+            grown = refresh(len(extensions)) if refresh is not None else None
+            if grown is None:
+                break
+            # Extended while it ran: the new trials run now, the report waits for them.
+            spec, plan = resolve(grown[0], build_plan_within_budget(grown[0]))
+            extensions = grown[1]
+            _prepare_folder(spec, sweep_root, sweep_id)
+            parent.log_dict_json(json.loads(spec.canonical_json()), "spec.json")
+            parent.log_dict_json(extensions, "extensions.json")
+        report = build_report(spec, sweep_id, outcomes, plan, extensions=extensions)
+        report["limitations"] += environment_notes
         # Run again whole after a failure: it replaces the summary runs it had made.
         report["mlflow_views"] = retrying(lambda: publish_summary(
             tracking_uri, experiment_name, parent.run_id, parent.experiment_id, report,

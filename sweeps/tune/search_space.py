@@ -14,6 +14,7 @@ from typing import Any
 from ray import tune
 
 from sweeps.plan.build import SEARCH_AXES, SweepPlan
+from sweeps.plan.identity import TRIAL_HASH
 from sweeps.spec import SweepSpec, ValueRange
 
 __all__ = ["COHORT_INDEX", "MEMBERS", "TRIAL_INDEX", "is_cohort", "lone_params", "param_space"]
@@ -62,16 +63,16 @@ def param_space(spec: SweepSpec, plan: SweepPlan) -> dict[str, Any]:
     """The Tune param space: ``alpha, loss_stack, model, seed`` (+ ``beta, free_bits`` when
     swept) and, for grid and random search (whose points the plan holds), ``trial_index`` and
     ``shared_by`` (the rows a shared trial stands for, comma-separated; empty when it stands
-    for one). With cohorts (``plan.cohort_size > 1``): ``cohort_index`` and ``members``
+    for one), and ``trial_hash`` when the driver hashed the plan (every run is tagged with it). With cohorts (``plan.cohort_size > 1``): ``cohort_index`` and ``members``
     (:func:`_cohort_space`). Optuna samples its points from the distributions as it runs.
     ``plan`` is the spec's (:func:`~sweeps.plan.build.build_plan`), built once by the driver."""
     if spec.search.kind != "optuna":
         trials = [
-            {**{k: trial[k] for k in SEARCH_AXES if k in trial},
+            {**{k: trial[k] for k in (*SEARCH_AXES, TRIAL_HASH) if k in trial},
              SHARED_BY: ",".join(trial["shared_by"])}
             for trial in plan.trials
         ]
-        keys = [k for k in (*SEARCH_AXES, SHARED_BY) if k in trials[0]]
+        keys = [k for k in (*SEARCH_AXES, SHARED_BY, TRIAL_HASH) if k in trials[0]]
         if plan.cohort_size > 1:
             return _cohort_space(
                 [[{TRIAL_INDEX: i, **trials[i]} for i in members] for members in plan.cohorts], keys)

@@ -44,7 +44,7 @@ def client(service_env):
 def _ksweep(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     full = {**os.environ, **env, "PYTHONPATH": str(repo_root()), "COLUMNS": "80",
             "TERM": "dumb"}
-    return subprocess.run([sys.executable, "-m", "service.cli", *args], env=full,
+    return subprocess.run([sys.executable, "-m", "ksweep.cli", *args], env=full,
                           capture_output=True, text=True, timeout=120, cwd=repo_root())
 
 
@@ -198,22 +198,16 @@ def test_watch_ends_with_one_line(ended_sweep, service_env):
     assert "ETA 0s" in bar and bar.rstrip()[-7:].count(":") == 2
 
 
-def test_from_mlflow_reads_a_sweep_run_without_the_service(tmp_path):
-    spec = tmp_path / "cli.yaml"
-    spec.write_text(yaml.safe_dump(tiny_spec("cli-run", **{"template.training.epochs": 2})))
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    env = {**os.environ, "PYTHONPATH": str(repo_root()), "MLFLOW_TRACKING_URI": uri,
-           "KSWEEP_SWEEP_ROOT": str(tmp_path / "root"), "RAY_ADDRESS": ""}
-    run = subprocess.run([sys.executable, "-m", "service.cli", "sweep", "run", str(spec),
-                          "--sweep-id", "clirun01", "--num-cpus", "1"], env=env, cwd=tmp_path,
-                         capture_output=True, text=True, timeout=540)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    frames = from_mlflow(uri, "clirun01")
+@client_service
+def test_from_mlflow_reads_a_sweep_run_without_the_service(ended_sweep, tracking_uri):
+    # The session sweep's MLflow store read with no service in the way (what from_mlflow reads
+    # is what any driver logs: the service's, or ``ksweep sweep run``'s).
+    frames = from_mlflow(tracking_uri, ended_sweep["id"])
     assert list(frames.trials["state"]) == ["done"] * 3
     assert frames.trials["mlflow_run_id"].notna().all()
     # The default curves (the report's five: NMI, ARI, loss, KL, kappa) at epochs 1 and 2.
     assert len(frames.history) == 3 * 2 * 5
     nmi = frames.cells.query("metric == 'latent_nmi' and kind == 'all' and split == 'test'")
     assert len(nmi) == 4 and nmi["mean"].between(0, 1).all()
-    by_experiment = from_mlflow(uri, "cli-run")
+    by_experiment = from_mlflow(tracking_uri, "client")  # the experiment is named after the spec
     pdt.assert_frame_equal(by_experiment.cells, frames.cells)

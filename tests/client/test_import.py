@@ -10,13 +10,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = """
-import json, sys, time
-start = time.perf_counter()
+import json, sys
 import ksweep
 from ksweep import Client
-seconds = time.perf_counter() - start
 roots = sorted({name.split('.')[0] for name in sys.modules})
-print(json.dumps({"seconds": seconds, "roots": roots, "all": ksweep.__all__}))
+print(json.dumps({"roots": roots, "all": ksweep.__all__}))
 """
 
 
@@ -35,7 +33,3 @@ def test_import_loads_no_heavy_stack():
     assert {"httpx", "pydantic", "ksweep"} <= loaded
     assert "Client" in probe["all"] and "Report" in probe["all"]
 
-
-def test_import_is_fast():
-    # Measured ~0.3 s at load 3 on 2 shared cores; the bound only catches a heavy import.
-    assert _probe()["seconds"] < 3.0

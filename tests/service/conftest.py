@@ -105,10 +105,11 @@ def make_service(tmp_path: Path) -> Iterator:
     kill_driver_groups((tmp_path / "root").resolve())
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def paused_service(tmp_path_factory) -> Iterator[ServiceProcess]:
     """A service whose queue is paused (KSWEEP_MAX_CONCURRENT_SWEEPS=0): sweeps are stored and
-    stay queued, so API behaviour is tested without training anything."""
+    stay queued, so API behaviour is tested without training anything. One per pytest process,
+    shared by the modules that use it (their tests count what they add, not what is there)."""
     workdir = tmp_path_factory.mktemp("paused")
     service = ServiceProcess(workdir, KSWEEP_MAX_CONCURRENT_SWEEPS="0",
                              KSWEEP_MAX_ACTIVE_SWEEPS_PER_OWNER="1000",

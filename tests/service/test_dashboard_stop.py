@@ -2,7 +2,7 @@
 Ray Job (a sleeping entrypoint, no training) recorded as a sweep's driver, and the head's own
 dashboard process SIGSTOPped, so that the Jobs API the RayJobLauncher asks accepts connections
 and never answers. No driver restart may be spent, /readyz says degraded meanwhile and ready
-after SIGCONT. (tests/service/test_faults.py has the same row on a stand-in Jobs API.)"""
+after SIGCONT."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import httpx
 import psutil
 import pytest
 from conftest import auth, tiny_spec
-from test_faults import _readiness, _until
+from test_faults import _until
 
 from service.orchestrator.launchers import RayJobLauncher
 from service.store.queries import Store
@@ -29,6 +29,12 @@ from tests.support.groups import exclusive
 from tests.support.serve_process import free_port
 
 pytestmark = [pytest.mark.slow, exclusive]  # a Ray head, SIGSTOPped
+
+
+def _readiness(client: httpx.Client) -> dict:
+    response = client.get("/readyz", timeout=30)
+    assert response.status_code in (200, 503), response.text
+    return response.json()
 
 
 def _job_status(url: str, headers: dict[str, str], job_id: str) -> str | None:

@@ -1,5 +1,7 @@
 """``ksweep data add | list | show | rm`` against a real server, Hugging Face folders included,
-and the sweep-side checks (an unknown or another owner's dataset; DELETE while a sweep uses it)."""
+and the sweep-side checks (an unknown or another owner's dataset; DELETE while a sweep uses it).
+All on the paused service of tests/service/conftest.py (one start per pytest process), each test
+under dataset names of its own."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ pytestmark = pytest.mark.slow
 def ksweep(service, *args: str, owner: str = "alice") -> subprocess.CompletedProcess:
     env = {**os.environ, "KSWEEP_URL": service.url.removesuffix("/api/v1"),
            "KSWEEP_TOKEN": TOKENS[owner], "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "service.cli", *args], env=env,
+    return subprocess.run([sys.executable, "-m", "ksweep.cli", *args], env=env,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -31,8 +33,8 @@ def registry(service) -> dict[str, bytes]:
             if p.is_file() and p.name != ".lock" and "tmp" not in p.relative_to(root).parts}
 
 
-def test_add_list_show_rm(make_service, tmp_path: Path) -> None:
-    service = make_service()
+def test_add_list_show_rm(paused_service, tmp_path: Path) -> None:
+    service = paused_service
     source = tmp_path / "dialogues.parquet"
     pq.write_table(pa.table({"x": [[5, 6], []], "y": [[1, 2, 3], [4]], "label": [0, 1]}), source)
     added = ksweep(service, "data", "add", str(source), "--name", "dialogues", "--json")
@@ -60,9 +62,9 @@ def test_add_list_show_rm(make_service, tmp_path: Path) -> None:
     assert "dialogues" not in ksweep(service, "data", "list").stdout
 
 
-def test_hugging_face_folders(make_service, tmp_path: Path) -> None:
+def test_hugging_face_folders(paused_service, tmp_path: Path) -> None:
     datasets = pytest.importorskip("datasets")
-    service = make_service()
+    service = paused_service
     one = datasets.Dataset.from_dict({"y": [[1, 2], [3]], "label": ["a", "b"]})
     one.save_to_disk(str(tmp_path / "single"))
     splits = datasets.DatasetDict({"train": one, "validation": one,
@@ -95,8 +97,8 @@ def _dataset_specs_supported() -> bool:
 
 
 @pytest.mark.skipif(not _dataset_specs_supported(), reason="template.data.dataset not merged yet")
-def test_sweeps_naming_datasets(make_service, tmp_path: Path) -> None:
-    service = make_service(KSWEEP_MAX_CONCURRENT_SWEEPS="0")
+def test_sweeps_naming_datasets(paused_service, tmp_path: Path) -> None:
+    service = paused_service
     source = tmp_path / "d.jsonl"
     source.write_text("".join(json.dumps({"y": [i % 5 + 1, 2], "label": i % 2}) + "\n"
                               for i in range(60)))

@@ -33,7 +33,7 @@ def cli(*args: str, root: Path, url: str | None = None) -> subprocess.CompletedP
     env.pop("KSWEEP_MODEL_ROOT", None)
     if url is not None:
         env.update({"KSWEEP_URL": url, "KSWEEP_TOKEN": TOKENS["alice"]})
-    return subprocess.run([sys.executable, "-m", "service.cli", *args], env=env,
+    return subprocess.run([sys.executable, "-m", "ksweep.cli", *args], env=env,
                           capture_output=True, text=True, timeout=300)
 
 

@@ -39,7 +39,7 @@ def test_example_registers_sweeps_in_a_cohort_and_reports(make_service, tmp_path
            "KSWEEP_SWEEP_ROOT": service.env["KSWEEP_SWEEP_ROOT"], "RAY_ADDRESS": "",
            "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
     done = subprocess.run(
-        [sys.executable, "-m", "service.cli", "sweep", "run", str(path), "--sweep-id", "ds1",
+        [sys.executable, "-m", "ksweep.cli", "sweep", "run", str(path), "--sweep-id", "ds1",
          "--num-cpus", "1"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=850)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert "Absent:" in done.stdout and record["sha256"] in done.stdout  # the printed report

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.service.conftest import ServiceProcess, auth
+from tests.support.groups import datasets_service
 
 PARQUET = {"Content-Type": "application/vnd.apache.parquet"}
 JSONL = {"Content-Type": "application/x-ndjson"}
@@ -21,7 +22,7 @@ MAX_BYTES = 200_000
 GOOD = {"y": [[1, 2], [3], [4, 5]], "x": [[], [1], [2]], "label": ["a", "b", "a"],
         "split": ["train", "val", "test"]}
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, datasets_service]
 
 
 def parquet_bytes(columns: dict, **options) -> bytes:

@@ -127,7 +127,8 @@ def test_sweep_survives_api_kill9_then_queued_sweep_runs_and_cancel_keeps_finish
 
     report = client.get(f"/sweeps/{first['id']}/report").json()
     assert report["sweep_id"] == first["id"] and report["counts"] == {"done": 3}
-    assert report["dedup"] == {"trials_requested": 4, "trials_run": 3, "trials_saved_by_dedup": 1}
+    assert report["dedup"] == {"trials_requested": 4, "trials_run": 3, "trials_saved_by_dedup": 1,
+                               "trials_reused": 0}
     nmi = [c for c in report["cells"] if c["metric"] == "latent_nmi" and c["kind"] == "all"]
     assert {(c["alpha"], c["loss_stack"]) for c in nmi} == {
         (a, s) for a in (0.0, 1.0) for s in ("uniform", "raw_plus_ncc")}

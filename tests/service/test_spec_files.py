@@ -16,7 +16,7 @@ EXAMPLES = sorted((ROOT / "sweeps" / "examples").glob("*.yaml"))
 
 
 def _ksweep(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "service.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "ksweep.cli", *args], capture_output=True,
                           text=True, timeout=120, cwd=ROOT, env={"PYTHONPATH": str(ROOT),
                                                                  "PATH": "/usr/bin:/bin"})
 

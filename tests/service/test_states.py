@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import yaml
 
+from ksweep.cli.client import EXIT_CODES
+from ksweep.cli.training import COUNTER_COLUMNS
 from service.api.app import create_app
-from service.cli.client import EXIT_CODES
-from service.cli.training import COUNTER_COLUMNS
 from service.lifecycle import ACTIVE_SWEEP_STATES, TERMINAL_SWEEP_STATES
 from service.settings import Settings
 from sweeps.status import COUNTERS, SweepState, SweepStatus, TrialState, finished_state

@@ -20,3 +20,8 @@ exclusive = pytest.mark.xdist_group(GROUP)
 # per worker.
 CLIENT_SERVICE = "client_service"
 client_service = pytest.mark.xdist_group(CLIENT_SERVICE)
+
+# The dataset API tests that share tests/service/test_datasets_api.py's module service: on one
+# worker, one service start instead of one per worker that runs a few of them.
+DATASETS_SERVICE = "datasets_service"
+datasets_service = pytest.mark.xdist_group(DATASETS_SERVICE)

@@ -25,7 +25,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 class ServeProcess:
-    """``python -m service.cli serve --port PORT`` with ``env``, its output in ``log_path``.
+    """``python -m ksweep.cli serve --port PORT`` with ``env``, its output in ``log_path``.
 
     The server runs in its own session, so signals meant for the caller do not reach it and
     :meth:`kill9` takes only the server (its sweep drivers run in sessions of their own).
@@ -48,7 +48,7 @@ class ServeProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "service.cli", "serve", "--port", str(self.port)],
+                [sys.executable, "-m", "ksweep.cli", "serve", "--port", str(self.port)],
                 env=self.env, cwd=self.cwd, stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,
             )

@@ -23,7 +23,7 @@ def _loaded(modules: str, watched: tuple[str, ...]) -> str:
 
 
 def test_the_driver_modules_load_no_torch_sklearn_or_tensorboard():
-    loaded = _loaded("service.cli.training, sweeps.tune.runner, sweeps.report.build",
+    loaded = _loaded("ksweep.cli.training, sweeps.tune.runner, sweeps.report.build",
                      ("torch", "sklearn", "tensorboardX", "workers.train.loop"))
     assert loaded == "[]", loaded
 

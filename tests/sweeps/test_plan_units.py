@@ -127,7 +127,7 @@ def test_truncation_and_a_missing_dataset_are_said_not_guessed(tmp_path):
 
 
 def _ksweep(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "service.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "ksweep.cli", *args], capture_output=True, text=True,
                           env={**env, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}, cwd=ROOT, timeout=120)
 
 

@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from sweeps.status import read_status
+from tests.support.sockets import listening, loopback
 from tests.support.tune_state import wait_restorable
 from tests.sweeps.test_runner import SMALL_DATA, _runs, _sweep, _write_spec
 from workers.contract import FAILURE_TAG, RUN_KIND_TAG
@@ -91,7 +92,11 @@ def _num_failures(tmp_path: Path, sweep_id: str) -> list[int]:
 
 
 @pytest.mark.timeout(1200)
-def test_kill9_of_the_trial_worker_resumes_it_from_its_checkpoint(tmp_path):
+def test_kill9_of_the_trial_worker_between_its_mlflow_log_and_checkpoint_resumes_it(tmp_path):
+    """``ksweep sweep run``'s own local Ray listens on loopback only and prestarts no worker.
+    The trainable logs an epoch to MLflow, then reports its checkpoint to Tune: a kill -9 of
+    the trial worker in between retries the trial from the checkpoint before (so that epoch
+    runs again), and it must not be logged again (one point per step) nor an epoch skipped."""
     # Enough epochs that the kill lands mid-trial: status.json lags Tune by up to 1 s, and on
     # SMALL_DATA an idle machine trains a dozen epochs or more within that lag.
     epochs = 40
@@ -101,19 +106,40 @@ def test_kill9_of_the_trial_worker_resumes_it_from_its_checkpoint(tmp_path):
     })
     process = _sweep(tmp_path, spec, "wk1")
     status_path = tmp_path / "root" / "wk1" / "status.json"
-    _wait_for(process, status_path, lambda s: _epochs_of(s) >= 2, "two epochs of the trial")
-    workers = _trial_workers(process)
+    # What the CLI's Ray tree listens on, looked at every second until the trial has trained
+    # two epochs (Ray's daemons come up one by one; the trial's actor comes last).
+    sockets: dict[tuple[str, int], str] = {}
+    looked = [0.0]
+
+    def trained_two_epochs(status) -> bool:
+        done = _epochs_of(status) >= 2
+        if done or time.monotonic() - looked[0] >= 1:
+            sockets.update(listening([psutil.Process(process.pid), *_ray_processes(process)]))
+            looked[0] = time.monotonic()
+        return done
+
+    _wait_for(process, status_path, trained_two_epochs, "two epochs of the trial")
     titles = [_title(p) for p in _ray_processes(process)]
+    workers = _trial_workers(process)
     assert len(workers) == 1, titles
-    killed_at, title = _epochs_of(read_status(status_path)), _title(workers[0])
+    # While the trial trains, its actor is Ray's only worker: none was prestarted to idle.
+    assert not any(t.startswith("ray::IDLE") for t in titles), titles
+    names = set(sockets.values())
+    assert any("raylet" in n for n in names) and any("gcs" in n for n in names), names
+    wide = {addr: name for addr, name in sockets.items() if not loopback(addr[0])}
+    assert not wide, f"listening beyond loopback: {wide}"
+    db = tmp_path / "mlflow.db"
+    known = _logged_epochs(db)
+    deadline = time.time() + 300
+    while _logged_epochs(db) == known and time.time() < deadline:  # the next epoch's log
+        time.sleep(0.005)
+    logged, title = _logged_epochs(db), _title(workers[0])
     workers[0].send_signal(signal.SIGKILL)
-    # The epochs the killed worker logged (it logs an epoch before reporting its checkpoint):
-    # it may have finished one more than Tune recorded by the kill.
-    logged = _logged_epochs(tmp_path / "mlflow.db")
     output, _ = process.communicate(timeout=900)
-    print(f"killed {title.strip()!r} (pid {workers[0].pid}) after epoch {killed_at} had been "
-          f"reported and {logged} logged")
+    print(f"{len(sockets)} listening sockets, all on loopback: {sorted(names)}; killed "
+          f"{title.strip()!r} (pid {workers[0].pid}) after MLflow held epoch {logged}")
     assert process.returncode == 0, output
+    assert logged > known, "the kill must come after an epoch's MLflow log"
     status = read_status(status_path)
     assert (status.state, status.total, status.done, status.failed) == ("succeeded", 1, 1, 0)
     client, _, parents, children = _runs(tmp_path, "quickstart", "wk1")
@@ -145,42 +171,6 @@ def _logged_epochs(db: Path) -> int:
     except sqlite3.Error:
         return 0
     return int(row[0] or 0)
-
-
-@pytest.mark.timeout(1200)
-def test_kill9_between_the_mlflow_log_and_the_checkpoint_logs_no_epoch_twice(tmp_path):
-    """The trainable logs an epoch to MLflow, then reports its checkpoint to Tune: a kill in
-    between resumes from the checkpoint before, so that epoch runs again; it must not be
-    logged again (one point per step)."""
-    epochs = 40  # the kill must land mid-trial (see the worker-kill test above)
-    spec = _write_spec(tmp_path, "between", {
-        **SMALL_DATA, "template.training.epochs": epochs, "seeds": 1, "alpha": [1],
-        "loss_stacks": ["raw_token_weighted"], "budget.max_failures_per_trial": 2,
-    })
-    process = _sweep(tmp_path, spec, "bt1")
-    status_path = tmp_path / "root" / "bt1" / "status.json"
-    _wait_for(process, status_path, lambda s: _epochs_of(s) >= 2, "two epochs of the trial")
-    (worker,) = _trial_workers(process)
-    db = tmp_path / "mlflow.db"
-    known = _logged_epochs(db)
-    deadline = time.time() + 300
-    while _logged_epochs(db) == known and time.time() < deadline:  # the next epoch's log
-        time.sleep(0.005)
-    logged = _logged_epochs(db)
-    worker.send_signal(signal.SIGKILL)
-    output, _ = process.communicate(timeout=900)
-    assert process.returncode == 0, output
-    first, retry = _steps_per_worker(_trial_dir(tmp_path, "bt1"))
-    print(f"killed after MLflow held epoch {logged}; first worker reported {first}, "
-          f"the retry {retry}")
-    assert logged > known
-    status = read_status(status_path)
-    assert (status.state, status.done, status.failed) == ("succeeded", 1, 0)
-    client, _, _, children = _runs(tmp_path, "quickstart", "bt1")
-    assert len(children) == 1 and children[0].info.status == "FINISHED"
-    steps = [m.step for m in client.get_metric_history(children[0].info.run_id, "val/loss")]
-    assert steps == list(range(1, epochs + 1)), steps
-    assert retry[-1] == epochs and 2 <= retry[0] <= logged + 1
 
 
 def _cohort_runs(db: Path) -> tuple[list[str], int]:
@@ -242,9 +232,11 @@ def test_kill9_of_a_cohort_worker_before_its_first_checkpoint_leaves_one_run_per
 
 @pytest.mark.timeout(1500)
 def test_kill9_of_the_whole_local_ray_ends_the_driver_and_a_rerun_resumes(tmp_path):
-    # 6 rows, 4 trials (uniform once for its three alphas), one at a time; killed amid the
-    # third trial. The lone path (trials that end one by one) pins cohort_size 1: auto would
-    # train the 4 trials as one cohort (its kill -9: test_cohort_sweep.py).
+    # 6 rows, 4 trials (uniform once for its three alphas), one at a time; the whole local Ray
+    # killed amid the third trial, then the rerun's driver killed with its Ray (kill -9 of its
+    # process group) amid the fourth, and a third run ends the sweep. The lone path (trials that
+    # end one by one) pins cohort_size 1: auto would train the 4 trials as one cohort (its
+    # kill -9: test_cohort_sweep.py).
     epochs = 16
     spec = _write_spec(tmp_path, "ray", {"template.training.epochs": epochs, "seeds": 1,
                                          "loss_stacks": ["uniform", "raw_plus_ncc"],
@@ -291,8 +283,19 @@ def test_kill9_of_the_whole_local_ray_ends_the_driver_and_a_rerun_resumes(tmp_pa
     in_flight = {c.data.tags["ksweep.trial_id"]: c.info.run_id for c in before
                  if c.info.status != "FINISHED"}
     restarted = _sweep(tmp_path, spec, "rk1")
-    output, _ = restarted.communicate(timeout=600)
-    assert restarted.returncode == 0, output
+    # The rerun's driver and its local Ray die together once Tune has recorded a third trial
+    # done and saved its state: the next run must again not re-run or duplicate a finished one.
+    _wait_for(restarted, status_path, lambda s: s.done >= 3, "a third completed trial")
+    time.sleep(2.5)  # let Tune save its experiment state (TUNE_GLOBAL_CHECKPOINT_S = 2)
+    wait_restorable(tmp_path / "root" / "rk1" / "tune")
+    os.killpg(restarted.pid, signal.SIGKILL)
+    restarted.wait()
+    _, _, _, before_second = _runs(tmp_path, "quickstart", "rk1")
+    finished_second = {c.info.run_id for c in before_second if c.info.status == "FINISHED"}
+    assert finished_before <= finished_second and len(finished_second) >= 3
+    rerun = _sweep(tmp_path, spec, "rk1")
+    output, _ = rerun.communicate(timeout=600)
+    assert rerun.returncode == 0, output
     client, _, parents, children = _runs(tmp_path, "quickstart", "rk1")
     (trial_id,) = in_flight
     (folder,) = (tmp_path / "root" / "rk1" / "tune").glob(f"train_sweep_trial_{trial_id}_*")
@@ -304,13 +307,16 @@ def test_kill9_of_the_whole_local_ray_ends_the_driver_and_a_rerun_resumes(tmp_pa
     # The trial in flight resumed from its checkpoint into its own run.
     assert len(in_flight) == 1, in_flight
     assert set(in_flight.values()) <= {c.info.run_id for c in children}, in_flight
+    assert finished_second <= {c.info.run_id for c in children}
     for child in children:
         assert child.info.status == "FINISHED"
         steps = [m.step for m in client.get_metric_history(child.info.run_id, "val/loss")]
         assert steps == list(range(1, epochs + 1)), (child.data.tags["ksweep.trial_id"], steps)
-        if child.info.run_id in finished_before:  # not re-run: untouched since the kill
-            old = next(c for c in before if c.info.run_id == child.info.run_id)
-            assert child.info.end_time == old.info.end_time
+        assert client.list_artifacts(child.info.run_id, "plots") == []  # lone, trial_plots off
+        for finished, runs in ((finished_before, before), (finished_second, before_second)):
+            if child.info.run_id in finished:  # not re-run: untouched since that kill
+                old = next(c for c in runs if c.info.run_id == child.info.run_id)
+                assert child.info.end_time == old.info.end_time
     status = read_status(status_path)
     assert (status.state, status.done, status.failed) == ("succeeded", 4, 0)
 

@@ -65,7 +65,8 @@ def test_cells_fill_every_requested_row_from_shared_trials():
     spec = caveat_spec()
     report = build_report(spec, "s1", known_outcomes(spec))
     json.dumps(report, allow_nan=False)
-    assert report["dedup"] == {"trials_requested": 18, "trials_run": 9, "trials_saved_by_dedup": 9}
+    assert report["dedup"] == {"trials_requested": 18, "trials_run": 9, "trials_saved_by_dedup": 9,
+                               "trials_reused": 0}
     assert report["split"] == "test" and report["readout_source"] == "selected"
     # R_tok at alpha 0 is the uniform trial: the same per-seed values.
     shared = _find(report["cells"], loss_stack="raw_token_weighted", alpha=0.0, split="test",
@@ -428,7 +429,7 @@ def test_a_contrast_against_a_constant_latent_baseline_is_flagged():
 
     from rich.console import Console
 
-    from service.cli.report_view import render_report
+    from ksweep.cli.report_view import render_report
 
     console = Console(file=io.StringIO(), width=600)
     render_report(report, console)

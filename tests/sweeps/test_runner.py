@@ -2,10 +2,8 @@
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +12,6 @@ from mlflow.tracking import MlflowClient
 
 from sweeps.status import read_status
 from tests.support.mlflow_store import sqlite_store_uri
-from tests.support.tune_state import wait_restorable
 from workers.contract import RUN_KIND_SWEEP, RUN_KIND_TAG, RUN_KIND_TRIAL
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +44,7 @@ def _sweep(tmp_path: Path, spec: Path, sweep_id: str, fresh_store: bool = False,
     after another in one reused process: a test not about trials side by side saves the second
     process's imports."""
     return subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "sweep", "run", str(spec), "--sweep-id", sweep_id,
+        [sys.executable, "-m", "ksweep.cli", "sweep", "run", str(spec), "--sweep-id", sweep_id,
          "--num-cpus", str(num_cpus)],
         env=_env(tmp_path, fresh_store) | (env or {}), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True, start_new_session=True, **popen,
@@ -76,12 +73,15 @@ def _write_spec(tmp_path: Path, name: str, changes: dict) -> Path:
     return path
 
 
-@pytest.mark.timeout(1800)  # 15 trials: about 3 minutes on 2 CPUs, far more on a busy machine
+@pytest.mark.timeout(1800)  # 15 trials
 def test_quickstart_sweep_end_to_end(tmp_path):
-    started = time.monotonic()
-    process = _sweep(tmp_path, QUICKSTART, "qs1", fresh_store=True)  # as a first run
+    # The quickstart's plan (27 rows, 15 trials in cohorts, on 2 CPUs) at 2 epochs on a quarter
+    # of its data: nothing below depends on how far the trials learn (the shipped 8 epochs on
+    # 1,024 examples take about 3 minutes alone: `make demo` runs them whole).
+    epochs = 2
+    spec = _write_spec(tmp_path, "quickstart", {**SMALL_DATA, "template.training.epochs": epochs})
+    process = _sweep(tmp_path, spec, "qs1", fresh_store=True)  # as a first run
     output, _ = process.communicate(timeout=1700)
-    print(f"quickstart wall time {time.monotonic() - started:.0f} s")  # a figure for docs/bench/; no assert
     assert process.returncode == 0, output
     client, exp, parents, children = _runs(tmp_path, "quickstart", "qs1")
     assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
@@ -96,7 +96,6 @@ def test_quickstart_sweep_end_to_end(tmp_path):
     shared = [c for c in children if c.data.tags.get("ksweep.shared_by")]
     assert len(shared) == 3 and all(c.data.params["loss_stack"] == "uniform" for c in shared)
     assert "raw_token_weighted@alpha=0" in shared[0].data.tags["ksweep.shared_by"]
-    epochs = yaml.safe_load(QUICKSTART.read_text())["template"]["training"]["epochs"]
     for child in children:
         assert child.info.status == "FINISHED"
         assert float(child.data.params["c_base"]) > 0
@@ -117,7 +116,7 @@ def test_quickstart_sweep_end_to_end(tmp_path):
     assert any(p.startswith("plots/latent_nmi_vs_alpha__discrete") for p in plots)
     report = json.loads((tmp_path / "root" / "qs1" / "report.json").read_text())
     assert report["dedup"] == {"trials_requested": 27, "trials_run": 15,
-                               "trials_saved_by_dedup": 12}
+                               "trials_saved_by_dedup": 12, "trials_reused": 0}
     assert report["counts"] == {"done": 15}
     # Read at the epoch val chose (selected/*), reported on test; val's cells are beside them.
     assert (report["split"], report["readout_source"]) == ("test", "selected")
@@ -143,60 +142,12 @@ def test_quickstart_sweep_end_to_end(tmp_path):
     assert "Primary contrasts" in output
 
 
-def test_killed_driver_resumes_without_rerunning_or_duplicating(tmp_path):
-    # 6 rows, 4 trials (uniform once for its three alphas), killed between lone trials: so
-    # cohort_size 1 (auto would train the 4 as one cohort; its kill -9: test_cohort_sweep.py).
-    spec = _write_spec(tmp_path, "resume", {"template.training.epochs": 6, "seeds": 1,
-                                            "loss_stacks": ["uniform", "raw_plus_ncc"],
-                                            "budget.max_concurrent_trials": 1,
-                                            "resources.cohort_size": 1})
-    process = _sweep(tmp_path, spec, "rs1")
-    status_path = tmp_path / "root" / "rs1" / "status.json"
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        status = read_status(status_path)
-        if status is not None and status.done >= 2:
-            break
-        time.sleep(0.5)
-    else:
-        process.kill()
-        pytest.fail("sweep did not complete two trials in time")
-    time.sleep(2.5)  # let Tune save its experiment state (TUNE_GLOBAL_CHECKPOINT_S = 2)
-    wait_restorable(tmp_path / "root" / "rs1" / "tune")
-    os.killpg(process.pid, signal.SIGKILL)  # the driver and its local Ray die together
-    process.wait()
-    _, _, _, before = _runs(tmp_path, "quickstart", "rs1")
-    finished_before = {c.info.run_id for c in before if c.info.status == "FINISHED"}
-    assert len(finished_before) >= 2
-    restarted = _sweep(tmp_path, spec, "rs1")
-    output, _ = restarted.communicate(timeout=600)
-    assert restarted.returncode == 0, output
-    client, _, parents, children = _runs(tmp_path, "quickstart", "rs1")
-    assert len(parents) == 1, "the resumed driver must reuse the parent run"
-    assert len(children) == 4, [c.data.tags.get("ksweep.trial_id") for c in children]
-    trial_ids = [c.data.tags["ksweep.trial_id"] for c in children]
-    assert len(set(trial_ids)) == 4, "no trial may have two MLflow runs"
-    assert finished_before <= {c.info.run_id for c in children}
-    for child in children:
-        assert child.info.status == "FINISHED"
-        steps = [m.step for m in client.get_metric_history(child.info.run_id, "val/loss")]
-        assert steps == [1, 2, 3, 4, 5, 6], (child.data.tags["ksweep.trial_id"], steps)
-        assert client.list_artifacts(child.info.run_id, "plots") == []  # lone, trial_plots off
-    # Completed trials were not re-run: their runs were not touched after the kill.
-    for child in children:
-        if child.info.run_id in finished_before:
-            old = next(c for c in before if c.info.run_id == child.info.run_id)
-            assert child.info.end_time == old.info.end_time
-    status = read_status(tmp_path / "root" / "rs1" / "status.json")
-    assert (status.state, status.done, status.failed) == ("succeeded", 4, 0)
-
-
 def test_optuna_asha_stops_some_trials_early(tmp_path):
     spec = _write_spec(tmp_path, "asha", {
         "alpha": {"low": 0.0, "high": 4.0},
         "search": {"kind": "optuna", "sampler": "tpe", "seed": 0, "num_samples": 8},
         "scheduler": {"kind": "asha", "grace_period": 1, "reduction_factor": 2},
-        "template.training.epochs": 4, "template.data.train_size": 256, "seeds": 1,
+        **SMALL_DATA, "template.training.epochs": 4, "seeds": 1,
     })
     process = _sweep(tmp_path, spec, "oa1", num_cpus=1)
     output, _ = process.communicate(timeout=600)
@@ -220,7 +171,8 @@ def test_diverging_trial_fails_with_reason_others_complete(tmp_path):
         "alpha": [1.0],
         "loss_stacks": ["uniform", {"name": "exploding",
                                     "terms": {"token_weighted": 1e38, "uniform": 1e38}}],
-        "budget.max_failures_per_trial": 0, "template.training.epochs": 2, "seeds": 1,
+        **SMALL_DATA, "budget.max_failures_per_trial": 0, "template.training.epochs": 2,
+        "seeds": 1,
     })
     process = _sweep(tmp_path, spec, "nan1", num_cpus=1)
     output, _ = process.communicate(timeout=600)

@@ -182,7 +182,7 @@ def test_ksweep_train_on_a_dataset_records_it_as_an_mlflow_input(tmp_path):
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db",
            "KSWEEP_SWEEP_ROOT": str(tmp_path / "root"), "KSWEEP_DATA_ROOT": str(tmp_path / "data"),
            "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "service.cli", "train", str(path)], env=env,
+    done = subprocess.run([sys.executable, "-m", "ksweep.cli", "train", str(path)], env=env,
                           cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
@@ -192,7 +192,7 @@ def test_ksweep_train_on_a_dataset_records_it_as_an_mlflow_input(tmp_path):
     assert (entry.dataset.name, entry.dataset.digest) == ("toy", record.sha256[:32])
     assert 0 <= run.data.metrics["val/latent_nmi"] <= 1 and run.data.metrics["val/elbo"] > 0
     path.write_text(yaml.safe_dump({**config, "data": {"dataset": "missing"}}))
-    refused = subprocess.run([sys.executable, "-m", "service.cli", "train", str(path)], env=env,
+    refused = subprocess.run([sys.executable, "-m", "ksweep.cli", "train", str(path)], env=env,
                              cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and "data.dataset: no dataset named 'missing'" in refused.stdout
 

@@ -208,7 +208,7 @@ def test_cache_computes_once_per_dataset_and_model(tiny: Path, tmp_path: Path, m
 def test_cli_model_add_and_list(tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 
-    from service.cli import app
+    from ksweep.cli import app
 
     monkeypatch.setenv("KSWEEP_SWEEP_ROOT", str(tmp_path / "root"))
     runner = CliRunner()

@@ -163,7 +163,7 @@ def test_ksweep_train_logs_a_complete_mlflow_run(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "KSWEEP_SWEEP_ROOT": str(tmp_path / "root")}
     result = subprocess.run(
-        [sys.executable, "-m", "service.cli", "train", str(path), "--experiment", "t"],
+        [sys.executable, "-m", "ksweep.cli", "train", str(path), "--experiment", "t"],
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -207,7 +207,7 @@ def test_ksweep_train_rejects_a_bad_config_naming_the_field(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("training:\n  epochs: 0\nmodel:\n  famly: discrete\n")
     result = subprocess.run(
-        [sys.executable, "-m", "service.cli", "train", str(path)],
+        [sys.executable, "-m", "ksweep.cli", "train", str(path)],
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 2

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workers.contract import (
+    C_BASE_PARAM,
     HISTORY_METRICS,
     RUN_KIND_SWEEP,
     RUN_KIND_TAG,
@@ -51,6 +52,15 @@ class LoggedTrial:
     run_id: str
     shared_by: list[str] = field(default_factory=list)
     final: dict[str, float | None] = field(default_factory=dict)
+    c_base: float | None = None  # the run's c_base param (measured on the train split)
+
+
+def _trial_run(trial_id: str, run: Any) -> LoggedTrial:
+    c_base = run.data.params.get(C_BASE_PARAM)
+    return LoggedTrial(trial_id=trial_id, run_id=run.info.run_id,
+                       shared_by=[s for s in run.data.tags.get(SHARED_BY_TAG, "").split(",") if s],
+                       final={k: _finite(v) for k, v in sorted(run.data.metrics.items())},
+                       c_base=None if c_base in (None, "None") else float(c_base))
 
 
 def _finite(value: float) -> float | None:
@@ -152,10 +162,26 @@ def trial_runs(tracking_uri: str, sweep_id: str,
         if trial_id and (trial_id not in newest or (run.info.start_time or 0)
                          > (newest[trial_id].info.start_time or 0)):
             newest[trial_id] = run
-    return [LoggedTrial(trial_id=trial_id, run_id=run.info.run_id,
-                        shared_by=[s for s in run.data.tags.get(SHARED_BY_TAG, "").split(",") if s],
-                        final={k: _finite(v) for k, v in sorted(run.data.metrics.items())})
-            for trial_id, run in sorted(newest.items())]
+    return [_trial_run(trial_id, run) for trial_id, run in sorted(newest.items())]
+
+
+def runs_by_id(tracking_uri: str, trials: Sequence[tuple[str, str]]) -> list[LoggedTrial]:
+    """The runs of ``(trial_id, run_id)`` pairs, in that order: trials a sweep reused live in
+    other sweeps' runs, found by run id (a run that is gone is left out)."""
+    client = _client(tracking_uri)
+    found = []
+    for trial_id, run_id in trials:
+        try:
+            found.append(_trial_run(trial_id, client.get_run(run_id)))
+        except Exception:  # noqa: BLE001  (MLflow raises its own error type for a missing run)
+            continue
+    return found
+
+
+def reused_trials(report: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """``(trial_id, run_id)`` of every trial a report lists as reused from another sweep."""
+    return [(entry["trial_id"], entry["mlflow_run_id"]) for entry in (report or {}).get("reused", [])
+            if entry.get("mlflow_run_id")]
 
 
 def unknown_metrics(runs: Iterable[LoggedTrial], metrics: Sequence[str]) -> list[str]:

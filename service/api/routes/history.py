@@ -3,7 +3,8 @@
 Read from MLflow, not the service store: the store keeps each trial's latest metrics only
 (what the status pages need), while every trial run in MLflow holds the whole curve and the
 selected/* and test read-outs. Copying curves into the store would duplicate MLflow's data
-and its retention; reading them there also serves a sweep still running.
+and its retention; reading them there also serves a sweep still running. A trial the sweep
+reused from another sweep is read in that sweep's run (the report lists its run id).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def get_history(
     """Points are ordered by trial, metric and epoch. A sweep whose trials have not logged yet
     has no runs and no points; a metric no trial logged is refused (422) with the names to use."""
     names = parse_metrics(metrics)
-    row = services.store.get_sweep_summary(sweep_id)
+    row = services.store.get_sweep(sweep_id)
     if row is None:
         raise ProblemError(404, "Sweep not found", f"no sweep with id {sweep_id!r}", kind="not-found")
     if row.experiment_id is None:  # not started: no trial has logged anything yet
@@ -68,6 +69,8 @@ def get_history(
     uri = services.settings.mlflow_tracking_uri
     try:
         runs = reads.trial_runs(uri, sweep_id, row.experiment_id)
+        # Trials reused from other sweeps are read in their own runs (never copied here).
+        runs += reads.runs_by_id(uri, reads.reused_trials(row.report))
         unknown = reads.unknown_metrics(runs, names)
         if unknown:
             logged = sorted({name for run in runs for name in run.final

@@ -91,7 +91,7 @@ def status_command(sweep_id: str = typer.Argument(None, help="A sweep id; omit t
                   f"[bold]{sweep.state}[/bold]")
     console.print(f"  trials: {counter_line(sweep)}")
     console.print(f"  best:   {best_text(sweep)}   ETA {format_eta(sweep.eta_seconds)}")
-    if sweep.mlflow.ui_url:
+    if sweep is not None and sweep.mlflow.ui_url:
         console.print(f"  MLflow: {sweep.mlflow.ui_url}")
     if sweep.error:
         console.print(f"  [red]error:[/red] {sweep.error}")
@@ -141,7 +141,8 @@ class ReportFormat(StrEnum):
 
 
 def report_command(
-    sweep_id: str = typer.Argument(..., help="An ended sweep."),
+    sweep_ids: list[str] = typer.Argument(..., metavar="ID", help="An ended sweep; several "
+                                          "compatible sweeps give one report over all of them."),
     format: ReportFormat = typer.Option(ReportFormat.table, "--format", "-f",
                                         help="table: rich tables sized to the terminal; md: the "
                                              "Markdown of report.md; json: report.json."),
@@ -149,8 +150,9 @@ def report_command(
 ) -> None:
     """The comparison: alpha x loss_stack x model, mean and 95% interval over seeds."""
     with _exits(), Client() as client:
-        report = client.report_json(sweep_id)
-        sweep = client.get(sweep_id)
+        # Several sweeps: one report over all of them (GET /sweeps:compare), no MLflow link.
+        report = client.compare(sweep_ids) if len(sweep_ids) > 1 else client.report_json(sweep_ids[0])
+        sweep = None if len(sweep_ids) > 1 else client.get(sweep_ids[0])
     if as_json or format is ReportFormat.json:
         print(json.dumps(report, indent=2))
         return
@@ -159,10 +161,10 @@ def report_command(
 
         print(report_markdown(report), end="")
     else:
-        from service.cli.report_view import render_report
+        from ksweep.cli.report_view import render_report
 
         render_report(report, console)
-    if sweep.mlflow.ui_url:
+    if sweep is not None and sweep.mlflow.ui_url:
         console.print(f"MLflow: {sweep.mlflow.ui_url}", soft_wrap=True)
 
 

@@ -1,7 +1,7 @@
 """``ksweep data add | list | show | rm``: the dataset registry, over REST or local.
 
 The service when ``KSWEEP_URL`` is set or with ``--service``, else the local store
-(:mod:`service.cli.dataset_local`, which says why). Over REST, ``add`` streams ONE Parquet,
+(:mod:`ksweep.cli.dataset_local`, which says why). Over REST, ``add`` streams ONE Parquet,
 Arrow or JSONL file as the raw request body. A Hugging Face ``save_to_disk`` folder is first
 converted to Parquet here, on the client, from its Arrow files (:mod:`workers.datasets.hf`;
 pyarrow is imported only then). ``--tokenizer MODEL`` tokenizes text with a registered model's
@@ -18,8 +18,8 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from service.cli import dataset_local
-from service.cli.client import console, request_or_exit
+from ksweep.cli import dataset_local
+from ksweep.cli.client import console, request_or_exit
 from workers.datasets.formats import BY_NAME, SUFFIX_FORMATS
 
 data_app = typer.Typer(help="Register, list, show and remove datasets (docs/guide/datasets.md).",

@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from service.cli.common import console, default_model_root
+from ksweep.cli.common import console, default_model_root
 from workers.lm.registry import ModelError, ModelStore, dumps, record_summary
 
 model_app = typer.Typer(help="Register local causal language models (the causal_lm base).",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from service.cli.client import (
+from ksweep.cli.client import (
     cancel_command,
     export_command,
     report_command,
@@ -16,11 +16,12 @@ from service.cli.client import (
     submit_command,
     watch_command,
 )
-from service.cli.common import validate_command
-from service.cli.datasets import data_app
-from service.cli.models import model_app
-from service.cli.server import serve_command
-from service.cli.training import sweep_app, train_command
+from ksweep.cli.common import validate_command
+from ksweep.cli.datasets import data_app
+from ksweep.cli.growth import extend_command
+from ksweep.cli.models import model_app
+from ksweep.cli.server import serve_command
+from ksweep.cli.training import sweep_app, train_command
 
 app = typer.Typer(help="kappa-sweep: sweeps over alpha and loss stacks for CVAEs.", no_args_is_help=True)
 app.command("train")(train_command)
@@ -32,6 +33,7 @@ app.command("submit")(submit_command)
 app.command("status")(status_command)
 app.command("watch")(watch_command)
 app.command("cancel")(cancel_command)
+app.command("extend")(extend_command)
 app.command("report")(report_command)
 app.command("export")(export_command)
 app.add_typer(data_app, name="data")
@@ -40,7 +42,7 @@ app.add_typer(data_app, name="data")
 @app.command("objectives")
 def objectives_command(demo: bool = typer.Option(False, help="Show kappa_alpha on synthetic surprisal.")) -> None:
     """List the loss terms and presets (and optionally demonstrate the objective family)."""
-    from service.cli.objectives_demo import print_demo, print_registry
+    from ksweep.cli.objectives_demo import print_demo, print_registry
 
     print_registry()
     if demo:

@@ -27,8 +27,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from ksweep.progress import format_eta
-from service.cli.common import (
+from ksweep.cli.common import (
     console,
     default_data_root,
     default_model_root,
@@ -37,6 +36,7 @@ from service.cli.common import (
     load_spec_or_exit,
     plan_or_exit,
 )
+from ksweep.progress import format_eta
 from service.orchestrator.driver_env import LOCAL_RAY_ENV, TUNE_ENV
 from sweeps.status import SweepState, SweepStatus, TrialState
 from workers.contract import (

@@ -16,7 +16,7 @@ from typing import Any
 
 import typer
 
-from service.cli.common import console, default_data_root, default_model_root
+from ksweep.cli.common import console, default_data_root, default_model_root
 from service.settings import LOCAL_OWNER
 
 URL_ENV = "KSWEEP_URL"

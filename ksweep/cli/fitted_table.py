@@ -1,0 +1,130 @@
+"""Tables that fit the terminal without cutting a word.
+
+A column is never narrower than its longest word (a column marked ``whole`` never narrower
+than its longest cell: an interval stays on one line), so rich wraps between words only.
+When the table is still wider than the terminal, columns leave it whole, never cut: a column
+holding one value in every row goes to the title (``model discrete``), then the columns that
+may go are dropped (lowest rank first, then from the right) and named under the table; when
+even the columns that stay do not fit side by side, each row is shown as lines of ``header
+value``. Stack labels are shortened by
+:func:`short_labels` (the caller prints the legend).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+__all__ = ["Column", "fit_table", "short_labels"]
+
+
+@dataclass
+class Column:
+    """One column: its header, its cells (text), and how it may fit."""
+
+    header: str
+    cells: list[str] = field(default_factory=list)
+    keep: bool = False  # never leaves the table
+    whole: bool = False  # each cell on one line (intervals, labels)
+    justify: str = "left"
+    rank: int = 0  # among the columns that may leave, the lowest rank leaves first (then the rightmost)
+
+    def min_width(self) -> int:
+        """The longest word (header included); with ``whole``, the longest cell."""
+        words = [*self.header.split(), *(self.cells if self.whole else
+                                         (w for text in self.cells for w in text.split()))]
+        return max((len(word) for word in words), default=1)
+
+
+GAP = 3  # between two columns: a padding, the (blank) rule, a padding
+
+
+def _widths(columns: Sequence[Column], width: int) -> list[int]:
+    """Each column's width within ``width``: its natural width when all fit, else its minimum
+    plus a share of what is left (the columns that need least are made whole first). Rich's
+    own shrinking would narrow a column below its longest word."""
+    natural = [max(column.min_width(), *(len(cell) for cell in column.cells), len(column.header))
+               for column in columns]
+    widths = [column.min_width() for column in columns]
+    spare = width - GAP * (len(columns) - 1) - sum(widths)
+    for index in sorted(range(len(columns)), key=lambda i: natural[i] - widths[i]):
+        grant = min(spare, natural[index] - widths[index])
+        widths[index] += grant
+        spare -= grant
+    return widths
+
+
+def _table(title: str, columns: Sequence[Column], width: int) -> Table:
+    table = Table(title=Text(title), title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
+                  pad_edge=False, padding=(0, 1))
+    for column, fixed in zip(columns, _widths(columns, width), strict=True):
+        table.add_column(Text(column.header), width=fixed, no_wrap=column.whole, overflow="fold",
+                         justify=column.justify)  # type: ignore[arg-type]
+    for row in zip(*(column.cells for column in columns), strict=True):
+        table.add_row(*(Text(cell) for cell in row))  # plain text, never markup
+    return table
+
+
+def _fits(columns: Sequence[Column], width: int) -> bool:
+    return sum(column.min_width() for column in columns) + GAP * (len(columns) - 1) <= width
+
+
+def fit_table(title: str, columns: Sequence[Column], width: int) -> tuple[Table, list[str]]:
+    """The table within ``width``, and the words saying what left it (empty when nothing)."""
+    columns = list(columns)
+    notes: list[str] = []
+    natural = [replace(c, whole=True) for c in columns]  # every cell on one line
+    if _fits(natural, width):
+        return _table(title, columns, width), notes
+    constant = [c for c in columns if not c.keep and len(c.cells) > 1 and len(set(c.cells)) == 1]
+    if constant:
+        title = f"{title} ({', '.join(f'{c.header} {c.cells[0]}' for c in constant)})"
+        columns = [c for c in columns if c not in constant]
+    dropped = []
+    while not _fits(columns, width):
+        movable = [c for c in columns if not c.keep]
+        if not movable:
+            return _records(title, columns), notes  # even the kept columns do not fit side by side
+        leaving = min(reversed(movable), key=lambda c: c.rank)
+        dropped.append(leaving.header)
+        columns.remove(leaving)
+    if dropped:
+        notes.append(f"not shown at {width} columns: {', '.join(dropped)} (a wider terminal or "
+                     "--format md shows them)")
+    return _table(title, columns, width), notes
+
+
+def _records(title: str, columns: Sequence[Column]) -> Table:
+    """The rows one below the other, each column a line ``header  value`` (folded whole)."""
+    grid = Table(title=Text(title), title_justify="left", box=None, show_header=False,
+                 pad_edge=False, padding=(0, 1))
+    grid.add_column(no_wrap=True, style="bold")
+    grid.add_column(overflow="fold")
+    for index, row in enumerate(zip(*(column.cells for column in columns), strict=True)):
+        if index:
+            grid.add_row("", "")
+        for column, text in zip(columns, row, strict=True):
+            grid.add_row(Text(column.header, style="bold"), Text(text))
+    return grid
+
+
+def short_labels(labels: Iterable[str], longest: int = 7) -> dict[str, str]:
+    """A short label per stack label: kept when at most ``longest`` characters, else the
+    initials of its parts (``raw_token_weighted`` -> ``rtw``), numbered when two collide."""
+    short: dict[str, str] = {}
+    for label in dict.fromkeys(labels):
+        if len(label) <= longest:
+            candidate = label
+        else:
+            parts = [p for p in re.split(r"[_.\-]+", label) if p]
+            candidate = "".join(p[0] for p in parts) if len(parts) > 1 else label[:longest]
+        base, number = candidate, 2
+        while candidate in short.values():
+            candidate, number = f"{base}{number}", number + 1
+        short[label] = candidate
+    return short
