@@ -12,8 +12,7 @@ per example. Two rescalings make a beta comparable across stacks and datasets:
   x the train split's mean target length (exact when every target has that length); with
   the KL per target token (``scale: token``) it is effective beta itself, per example.
 
-So beta = 1 on ~21-token text is beta 21 in ELBO units under the per-example KL, and beta 1
-under the per-token one. Torch-free (the planner, the report and the trainer use it).
+Torch-free: the planner, the report and the trainer use it.
 """
 
 from __future__ import annotations

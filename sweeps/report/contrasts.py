@@ -1,32 +1,7 @@
 """Paired contrasts between stacks at matched effective beta, the caveat contrasts, Holm.
 
-Matching. Stacks are compared at matched *effective* beta (:mod:`objectives.units`),
-never at one shared nominal beta. For each baseline row (alpha, model, free bits, beta)
-and seed, the treated stack's value is read at the baseline's effective beta by linear
-interpolation in log(effective beta) between the treated stack's own grid points of the
-same alpha, model, free bits and seed (:func:`sweeps.report.statistics.interpolate_log`). An exact
-grid point is used as is (``beta_matching = exact``: e.g. two undivided stacks at one beta);
-a baseline effective beta outside the treated stack's range is not matched (no
-extrapolation) and that seed is counted in ``n_unmatched``. Where every row knows its beta
-in ELBO units (trials log their train split's mean target length), the matching reads that
-instead: it is effective beta times a factor every stack shares at one seed (the mean
-length, or 1 under the per-token KL), so it matches exactly as before between stacks of one
-KL scale, and correctly between a per-example and a per-token KL.
-
-Families. The spec's ``analysis.primary`` names the primary family: the stack contrasts on
-``analysis.metric`` over all examples (default), or the caveat family (R~ - R_tok on the
-``prefix`` and ``private`` kinds and their interaction, every alpha > 0, on
-``analysis.metric``; the same contrasts on the rate ``kl`` and on ``mi_zs`` are computed
-beside them, always exploratory). Holm adjusts
-within it; every other contrast is exploratory (its ``p_value`` is unadjusted and it makes
-no claim).
-
-Latent use. Every stack and caveat contrast carries each side's state over the contrast's
-seeds (``treated_latent``, ``baseline_latent``: in use, collapsed or at chance, with their mean
-I(x; z) and AMI; :mod:`sweeps.report.latent_use`), read on test I(x; z) and AMI at the
-contrast's beta (the treated side matched as its metric is). A contrast on a latent read-out
-whose sides are both collapsed or at chance says which instead of "higher"/"lower"
-(``latent_gated``); one against a constant-latent baseline is flagged (``baseline_constant``).
+How rows are matched, which contrasts form the primary family and how each side's latent use
+gates the wording: on :func:`build_contrasts`.
 """
 
 from __future__ import annotations
@@ -75,7 +50,7 @@ Curves = dict[tuple, dict[int, list[tuple[float, float | None]]]]
 
 
 class Point(NamedTuple):
-    """One row's value at one seed, and the beta it is matched at (module doc)."""
+    """One row's value at one seed, and the beta it is matched at (build_contrasts)."""
 
     match: float | None
     value: float | None
@@ -136,7 +111,7 @@ def _entry(key: dict[str, Any], treated: dict, baseline: dict, metric: str) -> d
 
 def _latent(spec: SweepSpec, entry: dict[str, Any], points, curves, stack: str, baseline: str,
             base_values: dict[int, float | None], matched: bool) -> dict[str, Any]:
-    """The contrast's latent-use keys (module doc) over its paired seeds (all when it has none)."""
+    """The contrast's latent-use keys over its paired seeds (all when it has none; build_contrasts)."""
     alpha, model, free_bits, beta = entry["alpha"], entry["model"], entry["free_bits"], entry["beta"]
     seeds = set(entry["seeds"]) or set(base_values)
     threshold = spec.analysis.latent_in_use_nats
@@ -287,7 +262,36 @@ def claim_words(entry: dict[str, Any]) -> str:
 def build_contrasts(spec: SweepSpec, rows: Sequence[RowResult], split: str,
                     eligible: Callable[[dict[str, Any]], bool] | None = None) -> list[dict[str, Any]]:
     """Every stack contrast and caveat contrast on ``split``, with families and Holm applied
-    (``eligible``: which contrasts may be primary at all; None: any)."""
+    (``eligible``: which contrasts may be primary at all; None: any).
+
+    Matching. Stacks are compared at matched *effective* beta (:mod:`objectives.units`),
+    never at one shared nominal beta. For each baseline row (alpha, model, free bits, beta)
+    and seed, the treated stack's value is read at the baseline's effective beta by linear
+    interpolation in log(effective beta) between the treated stack's own grid points of the
+    same alpha, model, free bits and seed (:func:`sweeps.report.statistics.interpolate_log`). An exact
+    grid point is used as is (``beta_matching = exact``: e.g. two undivided stacks at one beta);
+    a baseline effective beta outside the treated stack's range is not matched (no
+    extrapolation) and that seed is counted in ``n_unmatched``. Where every row knows its beta
+    in ELBO units (trials log their train split's mean target length), the matching reads that
+    instead: it is effective beta times a factor every stack shares at one seed (the mean
+    length, or 1 under the per-token KL), so it matches exactly as before between stacks of one
+    KL scale, and correctly between a per-example and a per-token KL.
+
+    Families. The spec's ``analysis.primary`` names the primary family: the stack contrasts on
+    ``analysis.metric`` over all examples (default), or the caveat family (R~ - R_tok on the
+    ``prefix`` and ``private`` kinds and their interaction, every alpha > 0, on
+    ``analysis.metric``; the same contrasts on the rate ``kl`` and on ``mi_zs`` are computed
+    beside them, always exploratory). Holm adjusts
+    within it; every other contrast is exploratory (its ``p_value`` is unadjusted and it makes
+    no claim).
+
+    Latent use. Every stack and caveat contrast carries each side's state over the contrast's
+    seeds (``treated_latent``, ``baseline_latent``: in use, collapsed or at chance, with their mean
+    I(x; z) and AMI; :mod:`sweeps.report.latent_use`), read on test I(x; z) and AMI at the
+    contrast's beta (the treated side matched as its metric is). A contrast on a latent read-out
+    whose sides are both collapsed or at chance says which instead of "higher"/"lower"
+    (``latent_gated``); one against a constant-latent baseline is flagged (``baseline_constant``).
+    """
     points, curves, matched_on = _index(rows, split)
     metrics = {spec.analysis.metric, *EXTRA_CONTRAST_METRICS}
     contrasts = _stack_contrasts(spec, points, curves, split, metrics, matched_on)
