@@ -164,6 +164,9 @@ def trial_hash(spec: SweepSpec, params: Mapping[str, Any],
 
 def hash_trials(spec: SweepSpec, trials: list[dict[str, Any]],
                 environment: TrainingEnvironment) -> None:
-    """Give every trial (a plan's) its :data:`TRIAL_HASH`."""
+    """Give every trial (a plan's) its :data:`TRIAL_HASH`; an Optuna plan's trials hold
+    distributions ("U[0, 4]"), not values, so they get none (Optuna sweeps neither grow nor reuse)."""
+    if spec.search.kind == "optuna":
+        return
     for trial in trials:
         trial[TRIAL_HASH] = trial_hash(spec, trial, environment)

@@ -157,6 +157,12 @@ class SegmentRun:
                      known: list[TrialOutcome], environment: dict[str, Any]) -> Segment | None:
         """The plan's trials no segment has yet, as a new segment (less those reused from
         other sweeps when the spec asks); None when every trial has its segment."""
+        if spec.search.kind == "optuna":  # its plan holds distributions: one segment, never grown
+            if segments:
+                return None
+            segment = Segment(0, plan.trials, [], environment)
+            write_segment(self.folder, segment)
+            return segment
         covered = {trial_identity(spec, outcome.params) for outcome in known}
         missing = [trial for trial in plan.trials if trial_identity(spec, trial) not in covered]
         if not missing:
