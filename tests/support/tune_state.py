@@ -9,6 +9,7 @@ something else wait for :func:`backup_restorable` before they kill; one makes th
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 
@@ -29,16 +30,22 @@ def backup_restorable(backup: Path) -> bool:
     return named is not None and all(path.is_dir() for path, _ in named)
 
 
-def wait_restorable(tune_folder: Path, limit_s: float = 30, naming: str | None = None) -> None:
-    """Return once :func:`backup_restorable` holds and, with ``naming`` (a trial id), the saved
-    state names a checkpoint of that trial (Tune saves every 2 s; a polled while loop)."""
+def wait_restorable(tune_folder: Path, limit_s: float = 30, naming: str | None = None,
+                    driver: subprocess.Popen | None = None) -> bool:
+    """Return True once :func:`backup_restorable` holds and, with ``naming`` (a trial id), the
+    saved state names a checkpoint of that trial (Tune saves every 2 s; a polled while loop).
+    With ``driver``: False as soon as that process has ended (a sweep that finished first
+    saves no further state to wait for)."""
     backup, deadline = tune_folder / BACKUP_NAME, time.monotonic() + limit_s
 
     def names_trial() -> bool:
         return naming is None or any(naming in path.parent.name for path, _ in named_checkpoints(backup) or [])
 
     while not (backup_restorable(backup) and names_trial()):
+        if driver is not None and driver.poll() is not None:
+            return False
         if time.monotonic() > deadline:
             wanted = f" naming a checkpoint of {naming}" if naming else ""
             raise AssertionError(f"no restorable Tune state{wanted} under {tune_folder} in {limit_s} s")
         time.sleep(0.02)
+    return True
