@@ -90,12 +90,14 @@ def test_inductor_step_matches_the_eager_cohort_in_float32(tmp_path):
 
 
 def test_no_recompile_after_warm_up_across_buckets_a_stop_and_a_failure(tmp_path):
-    configs = with_compile(members(base_config("discrete", epochs=3))[:3], "off", batch_size=1)
+    # 48 train rows one at a time: 48 steps an epoch, enough to reach both buckets in the warm-up.
+    configs = [c.model_copy(update={"data": c.data.model_copy(update={"train_size": 48})})
+               for c in with_compile(members(base_config("discrete", epochs=3))[:3], "off", batch_size=1)]
     configs[2] = configs[2].model_copy(update={  # fails in epoch 2
-        "training": configs[2].training.model_copy(update={"inject_nan_at_step": 100})})
+        "training": configs[2].training.model_copy(update={"inject_nan_at_step": 72})})
     cohort = compiled_cohort(configs, tmp_path)
     counters.clear()
-    cohort.run_epoch()  # warm-up (80 steps): both length buckets these rows reach (6 and 8 of [2, 4, 6, 8])
+    cohort.run_epoch()  # warm-up (48 steps): both length buckets these rows reach (6 and 8 of [2, 4, 6, 8])
     step = cohort._compiled
     assert step._buckets == [2, 4, 6, 8] and step._warm == {6, 8}
     warm_graphs = counters["stats"]["unique_graphs"]
@@ -105,7 +107,7 @@ def test_no_recompile_after_warm_up_across_buckets_a_stop_and_a_failure(tmp_path
     assert step.fallback is None  # a recompile would have raised, and gone eager with the reason
     assert counters["stats"]["unique_graphs"] == warm_graphs
     assert [m.status for m in result] == ["stopped", "finished", "failed"]
-    assert "TrialDiverged: loss became nan at step 100 (epoch 2)" in result[2].error
+    assert "TrialDiverged: loss became nan at step 72 (epoch 2)" in result[2].error
     assert cohort.params["embedding.weight"].shape[0] == 3  # the member axis never changed
     assert len(result[1].trainer.history["val/loss"]) == 3 and len(result[0].trainer.history["val/loss"]) == 2
     # The finished member trained as it would have in the eager cohort (which re-stacks).
