@@ -145,7 +145,7 @@ def test_quickstart_sweep_end_to_end(tmp_path):
 def test_optuna_asha_stops_some_trials_early(tmp_path):
     spec = _write_spec(tmp_path, "asha", {
         "alpha": {"low": 0.0, "high": 4.0},
-        "search": {"kind": "optuna", "sampler": "tpe", "seed": 0, "num_samples": 8},
+        "search": {"kind": "optuna", "sampler": "tpe", "seed": 0, "num_samples": 6},
         "scheduler": {"kind": "asha", "grace_period": 1, "reduction_factor": 2},
         **SMALL_DATA, "template.training.epochs": 4, "seeds": 1,
     })
@@ -154,13 +154,13 @@ def test_optuna_asha_stops_some_trials_early(tmp_path):
     assert process.returncode == 0, output
     report = json.loads((tmp_path / "root" / "oa1" / "report.json").read_text())
     epochs = [t["epochs"] for t in report["trials"]]
-    assert len(epochs) == 8
+    assert len(epochs) == 6
     assert report["counts"].get("stopped", 0) >= 1 and min(epochs) < 4, epochs
     assert max(epochs) == 4
     alphas = {t["alpha"] for t in report["trials"]}
-    assert len(alphas) == 8 and all(0.0 <= a <= 4.0 for a in alphas)
+    assert len(alphas) == 6 and all(0.0 <= a <= 4.0 for a in alphas)
     _, _, _, children = _runs(tmp_path, "quickstart", "oa1")
-    assert len(children) == 8
+    assert len(children) == 6
     assert all(c.info.status == "FINISHED" for c in children)
     stopped = [c for c in children if c.data.tags.get("ksweep.stopped_early") == "true"]
     assert len(stopped) == report["counts"]["stopped"]
