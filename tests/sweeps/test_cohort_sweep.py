@@ -142,9 +142,10 @@ def test_killed_cohort_sweep_resumes_without_rerunning_or_duplicating_members(tm
     # cohort 1 = both uniform and exploding seed 0; cohort 2 = exploding seed 1 and both
     # raw_plus_ncc. The exploding members diverge at step 0 (failed with the reason, the cohort
     # goes on). Killed once Tune's saved state names cohort 2's checkpoint (cohort 1 TERMINATED
-    # in it), which takes an epoch and Tune's next save (every 2 s): 16 epochs keep cohort 2's
-    # two members training past that (~5 s alone, longer on a loaded machine). One CPU: the
-    # cohorts run one after another in one reused actor.
+    # in it), which takes status.json's 1 s lag, an epoch and Tune's next save (every 2 s): 16
+    # epochs of a cohort of two on the whole data outlast that with seconds to spare alone (a
+    # loaded machine slows the epochs, not the saves). One CPU: the cohorts run one after
+    # another in one reused actor.
     epochs = 16
     spec = _write_spec(tmp_path, "resume", {
         "template.training.epochs": epochs, "template.data.test_size": 128, "alpha": [1.0],
