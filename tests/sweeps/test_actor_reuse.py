@@ -6,7 +6,8 @@ that trial as unfinished, from its last checkpoint (the final epoch). The resume
 then leave its FINISHED run alone: no second run, no point logged twice, the end time kept.
 Sweeps reuse trial actors (``reuse_actors=True``), so the next trial of a slot runs in the
 same process as the one just finished: that is the case killed here, with Tune's state file
-cut short as a kill during its copy leaves it.
+cut short as a kill during its copy leaves it. One CPU: one trial (or cohort) at a time, in
+one reused actor.
 """
 
 import contextlib
@@ -53,7 +54,7 @@ def test_kill_right_after_a_trial_finished_does_not_rerun_it(tmp_path, cohort_si
                                            "loss_stacks": ["uniform", "raw_plus_ncc"],
                                            "budget.max_concurrent_trials": 1,
                                            "resources.cohort_size": cohort_size})
-    process = _sweep(tmp_path, spec, "ru1")
+    process = _sweep(tmp_path, spec, "ru1", num_cpus=1)
     db = tmp_path / "mlflow.db"
     tune_folder = tmp_path / "root" / "ru1" / "tune"
     deadline = time.time() + 600
@@ -80,7 +81,7 @@ def test_kill_right_after_a_trial_finished_does_not_rerun_it(tmp_path, cohort_si
     finished_before = {c.info.run_id: c.info.end_time for c in before
                        if c.info.status == "FINISHED"}
     assert len(finished_before) >= 2
-    restarted = _sweep(tmp_path, spec, "ru1")
+    restarted = _sweep(tmp_path, spec, "ru1", num_cpus=1)
     output, _ = restarted.communicate(timeout=900)
     assert restarted.returncode == 0, output
     client, _, parents, children = _runs(tmp_path, "quickstart", "ru1")
@@ -115,7 +116,7 @@ def test_a_saved_state_naming_deleted_checkpoints_resumes_the_trial_from_its_new
     spec = _write_spec(tmp_path, "behind", {"template.training.epochs": epochs, "seeds": 1,
                                             "alpha": [1], "loss_stacks": stacks,
                                             "resources.cohort_size": cohort_size})
-    process = _sweep(tmp_path, spec, "bh1")
+    process = _sweep(tmp_path, spec, "bh1", num_cpus=1)
     tune_folder, db = tmp_path / "root" / "bh1" / "tune", tmp_path / "mlflow.db"
     deadline = time.time() + 600
     snapshot, candidate = None, tmp_path / "save.json"
@@ -137,7 +138,7 @@ def test_a_saved_state_naming_deleted_checkpoints_resumes_the_trial_from_its_new
     for state in tune_folder.glob(STATE_PATTERN):
         state.write_bytes(state.read_bytes()[:100])
     assert not backup_restorable(tune_folder / BACKUP_NAME), "the save must name a checkpoint Tune deleted"
-    restarted = _sweep(tmp_path, spec, "bh1")
+    restarted = _sweep(tmp_path, spec, "bh1", num_cpus=1)
     output, _ = restarted.communicate(timeout=900)
     assert restarted.returncode == 0, output
     assert "deleted trial checkpoint" in output
