@@ -41,21 +41,6 @@ from ksweep.cli.common import default_data_root, default_model_root, default_swe
 ALPHAS = (1.0, 2.0)
 
 
-def kappas(rows: list[np.ndarray], alpha: float) -> np.ndarray:
-    """kappa_alpha per example, by the objective library's own definition."""
-    import torch
-
-    from objectives import token_weight_stats
-
-    width = max(map(len, rows))
-    nll = torch.zeros(len(rows), width, dtype=torch.float64)
-    mask = torch.zeros(len(rows), width, dtype=torch.bool)
-    for i, row in enumerate(rows):
-        nll[i, :len(row)] = torch.as_tensor(np.asarray(row, dtype=np.float64))
-        mask[i, :len(row)] = True
-    return token_weight_stats(nll, mask, alpha, validate=True).kappa.numpy()
-
-
 def unigram_surprisal(ys: list[list[int]], train: np.ndarray) -> list[np.ndarray]:
     """b_t under the train split's token frequencies, add-one smoothed over the ids seen."""
     counts = Counter(t for i in np.flatnonzero(train) for t in ys[i])
@@ -134,6 +119,8 @@ def gate_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
             states = hidden_states(base, record.sha256, xs, ys, split, args, timings)
     else:
         surprisal, base_name = unigram_surprisal(ys, split == 0), "unigram of the train split"
+    from scripts.kappa_distributions import kappas  # torch, once the rows are in hand
+
     kappa = {alpha: kappas(surprisal, alpha) for alpha in ALPHAS}
 
     def part(index: int) -> GateSplit:

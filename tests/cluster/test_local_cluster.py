@@ -148,9 +148,10 @@ def test_quickstart_runs_as_a_ray_job_on_the_loopback_cluster(tmp_path: Path) ->
         assert status.returncode == 0 and _parse(status.stdout) == parts, status.stderr
 
         spec = yaml.safe_load(QUICKSTART.read_text())
-        # The quickstart's plan (27 rows, 15 trials in cohorts) at 2 epochs instead of 8, on a
-        # quarter of its data: what is tested is the cluster path (test_runner.py runs the plan
-        # through `ksweep sweep run`).
+        # The quickstart at alpha 0 and 1, 2 seeds (12 rows, 6 trials in cohorts), 2 epochs on a
+        # quarter of its data: what is tested is the cluster path (test_runner.py runs the whole
+        # plan through `ksweep sweep run`).
+        spec["alpha"], spec["seeds"] = [0, 1], 2
         spec["template"]["training"]["epochs"] = 2
         spec["template"]["data"] |= {"train_size": 256, "val_size": 128, "test_size": 128}
         with httpx.Client(base_url=parts["api"], timeout=30,
@@ -163,8 +164,8 @@ def test_quickstart_runs_as_a_ray_job_on_the_loopback_cluster(tmp_path: Path) ->
             sweep = _wait_for_sweep(api, sweep_id)
         assert sweep["state"] == "succeeded", sweep
         trials = sweep["counters"]["total"]
-        # quickstart: 27 rows, 15 trials after dedup (the plan's own count).
-        assert trials == 15 and sweep["counters"]["done"] == trials, sweep["counters"]
+        # 12 rows, 6 trials after dedup (uniform once per seed for both alphas; the plan's count).
+        assert trials == 6 and sweep["counters"]["done"] == trials, sweep["counters"]
 
         # It ran as a Ray Job on the cluster, under the sweep's id.
         job = _wait_for_ray_job(parts["ray-dashboard"], ray_token, sweep_id)
@@ -231,7 +232,7 @@ def _check_mlflow_ui(tmp_path: Path, mlflow: str, sweep_id: str, views: dict[str
     assert views["summary"].endswith(f"?viewStateShareKey=ksweep-{sweep_id}&compareRunsMode=CHART")
     dom = dom_with(tmp_path, views["trials"], "discrete-raw_token_weighted-a1-s0")
     assert "viewing a shared view" in dom
-    # Uniform at alpha 0 stands in its rows at alpha 1 and 2; R_tok at alpha 1 is its own trial.
+    # Uniform at alpha 0 stands in its rows at alpha 1; R_tok at alpha 1 is its own trial.
     assert "discrete-uniform-a0-s0" in dom and "discrete-raw_token_weighted-a1-s0" in dom
     assert "loss_stack" in dom and "alpha" in dom
     assert ">1.0<" in dom and ">0.0<" in dom  # their alpha params

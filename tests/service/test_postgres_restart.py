@@ -15,6 +15,7 @@ import httpx
 import pytest
 from conftest import auth, tiny_spec
 from sweep_checks import check_consistent, poll, trials_of
+from test_faults import _until
 
 from tests.support.groups import exclusive
 from tests.support.outage_servers import Postgres, postgres_bin
@@ -38,16 +39,6 @@ def postgres(tmp_path):
     server.start()
     yield server
     server.remove()
-
-
-def _until(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _readiness(client: httpx.Client) -> tuple[int, dict]:

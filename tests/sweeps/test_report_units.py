@@ -12,6 +12,7 @@ from objectives.units import elbo_beta
 from sweeps import SweepSpec, build_plan
 from sweeps.report.build import build_report, report_markdown
 from sweeps.report.readout_table import TrialOutcome
+from tests.sweeps.test_report import _find
 from workers.contract import TOTAL_STEPS_PARAM, TRAIN_TARGET_LENGTH_PARAM
 
 LENGTH, C_BASE = 10.0, 3.0
@@ -35,12 +36,6 @@ def _outcomes(spec: SweepSpec, nmi, steps: int | None = 57, length: float | None
         params = {k: trial[k] for k in ("alpha", "loss_stack", "model", "seed", "beta") if k in trial}
         outcomes.append(TrialOutcome(str(index), params, "done", final, {}))
     return outcomes
-
-
-def _find(entries, **match):
-    found = [e for e in entries if all(e.get(k) == v for k, v in match.items())]
-    assert len(found) == 1, (match, len(found))
-    return found[0]
 
 
 def test_cells_and_contrasts_carry_beta_in_elbo_units_and_the_markdown_shows_it():

@@ -16,8 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from workers.lm.registry import ModelError
-from workers.lm.surprisal import _batches
+from workers.lm.surprisal import _batches, model_inputs
 
 
 def mean_hidden_states(
@@ -41,18 +40,7 @@ def mean_hidden_states(
     import torch
     from tqdm.auto import tqdm
 
-    if len(x_ids) != len(y_ids):
-        raise ModelError(f"x has {len(x_ids)} rows and y {len(y_ids)}: give one x per y")
-    vocab = int(model.config.vocab_size)
-    inputs: list[list[int]] = []
-    for row, (x, y) in enumerate(zip(x_ids, y_ids, strict=True)):
-        if len(y) == 0:
-            raise ModelError(f"row {row}: y is empty; every example needs >= 1 target token")
-        ids = [*(x if len(x) else [bos_id]), *y]
-        if min(ids) < 0 or max(ids) >= vocab:
-            raise ModelError(f"row {row}: a token id is outside the model's vocabulary "
-                             f"[0, {vocab}); the dataset was tokenized by another tokenizer")
-        inputs.append(ids)
+    inputs = model_inputs(model, x_ids, y_ids, bos_id)
     device = next(model.parameters()).device
     body = model.base_model
     out = np.zeros((len(inputs), int(model.config.hidden_size)), np.float32)

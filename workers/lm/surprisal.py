@@ -69,6 +69,30 @@ def _batches(lengths: Sequence[int], max_batch_tokens: int, max_batch_size: int)
     return batches
 
 
+def model_inputs(model: Any, x_ids: Sequence[Sequence[int]], y_ids: Sequence[Sequence[int]],
+                 bos_id: int) -> list[list[int]]:
+    """Each example's ids as the base model reads them: x (or BOS where x is empty), then y.
+
+    Raises:
+        ModelError: the counts differ, a y is empty, or an id is outside the model's
+            vocabulary (naming the row).
+    """
+    if len(x_ids) != len(y_ids):
+        raise ModelError(f"x has {len(x_ids)} rows and y {len(y_ids)}: give one x per y")
+    vocab = int(model.config.vocab_size)
+    inputs: list[list[int]] = []
+    for row, (x, y) in enumerate(zip(x_ids, y_ids, strict=True)):
+        if len(y) == 0:
+            raise ModelError(f"row {row}: y is empty; every example needs >= 1 target token")
+        ids = [*(x if len(x) else [bos_id]), *y]
+        if min(ids) < 0 or max(ids) >= vocab:
+            raise ModelError(f"row {row}: token id {max(ids) if max(ids) >= vocab else min(ids)} "
+                             f"is outside the model's vocabulary [0, {vocab}); the dataset was "
+                             "tokenized by another tokenizer")
+        inputs.append(ids)
+    return inputs
+
+
 def token_surprisal(
     model: Any, x_ids: Sequence[Sequence[int]], y_ids: Sequence[Sequence[int]], *, bos_id: int,
     max_batch_tokens: int = 2048, max_batch_size: int = 64, progress: bool = True,
@@ -95,19 +119,7 @@ def token_surprisal(
     import torch
     from tqdm.auto import tqdm
 
-    if len(x_ids) != len(y_ids):
-        raise ModelError(f"x has {len(x_ids)} rows and y {len(y_ids)}: give one x per y")
-    vocab = int(model.config.vocab_size)
-    inputs: list[list[int]] = []
-    for row, (x, y) in enumerate(zip(x_ids, y_ids, strict=True)):
-        if len(y) == 0:
-            raise ModelError(f"row {row}: y is empty; every example needs >= 1 target token")
-        ids = [*(x if len(x) else [bos_id]), *y]
-        if min(ids) < 0 or max(ids) >= vocab:
-            raise ModelError(f"row {row}: token id {max(ids) if max(ids) >= vocab else min(ids)} "
-                             f"is outside the model's vocabulary [0, {vocab}); the dataset was "
-                             "tokenized by another tokenizer")
-        inputs.append(ids)
+    inputs = model_inputs(model, x_ids, y_ids, bos_id)
     device = next(model.parameters()).device
     results: list[np.ndarray] = [np.empty(0, np.float32)] * len(inputs)
     lengths = [len(ids) - 1 for ids in inputs]
