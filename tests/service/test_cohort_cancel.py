@@ -20,7 +20,7 @@ EPOCHS = 5
 
 
 def test_cancel_of_a_cohort_sweep_ends_every_member_run(make_service):
-    service = make_service(KSWEEP_DRIVER_NUM_CPUS="1")  # the cohorts run one at a time anyway
+    service = make_service()
     tracking_uri = service.env["MLFLOW_TRACKING_URI"]
     client = service.client()
     # uniform and raw_plus_ncc at alpha 1 on two seeds: 4 trials, in two cohorts of 2 that run

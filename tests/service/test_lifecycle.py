@@ -69,8 +69,7 @@ def cancel_and_check_stopped(client, sweep_id: str, driver: int, owner: str) -> 
 
 
 def test_sweep_survives_api_kill9_then_queued_sweep_runs_and_cancel_keeps_finished(make_service, tmp_path):
-    # One Ray CPU: the trials run one at a time anyway (no second idle Ray worker to start).
-    service = make_service(KSWEEP_MAX_CONCURRENT_SWEEPS="1", KSWEEP_DRIVER_NUM_CPUS="1")
+    service = make_service(KSWEEP_MAX_CONCURRENT_SWEEPS="1")
     tracking_uri = service.env["MLFLOW_TRACKING_URI"]
     client = service.client()
     # The first sweep runs its 3 trials one at a time, so a finished trial is seen while the

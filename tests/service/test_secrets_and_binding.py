@@ -55,8 +55,7 @@ def _check_no_token(procs: list[psutil.Process], token: str) -> None:
 
 def test_tokens_stay_out_of_logs_and_everything_bindsloopback(make_service, tmp_path: Path):
     token = f"secret-{uuid.uuid4().hex}"
-    service = make_service(KSWEEP_API_TOKENS=f"carol:{token},alice:{TOKENS['alice']}",
-                           KSWEEP_DRIVER_NUM_CPUS="1")  # one trial: no second idle Ray worker
+    service = make_service(KSWEEP_API_TOKENS=f"carol:{token},alice:{TOKENS['alice']}")
     headers = {"Authorization": f"Bearer {token}"}
     client = service.client()
     sweep = client.post("/sweeps", json=tiny_spec("secrets", alpha=[0], loss_stacks=["uniform"], **{
