@@ -15,6 +15,7 @@ from workers.contract import FAILURE_TAG, STOPPED_EARLY_TAG
 
 pytestmark = pytest.mark.slow
 
+# The kill window: the second cohort is cancelled after its first epoch, before its last.
 EPOCHS = 5
 
 
@@ -22,24 +23,25 @@ def test_cancel_of_a_cohort_sweep_ends_every_member_run(make_service):
     service = make_service()
     tracking_uri = service.env["MLFLOW_TRACKING_URI"]
     client = service.client()
-    # 8 rows, 6 trials after dedup, in two cohorts of 3 that run one after the other.
+    # uniform and raw_plus_ncc at alpha 1 on two seeds: 4 trials, in two cohorts of 2 that run
+    # one after the other.
     sweep = client.post("/sweeps", json=tiny_spec("cohorts", **{
-        "seeds": 2, "resources.cohort_size": 3, "budget.max_concurrent_trials": 1,
+        "alpha": [1], "seeds": 2, "resources.cohort_size": 2, "budget.max_concurrent_trials": 1,
         "template.training.epochs": EPOCHS}), headers=auth("bob")).json()
-    assert sweep["counters"]["total"] == 6
+    assert sweep["counters"]["total"] == 4
 
     def second_cohort_trains(state: dict) -> bool:
-        if state["state"] != "running" or state["counters"]["done"] < 3:
+        if state["state"] != "running" or state["counters"]["done"] < 2:
             return False
         items = client.get(f"/sweeps/{state['id']}/trials", params={"limit": 100}).json()["items"]
-        return sum(t["state"] == "running" and t["epochs"] >= 1 for t in items) == 3
+        return sum(t["state"] == "running" and t["epochs"] >= 1 for t in items) == 2
 
     # Cancel once the first cohort has ended and the second has reported an epoch.
     mid = _wait(client, sweep["id"], second_cohort_trains, what="the second cohort training")
     after = cancel_and_check_stopped(client, sweep["id"], _driver_pid(mid), "bob")
     counters = after["counters"]
-    # A cohort's members end together (same epochs, no early stopping): 3 done, 3 not.
-    assert counters["total"] == 6 and counters["done"] == 3, counters
+    # A cohort's members end together (same epochs, no early stopping): 2 done, 2 not.
+    assert counters["total"] == 4 and counters["done"] == 2, counters
 
     mlflow, parents, children = _sweep_runs(tracking_uri, after)
     assert len(parents) == 1 and parents[0].info.status == "KILLED"
@@ -62,10 +64,10 @@ def test_cancel_of_a_cohort_sweep_ends_every_member_run(make_service):
         elif run.info.status == "FAILED":
             assert run.data.tags[FAILURE_TAG]
     assert len([r for r in children if r.info.status == "KILLED"]) >= 1
-    assert len(children) == 6
+    assert len(children) == 4
 
     items = client.get(f"/sweeps/{sweep['id']}/trials", params={"limit": 100}).json()["items"]
-    assert len(items) == 6  # members are trials in the service's list
+    assert len(items) == 4  # members are trials in the service's list
     done = {t["mlflow_run_id"] for t in items if t["state"] == "done"}
     assert done == {r.info.run_id for r in finished}
     # The members cancelled mid-cohort: not done, and their runs are the KILLED ones.

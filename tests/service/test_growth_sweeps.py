@@ -80,50 +80,51 @@ def _contrast(report: dict, stack: str, alpha: float) -> dict:
 
 
 def test_grow_reuse_and_compare(make_service, tmp_path):
-    service = make_service(KSWEEP_MAX_CONCURRENT_SWEEPS="1")
+    # One Ray CPU: each driver's cohorts train one after the other in one reused actor.
+    service = make_service(KSWEEP_MAX_CONCURRENT_SWEEPS="1", KSWEEP_DRIVER_NUM_CPUS="1")
     uri = sqlite_store_uri(tmp_path)
     client = Client(service.url.removesuffix("/api/v1"), TOKENS["alice"])
-    # 2 alphas x {uniform, R_tok} x 3 seeds: 12 rows, 6 trials (R_tok at 0 is uniform).
-    first = client.submit(_spec("grow-first", alpha=[0, 1], seeds=3,
+    # 2 alphas x {uniform, R_tok} x 2 seeds: 8 rows, 4 trials (R_tok at 0 is uniform).
+    first = client.submit(_spec("grow-first", alpha=[0, 1], seeds=2,
                                 loss_stacks=["uniform", "raw_token_weighted"])).id
     ended = _ended(client, first, "the first sweep")
     parents, before = _runs(uri, first)
-    _one_run_per_trial(before, 6)
+    _one_run_per_trial(before, 4)
     first_report = client.report_json(first)
 
-    # One more seed and alpha 0.5: 6 new trials (seed 3's uniform and R_tok at 1, R_tok at 0.5
-    # for four seeds); uniform at 0.5 is the uniform trial.
-    grown = client.extend(first, seeds=[3], alpha=[0.5], idempotency_key="grow-1")
-    assert grown.extension.trials == {"before": 6, "after": 12, "new": 6}
+    # One more seed and alpha 0.5: 5 new trials (seed 2's uniform and R_tok at 1, R_tok at 0.5
+    # for three seeds); uniform at 0.5 is the uniform trial.
+    grown = client.extend(first, seeds=[2], alpha=[0.5], idempotency_key="grow-1")
+    assert grown.extension.trials == {"before": 4, "after": 9, "new": 5}
     assert grown.extension.after_report["number"] == 1 and grown.sweep.state == "queued"
     ended = _ended(client, first, "the extension")
-    assert ended.counters.total == 12 and ended.mlflow.parent_run_id == parents[0].info.run_id
+    assert ended.counters.total == 9 and ended.mlflow.parent_run_id == parents[0].info.run_id
     parents, after = _runs(uri, first)
     assert len(parents) == 1
-    _one_run_per_trial(after, 12)
+    _one_run_per_trial(after, 9)
     old = {r.info.run_id: r for r in before}
-    for run in after:  # the first six were not run again: their runs are untouched
+    for run in after:  # the first four were not run again: their runs are untouched
         if run.info.run_id in old:
             assert run.info.end_time == old[run.info.run_id].info.end_time
-    assert len(set(old) & {r.info.run_id for r in after}) == 6
+    assert len(set(old) & {r.info.run_id for r in after}) == 4
     uniform = [r for r in after if r.data.tags["ksweep.loss_stack"] == "uniform"]
-    assert len(uniform) == 4  # one per seed, whatever the alphas
+    assert len(uniform) == 3  # one per seed, whatever the alphas
     report = client.report_json(first)
-    assert [e["added"] for e in report["extensions"]] == [{"seeds": [3], "alpha": [0.5]}]
-    assert _cell(report, "raw_token_weighted", 1.0)["n"] == 4
-    assert _cell(report, "uniform", 0.5)["n"] == 4 and _cell(report, "uniform", 0.5)["shared_with"]
+    assert [e["added"] for e in report["extensions"]] == [{"seeds": [2], "alpha": [0.5]}]
+    assert _cell(report, "raw_token_weighted", 1.0)["n"] == 3
+    assert _cell(report, "uniform", 0.5)["n"] == 3 and _cell(report, "uniform", 0.5)["shared_with"]
     grown_contrast = _contrast(report, "raw_token_weighted", 1.0)
     assert grown_contrast["family"] == "primary" and grown_contrast["extended"]
     assert grown_contrast["claim"].endswith("extended: not a fixed-n interval")
     new_contrast = _contrast(report, "raw_token_weighted", 0.5)
     assert new_contrast["family"] == "exploratory" and new_contrast["added_by_extension"] == 1
-    assert _contrast(first_report, "raw_token_weighted", 1.0)["n_pairs"] == 3
+    assert _contrast(first_report, "raw_token_weighted", 1.0)["n_pairs"] == 2
     assert {t.trial_id for t in client.trials(first)} == {
         r.data.tags["ksweep.trial_id"] for r in after}
 
-    # A second sweep with R~ beside uniform on seeds 0-3, reusing the first's trials: its four
+    # A second sweep with R~ beside uniform on seeds 0-2, reusing the first's trials: its three
     # uniform trials are the first's runs; it trains R~ at alpha 1 only.
-    second = client.submit(_spec("grow-second", alpha=[0, 1], seeds=4, reuse="own",
+    second = client.submit(_spec("grow-second", alpha=[0, 1], seeds=3, reuse="own",
                                  loss_stacks=["uniform", {"name": "concentration_corrected",
                                                           "terms": {"concentration_corrected": 1.0}}]
                                  )).id
@@ -133,29 +134,29 @@ def test_grow_reuse_and_compare(make_service, tmp_path):
     assert running.extension.state_before == "running" and "after them" in running.when
     _ended(client, second, "the second sweep")
     _, trained = _runs(uri, second)
-    _one_run_per_trial(trained, 4)  # R~ at alpha 1; nothing reused was copied
+    _one_run_per_trial(trained, 3)  # R~ at alpha 1; nothing reused was copied
     assert {r.data.tags["ksweep.loss_stack"] for r in trained} == {"concentration_corrected"}
     report = client.report_json(second)
     reused = {r["mlflow_run_id"]: r for r in report["reused"]}
-    assert len(reused) == 8 and {r["sweep_id"] for r in reused.values()} == {first}
+    assert len(reused) == 6 and {r["sweep_id"] for r in reused.values()} == {first}
     first_runs = {r.info.run_id: r for r in after}
     assert set(reused) <= set(first_runs)
     for run_id, entry in reused.items():
         assert entry["trial_hash"] == first_runs[run_id].data.tags[TRIAL_HASH_TAG]
-    assert report["dedup"]["trials_reused"] == 8
-    assert _cell(report, "raw_token_weighted", 1.0)["n"] == 4
-    assert _contrast(report, "concentration_corrected", 1.0)["n_pairs"] == 4
+    assert report["dedup"]["trials_reused"] == 6
+    assert _cell(report, "raw_token_weighted", 1.0)["n"] == 3
+    assert _contrast(report, "concentration_corrected", 1.0)["n_pairs"] == 3
     frames = client.frames(second)
-    assert len(frames.trials) == 12
-    assert (frames.trials["reused_from"] == first).sum() == 8
+    assert len(frames.trials) == 9
+    assert (frames.trials["reused_from"] == first).sum() == 6
     reused_ids = set(frames.trials.loc[frames.trials["reused_from"] == first, "trial_id"])
     assert reused_ids <= set(frames.history["trial_id"])  # their curves, read in their own runs
 
     # The two compared: R~ (second) against uniform, R_tok (first) against uniform.
     compared = client.compare([first, second])
     assert [c["sweep_id"] for c in compared["compared"]] == [first, second]
-    assert _contrast(compared, "concentration_corrected", 1.0)["n_pairs"] == 4
-    assert _contrast(compared, "raw_token_weighted", 0.5)["n_pairs"] == 4
+    assert _contrast(compared, "concentration_corrected", 1.0)["n_pairs"] == 3
+    assert _contrast(compared, "raw_token_weighted", 0.5)["n_pairs"] == 3
     joined = client.compare_frames([first, second])
     assert set(joined.trials["sweep_id"]) == {first, second}
     env = {**os.environ, "KSWEEP_URL": client.url, "KSWEEP_TOKEN": TOKENS["alice"],
@@ -164,21 +165,29 @@ def test_grow_reuse_and_compare(make_service, tmp_path):
                            env=env, capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0, shown.stdout + shown.stderr
     assert max(len(line) for line in shown.stdout.splitlines()) <= 80
-    assert f"{first} (grow-first): 12 trials" in shown.stdout
+    assert f"{first} (grow-first): 9 trials" in shown.stdout
     client.close()
 
 
+# The kill test's epochs: what keeps its kill window (a restorable Tune state of the extension
+# to the extension's end) open on a loaded machine, with its two cohorts trained one by one.
+KILL_EPOCHS = 6
+
+
 def test_a_driver_killed_mid_extension_resumes(make_service, tmp_path):
-    """quickstart (15 trials) plus two seeds: the driver is killed with SIGKILL while the
-    extension's 10 trials train; the restarted driver ends with 25 trial runs, one each."""
-    service = make_service()
+    """uniform and R_tok at alpha {0, 1} on two seeds (4 trials), plus two seeds: the driver is
+    killed with SIGKILL while the extension's 4 trials train; the restarted driver ends with 8
+    trial runs, one each. One Ray CPU: the cohorts train one after the other in one actor."""
+    service = make_service(KSWEEP_DRIVER_NUM_CPUS="1")
     uri = sqlite_store_uri(tmp_path)
     with Client(service.url.removesuffix("/api/v1"), TOKENS["alice"]) as client:
-        sweep_id = client.submit(_spec("grow-kill", **{"template.training.epochs": 4})).id
-        first = _ended(client, sweep_id, "quickstart")
+        sweep_id = client.submit(_spec("grow-kill", alpha=[0, 1], seeds=2,
+                                       loss_stacks=["uniform", "raw_token_weighted"],
+                                       **{"template.training.epochs": KILL_EPOCHS})).id
+        first = _ended(client, sweep_id, "the first sweep")
         _, before = _runs(uri, sweep_id)
-        _one_run_per_trial(before, 15)
-        client.extend(sweep_id, seeds=[3, 4])
+        _one_run_per_trial(before, 4)
+        client.extend(sweep_id, seeds=[2, 3])
         running = _wait(client, sweep_id, lambda s: s.state == "running" and s.driver.attempts == 1
                         and (s.driver.handle or "").startswith("pid:"), what="the extension")
         segment = Path(tmp_path / "root" / sweep_id / "tune-1")
@@ -190,15 +199,17 @@ def test_a_driver_killed_mid_extension_resumes(make_service, tmp_path):
         assert ended.mlflow.parent_run_id == first.mlflow.parent_run_id
     parents, after = _runs(uri, sweep_id)
     assert len(parents) == 1
-    _one_run_per_trial(after, 25)
+    _one_run_per_trial(after, 8)
     assert {r.info.run_id for r in before} <= {r.info.run_id for r in after}
     for run in after:
         steps = [m.step for m in MlflowClient(uri).get_metric_history(run.info.run_id, "val/loss")]
-        assert steps == [1, 2, 3, 4], (run.data.tags["ksweep.trial_id"], steps)
+        assert steps == list(range(1, KILL_EPOCHS + 1)), (run.data.tags["ksweep.trial_id"], steps)
     with Client(service.url.removesuffix("/api/v1"), TOKENS["alice"]) as client:
         report = client.report_json(sweep_id)
     cells = [c for c in report["cells"] if c["kind"] == "all" and c["split"] == report["split"]]
-    assert {c["n"] for c in cells} == {5} and {tuple(c["seeds"]) for c in cells} == {(0, 1, 2, 3, 4)}
-    assert report["dedup"] == {"trials_requested": 45, "trials_run": 25,
-                               "trials_saved_by_dedup": 20, "trials_reused": 0}
-    assert report["extensions"][0]["added"] == {"seeds": [3, 4]}
+    assert len(cells) == 4 * len({c["metric"] for c in cells})  # 2 stacks x 2 alphas per metric
+    assert {c["n"] for c in cells} == {4} and {tuple(c["seeds"]) for c in cells} == {(0, 1, 2, 3)}
+    # 4 seeds x 4 rows requested; 2 trials a seed (R_tok at 0 and uniform at 1 are uniform at 0).
+    assert report["dedup"] == {"trials_requested": 16, "trials_run": 8,
+                               "trials_saved_by_dedup": 8, "trials_reused": 0}
+    assert report["extensions"][0]["added"] == {"seeds": [2, 3]}

@@ -44,14 +44,24 @@ def _session_dirs(procs: list[psutil.Process]) -> set[Path]:
     return dirs
 
 
+def _check_no_token(procs: list[psutil.Process], token: str) -> None:
+    """The driver and its workers never got the API's tokens."""
+    for proc in procs:
+        try:
+            assert not any(token in value for value in proc.environ().values()), proc.name()
+        except psutil.Error:
+            continue
+
+
 def test_tokens_stay_out_of_logs_and_everything_bindsloopback(make_service, tmp_path: Path):
     token = f"secret-{uuid.uuid4().hex}"
     service = make_service(KSWEEP_API_TOKENS=f"carol:{token},alice:{TOKENS['alice']}")
     headers = {"Authorization": f"Bearer {token}"}
     client = service.client()
     sweep = client.post("/sweeps", json=tiny_spec("secrets", alpha=[0], loss_stacks=["uniform"], **{
-        # Long enough (about 10 s on a free CPU) that Ray's daemons are still up when listed.
-        "template.training.epochs": 40}), headers=headers)
+        # About 4 s of training on a free CPU: Ray's daemons stay up through the 4 s of gathering
+        # below (each process is read as it is seen, so a sweep that ends sooner fails nothing).
+        "template.training.epochs": 16}), headers=headers)
     assert sweep.status_code == 201, sweep.text
     sweep_id = sweep.json()["id"]
     # Wrong, truncated and right tokens: none may be echoed anywhere.
@@ -67,9 +77,16 @@ def test_tokens_stay_out_of_logs_and_everything_bindsloopback(make_service, tmp_
     group: dict[int, psutil.Process] = {}
     sockets: dict[tuple[str, int], str] = {}
     names: set[str] = set()
+    sessions: set[Path] = set()
     for polls in range(60):  # Ray's daemons come up one by one; gather what listens a while
         members = _group(driver)
-        group |= {p.pid: p for p in members}
+        if not members:  # the driver and its Ray have ended: nothing more to gather
+            break
+        # Each process read while it lives: its sockets, environment and Ray session folder.
+        new = [p for p in members if p.pid not in group]
+        group |= {p.pid: p for p in new}
+        _check_no_token(new, token)
+        sessions |= _session_dirs(new)
         sockets |= listening(members)
         names |= set(sockets.values())
         if polls >= 8 and any("raylet" in n for n in names) and any("gcs" in n for n in names):
@@ -80,13 +97,6 @@ def test_tokens_stay_out_of_logs_and_everything_bindsloopback(make_service, tmp_
     assert api and all(loopback(ip) for ip, _ in api), api
     wide = {addr: name for addr, name in sockets.items() if not loopback(addr[0])}
     assert not wide, f"listening beyond loopback: {wide}"
-    # The driver and its workers never got the API's tokens.
-    for proc in group.values():
-        try:
-            assert not any(token in value for value in proc.environ().values()), proc.name()
-        except psutil.Error:
-            continue
-    sessions = _session_dirs(list(group.values()))
     assert sessions, "found no Ray session folder"
 
     final = _wait(client, sweep_id, lambda s: s["state"] in ("succeeded", "failed"), what="end")
