@@ -57,8 +57,6 @@ def find_reusable(tracking_uri: str, trials: Sequence[dict[str, Any]], sweep_id:
                            "search_experiments (reuse)")
     found = []
     for trial in trials:
-        if not trial.get("trial_hash"):  # an Optuna trial: no content hash to look up
-            continue
         query = (runs_with_tag_filter(**{TRIAL_HASH_TAG: trial["trial_hash"],
                                          RUN_KIND_TAG: RUN_KIND_TRIAL})
                  + " and attributes.status = 'FINISHED'")
