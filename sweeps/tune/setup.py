@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,16 +28,63 @@ from sweeps.tune.state_backup import fill_deleted_checkpoints, repair_experiment
 TUNE_FOLDER = "tune"
 
 
+# ``full`` keeps every process Ray's own ``ray.init`` starts (for ``ray status`` or the state
+# API on a sweep's local Ray); the default leaves out those a one-node sweep does not use.
+LOCAL_RAY_ENV = "KSWEEP_LOCAL_RAY"
+LOCAL_RAY_MODES = ("lean", "full")
+
+
 def ensure_ray(num_cpus: int | None = None, address: str | None = None) -> None:
-    """Connect to RAY_ADDRESS / ``address``, or start a local Ray sized with ``num_cpus``."""
+    """Connect to RAY_ADDRESS / ``address``, or start a local Ray sized with ``num_cpus``
+    (without its unused daemons unless ``KSWEEP_LOCAL_RAY=full``: :func:`_without_unused_daemons`)."""
     if ray.is_initialized():
         return
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address:
         ray.init(address=address, log_to_driver=False)
-    else:
+        return
+    mode = os.environ.get(LOCAL_RAY_ENV) or "lean"
+    if mode not in LOCAL_RAY_MODES:
+        raise ValueError(f"{LOCAL_RAY_ENV}={mode!r}: expected one of {', '.join(LOCAL_RAY_MODES)} "
+                         "(lean, the default, starts a local Ray without the daemons a one-node "
+                         "sweep does not use)")
+    with _without_unused_daemons() if mode == "lean" else contextlib.nullcontext():
         ray.init(num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False,
                  log_to_driver=False, configure_logging=False)
+
+
+@contextlib.contextmanager
+def _without_unused_daemons() -> Iterator[None]:
+    """While a local Ray starts, leave out three of its processes a one-node sweep never uses:
+    the autoscaler monitor (nothing to scale), the log monitor (the driver forwards no worker
+    logs, ``log_to_driver=False``) and the API server (no dashboard, Jobs or state API is
+    asked of a sweep's own Ray). They cost about 3 CPU-s and 3 s of wall per sweep
+    (docs/performance.md). ``ray.init`` has no switch for them, so Ray's private start-up hooks
+    are set for the call; a Ray without these hooks starts everything as before.
+    """
+    try:
+        from ray._private import node, parameter
+        params_init = parameter.RayParams.__init__
+        start_api_server = node.Node.start_api_server
+    except (ImportError, AttributeError):
+        yield
+        return
+
+    def lean_params(self: Any, *args: Any, **kwargs: Any) -> None:
+        params_init(self, *args, **kwargs)
+        self.no_monitor = True
+        self.include_log_monitor = False
+
+    def no_api_server(self: Any, **kwargs: Any) -> None:
+        return None
+
+    parameter.RayParams.__init__ = lean_params  # type: ignore[method-assign]
+    node.Node.start_api_server = no_api_server  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        parameter.RayParams.__init__ = params_init  # type: ignore[method-assign]
+        node.Node.start_api_server = start_api_server  # type: ignore[method-assign]
 
 
 def shutdown_ray() -> None:

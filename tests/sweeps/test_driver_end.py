@@ -1,10 +1,16 @@
-"""A driver process ends at once: its local Ray stopped whole, monitor included, and no final
-garbage collection (``sweeps.tune.setup.end_driver_process``)."""
+"""A driver's local Ray starts without the daemons a one-node sweep does not use (or with all
+of them: ``KSWEEP_LOCAL_RAY=full``), and a driver process ends at once: its local Ray stopped
+whole, monitor included, and no final garbage collection
+(``sweeps.tune.setup.end_driver_process``)."""
 
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from sweeps.tune.setup import ensure_ray
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,12 +29,29 @@ print(json.dumps({"kinds": sorted(started), "alive": alive, "initialized": ray.i
 """
 
 
-def test_end_driver_process_stops_every_ray_process_and_freezes_the_heap():
+# Ray's names (ray_constants.PROCESS_TYPE_*) of the processes a lean local Ray leaves out.
+UNUSED_DAEMONS = {"monitor", "log_monitor", "dashboard"}
+
+
+@pytest.mark.parametrize("mode", ["lean", "full"])
+def test_end_driver_process_stops_every_ray_process_and_freezes_the_heap(mode):
     done = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True,
                           timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
-                                            "RAY_prestart_worker_first_driver": "0"})
+                                            "RAY_prestart_worker_first_driver": "0",
+                                            "KSWEEP_LOCAL_RAY": mode})
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert {"gcs_server", "raylet", "monitor"} <= set(result["kinds"]), result
+    assert {"gcs_server", "raylet"} <= set(result["kinds"]), result
+    if mode == "lean":
+        assert not UNUSED_DAEMONS & set(result["kinds"]), result
+    else:  # Ray's own set, the monitor (stopped first by shutdown_ray) among them
+        assert set(result["kinds"]) >= UNUSED_DAEMONS, result
     assert result["alive"] == [] and result["initialized"] is False, result
     assert result["frozen"] > 100_000, result  # the driver's heap: Ray's modules alone are more
+
+
+def test_an_unknown_local_ray_mode_is_refused_naming_the_variable(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("KSWEEP_LOCAL_RAY", "minimal")
+    with pytest.raises(ValueError, match=r"KSWEEP_LOCAL_RAY='minimal': expected one of lean, full"):
+        ensure_ray(num_cpus=1)
