@@ -30,7 +30,7 @@ TUNE_FOLDER = "tune"
 
 # ``full`` keeps every process Ray's own ``ray.init`` starts (for ``ray status`` or the state
 # API on a sweep's local Ray); the default leaves out those a one-node sweep does not use.
-LOCAL_RAY_ENV = "KSWEEP_LOCAL_RAY"
+LOCAL_RAY_MODE_VAR = "KSWEEP_LOCAL_RAY"
 LOCAL_RAY_MODES = ("lean", "full")
 
 
@@ -43,9 +43,9 @@ def ensure_ray(num_cpus: int | None = None, address: str | None = None) -> None:
     if address:
         ray.init(address=address, log_to_driver=False)
         return
-    mode = os.environ.get(LOCAL_RAY_ENV) or "lean"
+    mode = os.environ.get(LOCAL_RAY_MODE_VAR) or "lean"
     if mode not in LOCAL_RAY_MODES:
-        raise ValueError(f"{LOCAL_RAY_ENV}={mode!r}: expected one of {', '.join(LOCAL_RAY_MODES)} "
+        raise ValueError(f"{LOCAL_RAY_MODE_VAR}={mode!r}: expected one of {', '.join(LOCAL_RAY_MODES)} "
                          "(lean, the default, starts a local Ray without the daemons a one-node "
                          "sweep does not use)")
     with _without_unused_daemons() if mode == "lean" else contextlib.nullcontext():
