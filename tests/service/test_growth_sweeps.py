@@ -1,7 +1,8 @@
 """Sweeps that grow, trained for real: a real ``ksweep serve``, its local drivers and Ray, a
 sqlite MLflow store. A finished sweep extended (only new trials run, one run each, under the
-same parent run), a second sweep reusing the first's trials by content hash and extended while
-it runs, the two compared, and a driver killed with SIGKILL in the middle of an extension."""
+same parent run) with its driver killed with SIGKILL in the middle of the extension, a second
+sweep reusing the first's trials by content hash and extended while it runs, and the two
+compared."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 from conftest import ROOT, TOKENS, spec_dict
@@ -24,7 +24,10 @@ from workers.contract import RUN_KIND_SWEEP, RUN_KIND_TAG, RUN_KIND_TRIAL, TRIAL
 
 pytestmark = pytest.mark.slow
 
-SMALL = {"template.training.epochs": 2, "template.data.train_size": 256,
+# Six epochs keep the kill window (a restorable Tune state of the extension, to the extension's
+# end) open on a loaded machine, its cohorts trained one by one.
+EPOCHS = 6
+SMALL = {"template.training.epochs": EPOCHS, "template.data.train_size": 256,
          "template.data.val_size": 128}
 
 
@@ -93,15 +96,25 @@ def test_grow_reuse_and_compare(make_service, tmp_path):
     first_report = client.report_json(first)
 
     # One more seed and alpha 0.5: 5 new trials (seed 2's uniform and R_tok at 1, R_tok at 0.5
-    # for three seeds); uniform at 0.5 is the uniform trial.
+    # for three seeds); uniform at 0.5 is the uniform trial. Its driver is killed with SIGKILL
+    # once Tune's state of the extension is restorable; the service's restart resumes it.
     grown = client.extend(first, seeds=[2], alpha=[0.5], idempotency_key="grow-1")
     assert grown.extension.trials == {"before": 4, "after": 9, "new": 5}
     assert grown.extension.after_report["number"] == 1 and grown.sweep.state == "queued"
-    ended = _ended(client, first, "the extension")
+    running = _wait(client, first, lambda s: s.state == "running" and s.driver.attempts == 1
+                    and (s.driver.handle or "").startswith("pid:"), what="the extension")
+    wait_restorable(tmp_path / "root" / first / "tune-1", limit_s=600)
+    os.kill(int(running.driver.handle[4:].split("@")[0]), signal.SIGKILL)
+    ended = _ended(client, first, "the resumed extension")
+    assert ended.driver.attempts == 2
     assert ended.counters.total == 9 and ended.mlflow.parent_run_id == parents[0].info.run_id
     parents, after = _runs(uri, first)
     assert len(parents) == 1
     _one_run_per_trial(after, 9)
+    history = MlflowClient(uri)
+    for run in after:  # no epoch lost or logged twice across the kill
+        steps = [m.step for m in history.get_metric_history(run.info.run_id, "val/loss")]
+        assert steps == list(range(1, EPOCHS + 1)), (run.data.tags["ksweep.trial_id"], steps)
     old = {r.info.run_id: r for r in before}
     for run in after:  # the first four were not run again: their runs are untouched
         if run.info.run_id in old:
@@ -111,6 +124,9 @@ def test_grow_reuse_and_compare(make_service, tmp_path):
     assert len(uniform) == 3  # one per seed, whatever the alphas
     report = client.report_json(first)
     assert [e["added"] for e in report["extensions"]] == [{"seeds": [2], "alpha": [0.5]}]
+    # 3 alphas x 2 stacks x 3 seeds; 3 trials a seed (uniform once for every alpha).
+    assert report["dedup"] == {"trials_requested": 18, "trials_run": 9,
+                               "trials_saved_by_dedup": 9, "trials_reused": 0}
     assert _cell(report, "raw_token_weighted", 1.0)["n"] == 3
     assert _cell(report, "uniform", 0.5)["n"] == 3 and _cell(report, "uniform", 0.5)["shared_with"]
     grown_contrast = _contrast(report, "raw_token_weighted", 1.0)
@@ -167,49 +183,3 @@ def test_grow_reuse_and_compare(make_service, tmp_path):
     assert max(len(line) for line in shown.stdout.splitlines()) <= 80
     assert f"{first} (grow-first): 9 trials" in shown.stdout
     client.close()
-
-
-# The kill test's epochs: what keeps its kill window (a restorable Tune state of the extension
-# to the extension's end) open on a loaded machine, with its two cohorts trained one by one.
-KILL_EPOCHS = 6
-
-
-def test_a_driver_killed_mid_extension_resumes(make_service, tmp_path):
-    """uniform and R_tok at alpha {0, 1} on two seeds (4 trials), plus two seeds: the driver is
-    killed with SIGKILL while the extension's 4 trials train; the restarted driver ends with 8
-    trial runs, one each. One Ray CPU: the cohorts train one after the other in one actor."""
-    service = make_service(KSWEEP_DRIVER_NUM_CPUS="1")
-    uri = sqlite_store_uri(tmp_path)
-    with Client(service.url.removesuffix("/api/v1"), TOKENS["alice"]) as client:
-        sweep_id = client.submit(_spec("grow-kill", alpha=[0, 1], seeds=2,
-                                       loss_stacks=["uniform", "raw_token_weighted"],
-                                       **{"template.training.epochs": KILL_EPOCHS})).id
-        first = _ended(client, sweep_id, "the first sweep")
-        _, before = _runs(uri, sweep_id)
-        _one_run_per_trial(before, 4)
-        client.extend(sweep_id, seeds=[2, 3])
-        running = _wait(client, sweep_id, lambda s: s.state == "running" and s.driver.attempts == 1
-                        and (s.driver.handle or "").startswith("pid:"), what="the extension")
-        segment = Path(tmp_path / "root" / sweep_id / "tune-1")
-        wait_restorable(segment, limit_s=600)
-        driver = int(running.driver.handle[4:].split("@")[0])
-        os.kill(driver, signal.SIGKILL)
-        ended = _ended(client, sweep_id, "the resumed extension")
-        assert ended.driver.attempts == 2
-        assert ended.mlflow.parent_run_id == first.mlflow.parent_run_id
-    parents, after = _runs(uri, sweep_id)
-    assert len(parents) == 1
-    _one_run_per_trial(after, 8)
-    assert {r.info.run_id for r in before} <= {r.info.run_id for r in after}
-    for run in after:
-        steps = [m.step for m in MlflowClient(uri).get_metric_history(run.info.run_id, "val/loss")]
-        assert steps == list(range(1, KILL_EPOCHS + 1)), (run.data.tags["ksweep.trial_id"], steps)
-    with Client(service.url.removesuffix("/api/v1"), TOKENS["alice"]) as client:
-        report = client.report_json(sweep_id)
-    cells = [c for c in report["cells"] if c["kind"] == "all" and c["split"] == report["split"]]
-    assert len(cells) == 4 * len({c["metric"] for c in cells})  # 2 stacks x 2 alphas per metric
-    assert {c["n"] for c in cells} == {4} and {tuple(c["seeds"]) for c in cells} == {(0, 1, 2, 3)}
-    # 4 seeds x 4 rows requested; 2 trials a seed (R_tok at 0 and uniform at 1 are uniform at 0).
-    assert report["dedup"] == {"trials_requested": 16, "trials_run": 8,
-                               "trials_saved_by_dedup": 8, "trials_reused": 0}
-    assert report["extensions"][0]["added"] == {"seeds": [2, 3]}

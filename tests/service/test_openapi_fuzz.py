@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 import httpx
-from conftest import auth
+import pytest
+from conftest import ServiceProcess, auth
 
 # One check is off, for a reason of the contract, not of convenience: positive_data_acceptance,
 # since cross-field rules of a spec (a plan over budget.max_trials, grid alphas with Optuna...)
@@ -47,9 +48,22 @@ def cancelled_sweeps(service) -> int:
     return response.json()["total"]
 
 
-def test_schemathesis_finds_no_server_error_or_contract_violation(paused_service, tmp_path: Path):
-    openapi = paused_service.url.removesuffix("/api/v1") + "/openapi.json"
-    cancelled_before = cancelled_sweeps(paused_service)
+@pytest.fixture(scope="module")
+def fuzzed_service(tmp_path_factory):
+    """A paused service of its own (as ``paused_service``): what the stateful phase reaches
+    through its links depends on what the service holds, so no other test's sweeps are there
+    (beside them, on a shared service, a run chained 13 scenarios instead of 21)."""
+    service = ServiceProcess(tmp_path_factory.mktemp("fuzzed"), KSWEEP_MAX_CONCURRENT_SWEEPS="0",
+                             KSWEEP_MAX_ACTIVE_SWEEPS_PER_OWNER="1000",
+                             KSWEEP_MAX_TRIALS_PER_SWEEP="100")
+    service.start()
+    yield service
+    service.stop()
+
+
+def test_schemathesis_finds_no_server_error_or_contract_violation(fuzzed_service, tmp_path: Path):
+    openapi = fuzzed_service.url.removesuffix("/api/v1") + "/openapi.json"
+    cancelled_before = cancelled_sweeps(fuzzed_service)
     command = [
         str(Path(sys.executable).with_name("st")), "run", openapi,
         "--max-examples", "30", "--seed", "20261202", "--no-shrink",
@@ -72,4 +86,4 @@ def test_schemathesis_finds_no_server_error_or_contract_violation(paused_service
     assert scenarios >= 20 and covered >= 8, output[-3000:]
     # ... and with real ids: only a link from POST /sweeps to its cancel can cancel a sweep of a
     # paused service (every other phase sends ids that do not exist).
-    assert cancelled_sweeps(paused_service) > cancelled_before
+    assert cancelled_sweeps(fuzzed_service) > cancelled_before
