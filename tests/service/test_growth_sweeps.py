@@ -103,7 +103,15 @@ def test_grow_reuse_and_compare(make_service, tmp_path):
     assert grown.extension.after_report["number"] == 1 and grown.sweep.state == "queued"
     running = _wait(client, first, lambda s: s.state == "running" and s.driver.attempts == 1
                     and (s.driver.handle or "").startswith("pid:"), what="the extension")
-    wait_restorable(tmp_path / "root" / first / "tune-1", limit_s=600)
+    # Killed mid-training: once an extension trial has trained an epoch and Tune's saved state
+    # names its cohort's checkpoint.
+    first_ids, deadline = {r.data.tags["ksweep.trial_id"] for r in before}, time.monotonic() + 600
+    while not (training := [t.trial_id for t in client.trials(first, state="running")
+                            if t.trial_id not in first_ids and (t.epochs or 0) >= 1]):
+        assert time.monotonic() < deadline, client.trials(first)
+        time.sleep(0.3)
+    cohort = training[0].split("-m")[0]  # a member's id: its cohort's Tune trial id, -m<position>
+    wait_restorable(tmp_path / "root" / first / "tune-1", limit_s=600, naming=cohort)
     os.kill(int(running.driver.handle[4:].split("@")[0]), signal.SIGKILL)
     ended = _ended(client, first, "the resumed extension")
     assert ended.driver.attempts == 2
