@@ -105,15 +105,19 @@ def make_service(tmp_path: Path) -> Iterator:
     kill_driver_groups((tmp_path / "root").resolve())
 
 
+# A paused queue (no sweep ever runs: API behaviour without training) with room for the many
+# sweeps API tests store.
+PAUSED_QUEUE = {"KSWEEP_MAX_CONCURRENT_SWEEPS": "0", "KSWEEP_MAX_ACTIVE_SWEEPS_PER_OWNER": "1000",
+          "KSWEEP_MAX_TRIALS_PER_SWEEP": "100"}
+
+
 @pytest.fixture(scope="session")
 def paused_service(tmp_path_factory) -> Iterator[ServiceProcess]:
-    """A service whose queue is paused (KSWEEP_MAX_CONCURRENT_SWEEPS=0): sweeps are stored and
-    stay queued, so API behaviour is tested without training anything. One per pytest process,
-    shared by the modules that use it (their tests count what they add, not what is there)."""
+    """A service whose queue is paused (:data:`PAUSED_QUEUE`): sweeps are stored and stay queued, so
+    API behaviour is tested without training anything. One per pytest process, shared by the
+    modules that use it (their tests count what they add, not what is there)."""
     workdir = tmp_path_factory.mktemp("paused")
-    service = ServiceProcess(workdir, KSWEEP_MAX_CONCURRENT_SWEEPS="0",
-                             KSWEEP_MAX_ACTIVE_SWEEPS_PER_OWNER="1000",
-                             KSWEEP_MAX_TRIALS_PER_SWEEP="100")
+    service = ServiceProcess(workdir, **PAUSED_QUEUE)
     service.start()
     yield service
     service.stop()

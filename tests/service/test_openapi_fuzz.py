@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import ServiceProcess, auth
+from conftest import PAUSED_QUEUE, ServiceProcess, auth
 
 # One check is off, for a reason of the contract, not of convenience: positive_data_acceptance,
 # since cross-field rules of a spec (a plan over budget.max_trials, grid alphas with Optuna...)
@@ -53,9 +53,7 @@ def fuzzed_service(tmp_path_factory):
     """A paused service of its own (as ``paused_service``): what the stateful phase reaches
     through its links depends on what the service holds, so no other test's sweeps are there
     (beside them, on a shared service, a run chained 13 scenarios instead of 21)."""
-    service = ServiceProcess(tmp_path_factory.mktemp("fuzzed"), KSWEEP_MAX_CONCURRENT_SWEEPS="0",
-                             KSWEEP_MAX_ACTIVE_SWEEPS_PER_OWNER="1000",
-                             KSWEEP_MAX_TRIALS_PER_SWEEP="100")
+    service = ServiceProcess(tmp_path_factory.mktemp("fuzzed"), **PAUSED_QUEUE)
     service.start()
     yield service
     service.stop()
