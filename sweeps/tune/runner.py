@@ -45,7 +45,7 @@ from sweeps.status import (
 )
 from sweeps.tune.progress_callback import trial_record
 from sweeps.tune.segment_run import SegmentRun, run_segments
-from sweeps.tune.setup import ensure_ray, param_space
+from sweeps.tune.setup import ensure_ray, local_ray_mode, param_space
 from sweeps.tune.tag_sink import MlflowTagSink
 from workers.contract import (
     FAILURE_TAG,
@@ -187,7 +187,8 @@ def run_sweep(
 
     The driver process should carry ``TUNE_ENV`` (:mod:`service.orchestrator.driver_env`) in its environment (the launchers and
     ``ksweep sweep run`` see to it); this function reads no environment variable itself
-    beyond what Ray and Tune read. ``data_root`` is the dataset store a spec naming a
+    beyond what Ray and Tune read and ``KSWEEP_LOCAL_RAY`` (checked before anything is
+    written: :func:`~sweeps.tune.setup.local_ray_mode`). ``data_root`` is the dataset store a spec naming a
     dataset reads (resolved to its hash here, once: :mod:`sweeps.spec.datasets`); ``model_root``
     the model store a ``base.kind: causal_lm`` reads (resolved alike).
 
@@ -209,6 +210,7 @@ def run_sweep(
             return resolved, build_plan_within_budget(resolved)
         return spec, plan
 
+    local_ray_mode()  # a wrong value is refused here, not after the parent run is made
     spec, plan = resolve(spec, plan)
     extensions = list(extensions)
     folder = _prepare_folder(spec, sweep_root, sweep_id)

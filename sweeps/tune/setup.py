@@ -34,6 +34,16 @@ LOCAL_RAY_MODE_VAR = "KSWEEP_LOCAL_RAY"
 LOCAL_RAY_MODES = ("lean", "full")
 
 
+def local_ray_mode() -> str:
+    """``KSWEEP_LOCAL_RAY`` (default ``lean``), checked: a ValueError naming the variable else."""
+    mode = os.environ.get(LOCAL_RAY_MODE_VAR) or "lean"
+    if mode not in LOCAL_RAY_MODES:
+        raise ValueError(f"{LOCAL_RAY_MODE_VAR}={mode!r}: expected one of {', '.join(LOCAL_RAY_MODES)} "
+                         "(lean, the default, starts a local Ray without the daemons a one-node "
+                         "sweep does not use)")
+    return mode
+
+
 def ensure_ray(num_cpus: int | None = None, address: str | None = None) -> None:
     """Connect to RAY_ADDRESS / ``address``, or start a local Ray sized with ``num_cpus``
     (without its unused daemons unless ``KSWEEP_LOCAL_RAY=full``: :func:`_without_unused_daemons`)."""
@@ -43,12 +53,7 @@ def ensure_ray(num_cpus: int | None = None, address: str | None = None) -> None:
     if address:
         ray.init(address=address, log_to_driver=False)
         return
-    mode = os.environ.get(LOCAL_RAY_MODE_VAR) or "lean"
-    if mode not in LOCAL_RAY_MODES:
-        raise ValueError(f"{LOCAL_RAY_MODE_VAR}={mode!r}: expected one of {', '.join(LOCAL_RAY_MODES)} "
-                         "(lean, the default, starts a local Ray without the daemons a one-node "
-                         "sweep does not use)")
-    with _without_unused_daemons() if mode == "lean" else contextlib.nullcontext():
+    with _without_unused_daemons() if local_ray_mode() == "lean" else contextlib.nullcontext():
         ray.init(num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False,
                  log_to_driver=False, configure_logging=False)
 

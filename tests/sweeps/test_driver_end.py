@@ -50,8 +50,19 @@ def test_end_driver_process_stops_every_ray_process_and_freezes_the_heap(mode):
     assert result["frozen"] > 100_000, result  # the driver's heap: Ray's modules alone are more
 
 
-def test_an_unknown_local_ray_mode_is_refused_naming_the_variable(monkeypatch):
+def test_an_unknown_local_ray_mode_is_refused_naming_the_variable_before_a_sweep_writes(
+        monkeypatch, tmp_path):
+    from sweeps.plan.budget import build_plan_within_budget
+    from sweeps.spec.loading import parse_sweep_spec
+    from sweeps.tune.runner import run_sweep
+
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setenv("KSWEEP_LOCAL_RAY", "minimal")
-    with pytest.raises(ValueError, match=r"KSWEEP_LOCAL_RAY='minimal': expected one of lean, full"):
+    refused = r"KSWEEP_LOCAL_RAY='minimal': expected one of lean, full"
+    with pytest.raises(ValueError, match=refused):
         ensure_ray(num_cpus=1)
+    spec = parse_sweep_spec((ROOT / "sweeps" / "examples" / "quickstart.yaml").read_text())
+    with pytest.raises(ValueError, match=refused):
+        run_sweep(spec, build_plan_within_budget(spec), sweep_id="refused",
+                  sweep_root=tmp_path / "root", tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert list(tmp_path.iterdir()) == []  # no sweep folder, no MLflow store, no parent run
