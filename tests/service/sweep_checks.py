@@ -1,6 +1,6 @@
 """What every row of the fault matrix checks once its sweep has ended: the sweep succeeded,
 each completed trial has exactly one FINISHED MLflow trial run with one point per epoch, and
-the store's counters and trial records agree with MLflow."""
+the store's counters and trial records agree with MLflow; and the waits the rows share."""
 
 from __future__ import annotations
 
@@ -13,6 +13,17 @@ from mlflow.tracking import MlflowClient
 from workers.contract import RUN_KIND_SWEEP, RUN_KIND_TAG, RUN_KIND_TRIAL
 
 PER_EPOCH_KEYS = ("val/loss", "val/latent_nmi", "train/loss")
+
+
+def wait_until(predicate, timeout_s: float, what: str):
+    """``predicate()``'s first true value, asked every 0.3 s for up to ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 def poll(client: httpx.Client, path: str, until, timeout_s: float, what: str) -> dict:

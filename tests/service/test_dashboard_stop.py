@@ -21,7 +21,7 @@ import httpx
 import psutil
 import pytest
 from conftest import auth, tiny_spec
-from test_faults import _until
+from sweep_checks import wait_until
 
 from service.orchestrator.launchers import RayJobLauncher
 from service.store.queries import Store
@@ -94,7 +94,7 @@ def ray_head():
 
 def test_a_sigstopped_ray_dashboard_spends_no_restart(ray_head, make_service, tmp_path):
     url, headers, ray_env, head = ray_head
-    _until(lambda: _answers(url, headers), 180, "the Ray dashboard's Jobs API")
+    wait_until(lambda: _answers(url, headers), 180, "the Ray dashboard's Jobs API")
     service = make_service(KSWEEP_LAUNCHER="ray", KSWEEP_RAY_JOBS_URL=url,
                            KSWEEP_RAY_JOBS_TIMEOUT_S="1", KSWEEP_MAX_CONCURRENT_SWEEPS="0",
                            RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=ray_env["RAY_AUTH_TOKEN"])
@@ -105,20 +105,20 @@ def test_a_sigstopped_ray_dashboard_spends_no_restart(ray_head, make_service, tm
     submitted = httpx.post(f"{url}/api/jobs/", headers=headers, timeout=30, json={
         "entrypoint": "sleep 900", "submission_id": job_id})
     assert submitted.status_code == 200, submitted.text
-    _until(lambda: _job_status(url, headers, job_id) == "RUNNING", 180, "the Ray Job RUNNING")
+    wait_until(lambda: _job_status(url, headers, job_id) == "RUNNING", 180, "the Ray Job RUNNING")
     store = Store(f"sqlite:///{tmp_path / 'root' / 'service.db'}")
     try:
         assert store.mark_launched(sweep_id, launcher="ray", handle=f"ray-job:{job_id}", attempts=1)
     finally:
         store.close()
-    _until(lambda: _readiness(client)["status"] == "ready", 60, "ready with the job RUNNING")
+    wait_until(lambda: _readiness(client)["status"] == "ready", 60, "ready with the job RUNNING")
 
     dashboard = _dashboard(head)
     assert dashboard is not None, "found no dashboard process under the Ray head"
     dashboard.suspend()  # SIGSTOP: the kernel still accepts connections, nothing answers
     stopped_at = time.monotonic()
-    degraded = _until(lambda: (r := _readiness(client))["status"] == "degraded" and
-                      not r["checks"]["drivers"]["ok"] and r, 60, "degraded readiness")
+    degraded = wait_until(lambda: (r := _readiness(client))["status"] == "degraded" and
+                          not r["checks"]["drivers"]["ok"] and r, 60, "degraded readiness")
     print(f"degraded {time.monotonic() - stopped_at:.1f} s after SIGSTOP: {degraded['checks']}")
     assert sweep_id in degraded["checks"]["drivers"]["detail"]
     assert not degraded["checks"]["ray"]["ok"] and degraded["checks"]["store"]["ok"]
@@ -128,7 +128,7 @@ def test_a_sigstopped_ray_dashboard_spends_no_restart(ray_head, make_service, tm
 
     dashboard.resume()  # SIGCONT
     resumed_at = time.monotonic()
-    _until(lambda: _readiness(client)["status"] == "ready", 60, "ready again")
+    wait_until(lambda: _readiness(client)["status"] == "ready", 60, "ready again")
     print(f"ready {time.monotonic() - resumed_at:.1f} s after SIGCONT")
     sweep = client.get(f"/sweeps/{sweep_id}").json()
     assert sweep["state"] == "running" and sweep["driver"]["attempts"] == 1

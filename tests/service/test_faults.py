@@ -9,18 +9,9 @@ import uuid
 import httpx
 import pytest
 from conftest import auth, tiny_spec
+from sweep_checks import wait_until
 
 pytestmark = pytest.mark.slow
-
-
-def _until(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_kill9_of_the_api_amid_posts_then_retries_give_one_sweep_per_key(make_service):
@@ -43,7 +34,7 @@ def test_kill9_of_the_api_amid_posts_then_retries_give_one_sweep_per_key(make_se
         thread.start()
         time.sleep(0.02)
     # kill -9 once some POSTs have been answered and others are still in flight.
-    _until(lambda: sum(v == 201 for v in first_answers.values()) >= 5, 120, "a few answered POSTs")
+    wait_until(lambda: sum(v == 201 for v in first_answers.values()) >= 5, 120, "a few answered POSTs")
     service.kill9()
     for thread in threads:
         thread.join(timeout=60)

@@ -14,8 +14,7 @@ import time
 import httpx
 import pytest
 from conftest import auth, tiny_spec
-from sweep_checks import check_consistent, poll, trials_of
-from test_faults import _until
+from sweep_checks import check_consistent, poll, trials_of, wait_until
 
 from tests.support.groups import exclusive
 from tests.support.outage_servers import Postgres, postgres_bin
@@ -55,22 +54,22 @@ def test_a_postgres_restart_mid_sweep_loses_nothing(make_service, postgres, tmp_
     sweep_id = client.post("/sweeps", json=spec, headers=auth("alice")).json()["id"]
     # Mid-sweep: the first trials are training (three in all, two at a time).
     poll(client, f"/sweeps/{sweep_id}", lambda s: s["state"] == "running", 120, "running")
-    _until(lambda: any(t["epochs"] >= 2 for t in trials_of(client, sweep_id)), 300,
+    wait_until(lambda: any(t["epochs"] >= 2 for t in trials_of(client, sweep_id)), 300,
            "a trial past its second epoch")
     before = client.get(f"/sweeps/{sweep_id}").json()
 
     postgres.stop()
     down_at = time.monotonic()
-    status, readiness = _until(lambda: (r := _readiness(client))[0] == 503 and r, 30, "503")
+    status, readiness = wait_until(lambda: (r := _readiness(client))[0] == 503 and r, 30, "503")
     assert readiness["status"] == "unready" and readiness["checks"]["store"]["ok"] is False
     assert client.get("/healthz").status_code == 200  # alive, just not ready
     driver_log = tmp_path / "root" / sweep_id / "driver-1.log"
     # Down until the driver has trained every trial and is waiting to record the end.
-    _until(lambda: any(retry in driver_log.read_text(errors="replace") for retry in END_RETRIES),
+    wait_until(lambda: any(retry in driver_log.read_text(errors="replace") for retry in END_RETRIES),
            400, "the driver retrying its end (extensions, then final status)")
     postgres.start()
     down_s = time.monotonic() - down_at
-    status, readiness = _until(lambda: (r := _readiness(client))[0] == 200 and r, 60, "ready")
+    status, readiness = wait_until(lambda: (r := _readiness(client))[0] == 200 and r, 60, "ready")
     assert readiness["checks"]["store"]["ok"] is True
 
     sweep = poll(client, f"/sweeps/{sweep_id}", lambda s: s["state"] in ("succeeded", "failed"),
