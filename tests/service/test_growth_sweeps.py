@@ -19,7 +19,7 @@ from mlflow.tracking import MlflowClient
 
 from ksweep import Client
 from tests.support.mlflow_store import sqlite_store_uri
-from tests.support.tune_state import wait_restorable
+from tests.support.tune_state import cohort_trial_id, wait_restorable
 from workers.contract import RUN_KIND_SWEEP, RUN_KIND_TAG, RUN_KIND_TRIAL, TRIAL_HASH_TAG
 
 pytestmark = pytest.mark.slow
@@ -110,8 +110,8 @@ def test_grow_reuse_and_compare(make_service, tmp_path):
                             if t.trial_id not in first_ids and (t.epochs or 0) >= 1]):
         assert time.monotonic() < deadline, client.trials(first)
         time.sleep(0.3)
-    cohort = training[0].split("-m")[0]  # a member's id: its cohort's Tune trial id, -m<position>
-    wait_restorable(tmp_path / "root" / first / "tune-1", limit_s=600, naming=cohort)
+    wait_restorable(tmp_path / "root" / first / "tune-1", limit_s=600,
+                    naming=cohort_trial_id(training[0]))
     os.kill(int(running.driver.handle[4:].split("@")[0]), signal.SIGKILL)
     ended = _ended(client, first, "the resumed extension")
     assert ended.driver.attempts == 2

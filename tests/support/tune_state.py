@@ -16,6 +16,12 @@ from pathlib import Path
 from sweeps.tune.state_backup import BACKUP_NAME, STATE_PATTERN, latest_checkpoints, read_backup
 
 
+def cohort_trial_id(trial_id: str) -> str:
+    """The Tune trial id a trial of the progress record trains under: a cohort member's id less
+    its ``-m<position>`` (``sweeps.tune.cohort_trainable.member_trial_id``); a lone trial's own."""
+    return trial_id.rsplit("-m", 1)[0]
+
+
 def named_checkpoints(backup: Path) -> list[tuple[Path, int]] | None:
     """Each trial's latest checkpoint the state in ``backup`` names, with the iteration Tune
     restores with it (None: no readable backup)."""

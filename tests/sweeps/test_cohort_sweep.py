@@ -19,7 +19,7 @@ from sweeps.plan.build import build_plan
 from sweeps.spec import load_sweep_spec
 from sweeps.status import read_status
 from sweeps.tune.cohort_trainable import COHORT_TAG
-from tests.support.tune_state import wait_restorable
+from tests.support.tune_state import cohort_trial_id, wait_restorable
 from workers.cohort.memory import HEADROOM, MEMORY_CAP_ENV, member_step_bytes
 from workers.contract import SWEEP_ID_TAG, TRIAL_ID_TAG
 from workers.tracking.runs import CREATE_TOKEN_TAG
@@ -158,7 +158,7 @@ def test_killed_cohort_sweep_resumes_without_rerunning_or_duplicating_members(tm
     deadline = time.time() + 600
     while time.time() < deadline:
         status = read_status(status_path)
-        running = {t["trial_id"].rsplit("-m", 1)[0] for t in status.trials
+        running = {cohort_trial_id(t["trial_id"]) for t in status.trials
                    if t["state"] == "running"} if status is not None else set()
         if running and status.done >= 2 and status.failed >= 2:
             break
@@ -168,7 +168,7 @@ def test_killed_cohort_sweep_resumes_without_rerunning_or_duplicating_members(tm
     else:
         os.killpg(process.pid, signal.SIGKILL)
         pytest.fail("the first cohort did not finish and the second diverge in time")
-    (cohort_2,) = running  # its Tune trial id: the members' ids less their "-m<position>"
+    (cohort_2,) = running  # its Tune trial id
     restorable = wait_restorable(tmp_path / "root" / "kc" / "tune", limit_s=120, naming=cohort_2,
                                  driver=process)
     os.killpg(process.pid, signal.SIGKILL)  # the driver and its local Ray die together
