@@ -17,6 +17,7 @@ from benchmarks import (
     bench_service,
     bench_sweep,
     bench_training,
+    bench_writer_process,
     cohort_profile,
     gpu_trial,
     sweep_timeline,
@@ -37,6 +38,7 @@ def main() -> None:
     bench_sweep.main([])
     bench_member_overhead.main()  # N = 16 and 64: the per-member slope and the fixed cost
     sweep_timeline.main()  # where that fixed cost goes
+    bench_writer_process.main()  # a cohort's writer process against its trial process
     bench_checkpoints.main([])
     bench_service.main()
     # locust monkey-patches the standard library with gevent: its benchmark runs in a child.

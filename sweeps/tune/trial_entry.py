@@ -43,10 +43,11 @@ def train_sweep_trial(params: dict[str, Any], *, configs: TrialConfigs,
     """The sweep's Tune function trainable: a cohort of K > 1 by
     :func:`sweeps.tune.cohort_trainable.train_cohort`, a lone trial (cohort size 1, or a cohort
     of one) by :func:`sweeps.tune.trainable.train_trial`."""
-    from sweeps.tune.search_space import is_cohort, lone_params
+    from sweeps.tune.search_space import MEMBERS, is_cohort, lone_params
+    from workers.tracking.writer_process import worth_a_writer_process
 
     cohort = is_cohort(params)
-    if cohort:
+    if cohort and worth_a_writer_process(len(params[MEMBERS])):
         # One metric batch per member per epoch: a writer process takes MLflow's store work off
         # this process's GIL. Started first, its own imports of MLflow and the store run beside
         # this process's, not beside the first epoch's training.

@@ -19,6 +19,7 @@ from tests.support.sockets import listening, loopback
 from tests.support.tune_state import wait_restorable
 from tests.sweeps.test_runner import SMALL_DATA, _runs, _sweep, _write_spec
 from workers.contract import FAILURE_TAG, RUN_KIND_TAG
+from workers.tracking.writer_process import MIN_RUNS_ENV
 
 pytestmark = pytest.mark.slow
 # Ray reads its config overrides from RAY_<name> in every process it starts.
@@ -202,7 +203,9 @@ def test_kill9_of_a_cohort_worker_before_its_first_checkpoint_leaves_one_run_per
         "alpha": [1], "loss_stacks": ["raw_token_weighted"], "budget.max_failures_per_trial": 2,
         "budget.max_concurrent_trials": 1, "resources.cohort_size": members,
     })
-    process = _sweep(tmp_path, spec, "ck1")
+    # Through a writer process (three members are below its default threshold): the kill
+    # takes the child, and the runs it made, down with the trial worker.
+    process = _sweep(tmp_path, spec, "ck1", env={MIN_RUNS_ENV: "2"})
     db = tmp_path / "mlflow.db"
     deadline = time.time() + 600
     while time.time() < deadline and process.poll() is None:
@@ -211,8 +214,10 @@ def test_kill9_of_a_cohort_worker_before_its_first_checkpoint_leaves_one_run_per
             break
         time.sleep(0.02)
     (worker,) = _trial_workers(process)
+    writers = [child for child in worker.children() if "workers.tracking.writer_process" in child.cmdline()]
     worker.send_signal(signal.SIGKILL)
     assert len(made) == members and points == 0, ("the kill missed the window", made, points)
+    assert len(writers) == 1, "the cohort's runs were made by its writer process"
     output, _ = process.communicate(timeout=900)
     assert process.returncode == 0, output
     status = read_status(tmp_path / "root" / "ck1" / "status.json")

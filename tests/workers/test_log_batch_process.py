@@ -229,3 +229,20 @@ def test_a_run_whose_child_died_before_replying_is_made_once(client, in_child):
     assert runs[0].data.params == {"alpha": "0.5", "model.hidden": "64"}
     assert len(runs[0].inputs.dataset_inputs) == 1
     assert not in_child.in_child  # runs and batches are made in this process from now on
+
+
+def test_a_cohort_writes_through_a_child_from_the_threshold_on(monkeypatch):
+    from workers.tracking.writer_process import (
+        DEFAULT_MIN_RUNS,
+        MIN_RUNS_ENV,
+        worth_a_writer_process,
+    )
+
+    monkeypatch.delenv(MIN_RUNS_ENV, raising=False)
+    assert DEFAULT_MIN_RUNS == 8
+    assert not worth_a_writer_process(7) and worth_a_writer_process(8) and worth_a_writer_process(64)
+    monkeypatch.setenv(MIN_RUNS_ENV, "2")
+    assert not worth_a_writer_process(1) and worth_a_writer_process(2)
+    monkeypatch.setenv(MIN_RUNS_ENV, "many")
+    with pytest.raises(ValueError, match=f"{MIN_RUNS_ENV}='many': expected a whole number"):
+        worth_a_writer_process(3)

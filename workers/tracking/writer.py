@@ -4,7 +4,8 @@ a writer process when the process writes many runs.
 While writes succeed, :meth:`MetricWriter.submit` waits for its batch (at most
 ``KSWEEP_MLFLOW_SYNC_WAIT_S``), so MLflow holds every epoch the trial checkpoints; once a write
 fails, epochs are queued and training goes on, and the run ends only after the queue is
-written. A cohort (one batch per member per epoch) writes through a child
+written. A cohort of eight members or more (one batch per member per epoch;
+:func:`workers.tracking.writer_process.worth_a_writer_process`) writes through a child
 (:func:`write_in_child_process`, :class:`WriterProcess`) so MLflow's store work holds no GIL the
 training thread needs; its member runs are made there too (:func:`create_run_later`).
 """
