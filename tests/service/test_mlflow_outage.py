@@ -22,7 +22,9 @@ from tests.support.outage_servers import MlflowServer
 pytestmark = [pytest.mark.slow, exclusive]  # the MLflow server stopped and restarted
 
 OUTAGE_S = 60
-EPOCHS = 40  # enough that the outage begins mid-training (a tiny epoch takes ~0.5-1 s here)
+# The outage begins once both trials logged 2 epochs (a tiny epoch takes ~0.5-1 s here), so
+# 14 more keep them training well into it; then they wait, idle, for the server.
+EPOCHS = 16
 
 
 @pytest.fixture
