@@ -11,7 +11,6 @@ import os
 
 import pytest
 import torch
-from torch._dynamo.utils import counters
 
 from tests.workers.test_cohort import base_config, members, variant
 from workers.cohort import compiled as compiled_module
@@ -94,6 +93,9 @@ def test_inductor_step_matches_the_eager_cohort_in_float32(tmp_path):
 
 
 def test_no_recompile_after_warm_up_across_buckets_a_stop_and_a_failure(tmp_path):
+    # Imported here: torch._dynamo would cost every xdist worker's collection about 1 s.
+    from torch._dynamo.utils import counters
+
     # 48 train rows one at a time: 48 steps an epoch, enough to reach both buckets in the warm-up.
     configs = [c.model_copy(update={"data": c.data.model_copy(update={"train_size": 48})})
                for c in with_compile(members(base_config("discrete", epochs=3))[:3], "off", batch_size=1)]

@@ -189,7 +189,7 @@ def test_the_sweep_timeline_runs_a_given_spec_and_its_phases_add_up(tmp_path):
 
     from benchmarks.sweep_timeline import run_timeline
 
-    path = write_spec(tmp_path / "spec.yaml", members=2, epochs=1, train_size=64)
+    path = write_spec(tmp_path / "spec.yaml", members=1, epochs=1, train_size=64)
     spec = yaml.safe_load(path.read_text())
     spec["resources"]["cohort_size"] = 1
     path.write_text(yaml.safe_dump(spec))
