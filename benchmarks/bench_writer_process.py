@@ -24,27 +24,21 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from benchmarks._timing import machine_cpu_seconds
 from benchmarks.bench_member_overhead import write_spec
 from workers.tracking.writer_process import DEFAULT_MIN_RUNS, MIN_RUNS_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def machine_cpu_s() -> float:
-    """CPU seconds every process on the machine has spent since boot (less idle and iowait)."""
-    with open("/proc/stat") as stat:
-        ticks = [int(field) for field in stat.readline().split()[1:]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
-
-
 def _run(command: list[str], env: dict[str, str]) -> tuple[float, float]:
-    cpu, started = machine_cpu_s(), time.perf_counter()
+    cpu, started = machine_cpu_seconds(), time.perf_counter()
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     wall = time.perf_counter() - started
     time.sleep(1.0)  # Ray's daemons outlive the driver by a moment: their CPU counts too
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} exited {done.returncode}:\n{done.stdout[-3000:]}")
-    return wall, machine_cpu_s() - cpu
+    return wall, machine_cpu_seconds() - cpu
 
 
 def measure(members: int, epochs: int, rounds: int, train_size: int) -> dict[str, tuple[float, float]]:

@@ -14,14 +14,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from benchmarks._timing import machine_cpu_seconds
+
 LOG_VAR = "KSWEEP_TEST_CPU_LOG"
-
-
-def machine_cpu_seconds() -> float:
-    """CPU seconds every process has spent since boot: /proc/stat's first line less idle and iowait."""
-    with open("/proc/stat") as stat:
-        ticks = [int(field) for field in stat.readline().split()[1:]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
 @pytest.hookimpl(hookwrapper=True)
