@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -35,11 +34,3 @@ def print_ratios(title: str, medians: dict[str, float], baseline: str, goal: flo
             verdict = "met" if ratio <= goal else "NOT met"
             flag = f"  (goal <= {goal:.2f}x: {verdict})"
         print(f"  {name:<40s} {seconds * 1e3:9.2f} ms   {ratio:6.3f}x{flag}")
-
-
-def machine_cpu_seconds() -> float:
-    """CPU seconds every process has spent since boot: /proc/stat's first line less idle and
-    iowait (Linux). Counts the processes a measured one leaves behind, as Ray's outlive a driver."""
-    with open("/proc/stat") as stat:
-        ticks = [int(field) for field in stat.readline().split()[1:]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")

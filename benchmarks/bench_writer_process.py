@@ -24,8 +24,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks._timing import machine_cpu_seconds
 from benchmarks.bench_member_overhead import write_spec
+from benchmarks.machine_cpu import machine_cpu_seconds
 from workers.tracking.writer_process import DEFAULT_MIN_RUNS, MIN_RUNS_ENV
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from benchmarks._timing import machine_cpu_seconds
+from benchmarks.machine_cpu import machine_cpu_seconds
 
 LOG_VAR = "KSWEEP_TEST_CPU_LOG"
 
