@@ -60,6 +60,7 @@ from workers.contract import (
 from workers.tracking.params import flatten_config
 from workers.tracking.retry import retrying
 from workers.tracking.runs import RunLogger, ensure_experiment
+from workers.tracking.writer_process import writer_process_min_runs
 
 __all__ = ["STATUS_FILE", "SweepOutcome", "ensure_ray", "param_space", "run_sweep",
            "sweep_dir"]
@@ -187,8 +188,8 @@ def run_sweep(
 
     The driver process should carry ``TUNE_ENV`` (:mod:`service.orchestrator.driver_env`) in its environment (the launchers and
     ``ksweep sweep run`` see to it); this function reads no environment variable itself
-    beyond what Ray and Tune read and ``KSWEEP_LOCAL_RAY`` (checked before anything is
-    written: :func:`~sweeps.tune.setup.local_ray_mode`). ``data_root`` is the dataset store a spec naming a
+    beyond what Ray and Tune read, ``KSWEEP_LOCAL_RAY`` and ``KSWEEP_WRITER_PROCESS_MIN_RUNS``
+    (both checked before anything is written). ``data_root`` is the dataset store a spec naming a
     dataset reads (resolved to its hash here, once: :mod:`sweeps.spec.datasets`); ``model_root``
     the model store a ``base.kind: causal_lm`` reads (resolved alike).
 
@@ -210,7 +211,10 @@ def run_sweep(
             return resolved, build_plan_within_budget(resolved)
         return spec, plan
 
-    local_ray_mode()  # a wrong value is refused here, not after the parent run is made
+    # Wrong values are refused here, not after the parent run is made (the trial workers
+    # of a local Ray read the second from this process's environment).
+    local_ray_mode()
+    writer_process_min_runs()
     spec, plan = resolve(spec, plan)
     extensions = list(extensions)
     folder = _prepare_folder(spec, sweep_root, sweep_id)
