@@ -24,7 +24,7 @@ from sweeps.status import read_status
 from sweeps.tune.state_backup import BACKUP_NAME, STATE_PATTERN
 from tests.support.tune_state import backup_restorable, named_checkpoints
 from tests.sweeps.test_ray_faults import _logged_epochs, _steps_per_worker, _trial_dir
-from tests.sweeps.test_runner import _runs, _sweep, _write_spec
+from tests.sweeps.test_runner import SMALL_DATA, _runs, _sweep, _write_spec
 
 pytestmark = pytest.mark.slow
 EPOCHS = 4
@@ -50,8 +50,9 @@ def test_kill_right_after_a_trial_finished_does_not_rerun_it(tmp_path, cohort_si
     # cohort_size 1: actor reuse, one lone trial after another in one actor. auto (the
     # default): the 4 trials are one cohort, killed as soon as two members' runs FINISHED at
     # its last epoch; a restored cohort must replay them without touching their runs.
-    spec = _write_spec(tmp_path, "reuse", {"template.training.epochs": EPOCHS, "seeds": 1,
-                                           "loss_stacks": ["uniform", "raw_plus_ncc"],
+    # A quarter of the data: the kill waits for the runs and Tune's save, not for an epoch count.
+    spec = _write_spec(tmp_path, "reuse", {**SMALL_DATA, "template.training.epochs": EPOCHS,
+                                           "seeds": 1, "loss_stacks": ["uniform", "raw_plus_ncc"],
                                            "budget.max_concurrent_trials": 1,
                                            "resources.cohort_size": cohort_size})
     process = _sweep(tmp_path, spec, "ru1", num_cpus=1)
