@@ -114,8 +114,9 @@ def test_a_saved_state_naming_deleted_checkpoints_resumes_the_trial_from_its_new
     cohort reports its members' records once) and logs no epoch twice."""
     epochs = 16
     stacks = ["raw_token_weighted", "uniform"][:cohort_size]
-    spec = _write_spec(tmp_path, "behind", {"template.training.epochs": epochs, "seeds": 1,
-                                            "alpha": [1], "loss_stacks": stacks,
+    # A quarter of the data: Tune's first save names epoch 2 or so, and 16 epochs leave room.
+    spec = _write_spec(tmp_path, "behind", {**SMALL_DATA, "template.training.epochs": epochs,
+                                            "seeds": 1, "alpha": [1], "loss_stacks": stacks,
                                             "resources.cohort_size": cohort_size})
     process = _sweep(tmp_path, spec, "bh1", num_cpus=1)
     tune_folder, db = tmp_path / "root" / "bh1" / "tune", tmp_path / "mlflow.db"
