@@ -220,7 +220,7 @@ def sweep_overhead(rounds: int = 2, cohort_size: Any = 1, profile: bool = False)
                           artifact_location=(root / "artifacts").as_uri())
         started_ray = not ray.is_initialized()
         if started_ray:
-            ray.init(num_cpus=NUM_CPUS, include_dashboard=False, log_to_driver=False,
+            ray.init(address="local", num_cpus=NUM_CPUS, include_dashboard=False, log_to_driver=False,
                      configure_logging=False)
         try:
             runs: dict[str, Callable[[SweepSpec, int], SweepTiming]] = {

@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--storage", type=Path, required=True)
     args = parser.parse_args(argv)
     spec = load_sweep_spec(args.spec)
-    ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False)
     trainable = tune.with_resources(
         tune.with_parameters(train, spec=spec, cache_root=str(args.storage / "cache")),
         {"cpu": spec.resources.cpu},

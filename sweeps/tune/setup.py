@@ -45,16 +45,19 @@ def local_ray_mode() -> str:
 
 
 def ensure_ray(num_cpus: int | None = None, address: str | None = None) -> None:
-    """Connect to RAY_ADDRESS / ``address``, or start a local Ray sized with ``num_cpus``
-    (without its unused daemons unless ``KSWEEP_LOCAL_RAY=full``: :func:`_without_unused_daemons`)."""
+    """Connect to RAY_ADDRESS / ``address``, or start a local Ray of its own sized with
+    ``num_cpus``, whatever other Ray runs on the machine (without its unused daemons unless
+    ``KSWEEP_LOCAL_RAY=full``: :func:`_without_unused_daemons`)."""
     if ray.is_initialized():
         return
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address:
         ray.init(address=address, log_to_driver=False)
         return
+    # "local": a new Ray of its own. Without an address, ray.init would join the Ray that
+    # `ray start` last recorded on this machine (a dead one too) and refuse num_cpus.
     with _without_unused_daemons() if local_ray_mode() == "lean" else contextlib.nullcontext():
-        ray.init(num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False,
+        ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False,
                  log_to_driver=False, configure_logging=False)
 
 

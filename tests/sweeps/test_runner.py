@@ -2,8 +2,10 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -142,10 +144,22 @@ def test_quickstart_sweep_end_to_end(tmp_path):
     assert "Primary contrasts" in output
 
 
-def test_optuna_asha_stops_some_trials_early_and_a_diverging_trial_fails_alone(tmp_path):
+@pytest.fixture
+def dead_ray_recorded():
+    """A Ray temp folder (short: Ray's socket paths have a length limit) whose record of the
+    last ``ray start`` names a Ray that is gone, as a head stopped by a signal leaves it."""
+    folder = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
+    (folder / "ray").mkdir()
+    (folder / "ray" / "ray_current_cluster").write_text("127.0.0.1:1")
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_optuna_asha_stops_some_trials_early_and_a_diverging_trial_fails_alone(tmp_path, dead_ray_recorded):
     # Optuna's trials are lone trials (suggested one by one, never packed in a cohort): an
     # exploding stack among the sampled ones diverges at step 0, fails with the reason, and
-    # the others go on, some stopped early by ASHA. One sweep holds both cases.
+    # the others go on, some stopped early by ASHA. One sweep holds both cases. And another
+    # Ray recorded on the machine: the sweep starts its own (ray.init would join the record).
     spec = _write_spec(tmp_path, "asha", {
         "alpha": {"low": 0.0, "high": 4.0},
         "loss_stacks": ["uniform", "raw_token_weighted",
@@ -155,9 +169,11 @@ def test_optuna_asha_stops_some_trials_early_and_a_diverging_trial_fails_alone(t
         **SMALL_DATA, "template.training.epochs": 4, "seeds": 1,
         "budget.max_failures_per_trial": 0,
     })
-    process = _sweep(tmp_path, spec, "oa1", num_cpus=1)
+    process = _sweep(tmp_path, spec, "oa1", env={"RAY_TMPDIR": str(dead_ray_recorded)}, num_cpus=1)
     output, _ = process.communicate(timeout=600)
     assert process.returncode == 0, output  # the sweep succeeds: its other trials finished
+    assert (dead_ray_recorded / "ray" / "ray_current_cluster").read_text() == "127.0.0.1:1"
+    assert list((dead_ray_recorded / "ray").glob("session_*")), "its own Ray, in that folder"
     report = json.loads((tmp_path / "root" / "oa1" / "report.json").read_text())
     trials = report["trials"]
     assert len(trials) == 6
