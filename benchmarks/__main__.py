@@ -15,6 +15,7 @@ from benchmarks import (
     bench_plots,
     bench_readouts,
     bench_service,
+    bench_shared_ray,
     bench_sweep,
     bench_training,
     bench_writer_process,
@@ -39,6 +40,7 @@ def main() -> None:
     bench_member_overhead.main()  # N = 16 and 64: the per-member slope and the fixed cost
     sweep_timeline.main()  # where that fixed cost goes
     bench_writer_process.main()  # a cohort's writer process against its trial process
+    bench_shared_ray.main()  # a sweep's own local Ray against one it connects to
     bench_checkpoints.main([])
     bench_service.main()
     # locust monkey-patches the standard library with gevent: its benchmark runs in a child.
