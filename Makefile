@@ -32,10 +32,11 @@ docs: $(STAMP)
 
 # The suite on TEST_WORKERS pytest-xdist workers; tests marked xdist_group("exclusive") run
 # one after another on one of them (docs/development.md). TEST_WORKERS=0 runs it in-process.
-# Lint and the docs build run beside the suite: mypy alone would leave the second core idle.
+# Lint runs beside the suite: mypy alone would leave the second core idle. The suite builds the
+# docs site with --strict itself (tests/test_docs.py), so `make docs` is not run twice.
 TEST_WORKERS ?= 3
 test: $(STAMP)
-	$(MAKE) --no-print-directory -j3 -Oline lint docs suite
+	$(MAKE) --no-print-directory -j2 -Oline lint suite
 
 # The project's own modules compiled first (about 0.5 CPU-s): where PYTHONDONTWRITEBYTECODE is
 # set, every driver, trial worker and service process the suite starts would compile them again.
