@@ -4,7 +4,8 @@ The same small cohort sweep (the quickstart task, as :mod:`benchmarks.bench_memb
 cuts it) runs by ``ksweep sweep run``, whole processes alternating A B B A: ``own`` starts and
 stops its local Ray (the lean one, as every sweep without ``RAY_ADDRESS``); ``shared`` connects
 to a ``ray start --head`` (no dashboard) started for the two B runs, as drivers on a Ray
-cluster do (a running head would take the A runs too: ``ray.init`` joins a local one). Wall: launch to exit. CPU: the whole machine's (``/proc/stat``), so run it on an
+cluster do (a running head would take the A runs too: ``ray.init`` joins a local one). A first
+sweep, not counted, warms the caches. Wall: launch to exit. CPU: the whole machine's (``/proc/stat``), so run it on an
 idle machine. Then the idle head's CPU per second over ``--idle-s``: a Ray kept up between
 sweeps costs that all the time. Printed: each variant's median wall and CPU, their difference,
 and how many sweeps an hour a kept Ray needs before it saves CPU.
@@ -27,19 +28,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from benchmarks.bench_member_overhead import write_spec
-from benchmarks.machine_cpu import machine_cpu_seconds
+from benchmarks.machine_cpu import machine_cpu_seconds, run_measured
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _run(command: list[str], env: dict[str, str]) -> tuple[float, float]:
-    cpu, started = machine_cpu_seconds(), time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
-    wall = time.perf_counter() - started
-    time.sleep(1.0)  # Ray's daemons outlive the driver by a moment: their CPU counts too
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} exited {done.returncode}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
-    return wall, machine_cpu_seconds() - cpu
 
 
 @contextlib.contextmanager
@@ -66,7 +57,7 @@ def _idle_cpu_per_s(seconds: float) -> float:
     return (machine_cpu_seconds() - cpu) / seconds
 
 
-def main(members: int = 3, epochs: int = 4, rounds: int = 2, idle_s: float = 30.0,
+def main(members: int = 3, epochs: int = 4, rounds: int = 3, idle_s: float = 30.0,
          train_size: int = 256) -> dict[str, float]:
     ray = Path(sys.executable).with_name("ray")
     ksweep = Path(sys.executable).with_name("ksweep")
@@ -79,16 +70,17 @@ def main(members: int = 3, epochs: int = 4, rounds: int = 2, idle_s: float = 30.
         base = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
                 "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}", "OMP_NUM_THREADS": "1"}
         base.pop("RAY_ADDRESS", None)
+        run_measured(sweep, base | {"KSWEEP_SWEEP_ROOT": str(root / "warm-up")}, ROOT)  # cold caches: not counted
         idle_machine = _idle_cpu_per_s(idle_s)
         idle_heads = []
         for index in range(rounds):
-            samples["own"].append(_run(sweep, base | {"KSWEEP_SWEEP_ROOT": str(root / f"own-{index}-a")}))
+            samples["own"].append(run_measured(sweep, base | {"KSWEEP_SWEEP_ROOT": str(root / f"own-{index}-a")}, ROOT))
             with _head(ray, base):  # ray.init without an address would join it: own runs without it
                 idle_heads.append(_idle_cpu_per_s(idle_s))
                 for turn in ("a", "b"):
                     env = base | {"KSWEEP_SWEEP_ROOT": str(root / f"shared-{index}-{turn}"), "RAY_ADDRESS": "auto"}
-                    samples["shared"].append(_run(sweep, env))
-            samples["own"].append(_run(sweep, base | {"KSWEEP_SWEEP_ROOT": str(root / f"own-{index}-b")}))
+                    samples["shared"].append(run_measured(sweep, env, ROOT))
+            samples["own"].append(run_measured(sweep, base | {"KSWEEP_SWEEP_ROOT": str(root / f"own-{index}-b")}, ROOT))
             loads.append(os.getloadavg()[0])
         idle_head = statistics.median(idle_heads)
     medians = {name: (statistics.median(w for w, _ in values), statistics.median(c for _, c in values))
@@ -116,7 +108,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--members", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--idle-s", type=float, default=30.0)
     parser.add_argument("--train-size", type=int, default=256)
     args = parser.parse_args()

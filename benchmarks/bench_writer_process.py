@@ -17,28 +17,16 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks.bench_member_overhead import write_spec
-from benchmarks.machine_cpu import machine_cpu_seconds
+from benchmarks.machine_cpu import run_measured
 from workers.tracking.writer_process import DEFAULT_MIN_RUNS, MIN_RUNS_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _run(command: list[str], env: dict[str, str]) -> tuple[float, float]:
-    cpu, started = machine_cpu_seconds(), time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
-    wall = time.perf_counter() - started
-    time.sleep(1.0)  # Ray's daemons outlive the driver by a moment: their CPU counts too
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} exited {done.returncode}:\n{done.stdout[-3000:]}")
-    return wall, machine_cpu_seconds() - cpu
 
 
 def measure(members: int, epochs: int, rounds: int, train_size: int) -> dict[str, tuple[float, float]]:
@@ -56,7 +44,7 @@ def measure(members: int, epochs: int, rounds: int, train_size: int) -> dict[str
             for name in ("child", "in-process", "in-process", "child"):
                 run_root = root / f"sweeps-{index}-{name}-{len(samples[name])}"
                 env = base | {MIN_RUNS_ENV: threshold[name], "KSWEEP_SWEEP_ROOT": str(run_root)}
-                samples[name].append(_run([str(ksweep), "sweep", "run", str(spec), "--num-cpus", "2"], env))
+                samples[name].append(run_measured([str(ksweep), "sweep", "run", str(spec), "--num-cpus", "2"], env, ROOT))
                 loads.append(os.getloadavg()[0])
     medians = {name: (statistics.median(w for w, _ in values), statistics.median(c for _, c in values))
                for name, values in samples.items()}
