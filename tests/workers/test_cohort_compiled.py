@@ -12,11 +12,14 @@ import os
 import pytest
 import torch
 
+from tests.support.groups import compile_tests
 from tests.workers.test_cohort import base_config, members, variant
 from workers.cohort import compiled as compiled_module
 from workers.cohort.compiled import CompiledStep, compile_problem, length_buckets, wants_compile
 from workers.cohort.trainer import Cohort
 from workers.contract import PERF_COMPILE_SECONDS
+
+pytestmark = compile_tests
 
 
 def with_compile(configs, mode: str, **training):
