@@ -81,6 +81,26 @@ def bare(spec_path: Path, cache: Path, cohort: int | None = None) -> None:
                       "loop_cpu": time.process_time() - cpu}))
 
 
+def sweep_env(root: Path) -> dict[str, str]:
+    """The environment of a benchmark's ``ksweep sweep run``: this checkout's code, an MLflow
+    store and a sweep root under ``root``, torch on one thread (as Ray gives each trial)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+            "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}", "KSWEEP_SWEEP_ROOT": str(root / "sweeps"),
+            "OMP_NUM_THREADS": "1"}
+
+
+def print_medians(samples: dict[str, list[tuple[float, float]]]) -> dict[str, tuple[float, float]]:
+    """Each variant's median wall and CPU, printed with its runs (wall/CPU); returned by name."""
+    medians = {name: (statistics.median(w for w, _ in values), statistics.median(c for _, c in values))
+               for name, values in samples.items()}
+    width = max(map(len, samples))
+    for name, values in samples.items():
+        runs = ", ".join(f"{w:.1f}/{c:.1f}" for w, c in values)
+        print(f"  {name:<{width}s} wall {medians[name][0]:6.2f} s  CPU {medians[name][1]:6.2f} s  "
+              f"(runs wall/CPU: {runs})")
+    return medians
+
+
 def _run(command: list[str], env: dict[str, str]) -> tuple[float, float, str]:
     """Run a whole process; (wall s, CPU s of the reaped tree, stdout)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -126,9 +146,7 @@ def measure(members: int, epochs: int, rounds: int, train_size: int) -> dict[str
     with tempfile.TemporaryDirectory(prefix="bench-member-") as tmp:
         root = Path(tmp)
         spec = write_spec(root / "spec.yaml", members, epochs, train_size)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-               "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}", "KSWEEP_SWEEP_ROOT": str(root / "sweeps"),
-               "OMP_NUM_THREADS": "1"}
+        env = sweep_env(root)
         commands = {
             "bare": [sys.executable, "-m", "benchmarks.bench_member_overhead", "--bare", str(spec),
                      "--cache", str(root / "cache")],

@@ -27,10 +27,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from benchmarks.bench_member_overhead import write_spec
+from benchmarks.bench_member_overhead import ROOT, print_medians, sweep_env, write_spec
 from benchmarks.machine_cpu import machine_cpu_seconds, run_measured
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @contextlib.contextmanager
@@ -67,8 +65,7 @@ def main(members: int = 3, epochs: int = 4, rounds: int = 3, idle_s: float = 30.
         root = Path(tmp)
         spec = write_spec(root / "spec.yaml", members, epochs, train_size)
         sweep = [str(ksweep), "sweep", "run", str(spec), "--num-cpus", "2"]
-        base = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-                "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}", "OMP_NUM_THREADS": "1"}
+        base = sweep_env(root)
         base.pop("RAY_ADDRESS", None)
         run_measured(sweep, base | {"KSWEEP_SWEEP_ROOT": str(root / "warm-up")}, ROOT)  # cold caches: not counted
         idle_machine = _idle_cpu_per_s(idle_s)
@@ -83,13 +80,9 @@ def main(members: int = 3, epochs: int = 4, rounds: int = 3, idle_s: float = 30.
             samples["own"].append(run_measured(sweep, base | {"KSWEEP_SWEEP_ROOT": str(root / f"own-{index}-b")}, ROOT))
             loads.append(os.getloadavg()[0])
         idle_head = statistics.median(idle_heads)
-    medians = {name: (statistics.median(w for w, _ in values), statistics.median(c for _, c in values))
-               for name, values in samples.items()}
     print(f"\n== a cohort of {members}, {epochs} epochs, {train_size} train examples on its own local Ray "
           f"or on one shared head; A B B A x {rounds}; 1-min load {', '.join(f'{x:.1f}' for x in loads)}")
-    for name, values in samples.items():
-        runs = ", ".join(f"{w:.1f}/{c:.1f}" for w, c in values)
-        print(f"  {name:<7s} wall {medians[name][0]:6.2f} s  CPU {medians[name][1]:6.2f} s  (runs wall/CPU: {runs})")
+    medians = print_medians(samples)
     saved_wall = medians["own"][0] - medians["shared"][0]
     saved_cpu = medians["own"][1] - medians["shared"][1]
     head_cost = max(idle_head - idle_machine, 0.0)

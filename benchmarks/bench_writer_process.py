@@ -16,17 +16,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.bench_member_overhead import write_spec
+from benchmarks.bench_member_overhead import ROOT, print_medians, sweep_env, write_spec
 from benchmarks.machine_cpu import run_measured
 from workers.tracking.writer_process import DEFAULT_MIN_RUNS, MIN_RUNS_ENV
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def measure(members: int, epochs: int, rounds: int, train_size: int) -> dict[str, tuple[float, float]]:
@@ -38,22 +35,16 @@ def measure(members: int, epochs: int, rounds: int, train_size: int) -> dict[str
     with tempfile.TemporaryDirectory(prefix="bench-writer-") as tmp:
         root = Path(tmp)
         spec = write_spec(root / "spec.yaml", members, epochs, train_size)
-        base = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-                "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}", "OMP_NUM_THREADS": "1"}
+        base = sweep_env(root)
         for index in range(rounds):
             for name in ("child", "in-process", "in-process", "child"):
                 run_root = root / f"sweeps-{index}-{name}-{len(samples[name])}"
                 env = base | {MIN_RUNS_ENV: threshold[name], "KSWEEP_SWEEP_ROOT": str(run_root)}
                 samples[name].append(run_measured([str(ksweep), "sweep", "run", str(spec), "--num-cpus", "2"], env, ROOT))
                 loads.append(os.getloadavg()[0])
-    medians = {name: (statistics.median(w for w, _ in values), statistics.median(c for _, c in values))
-               for name, values in samples.items()}
     print(f"\n== a cohort of {members}, {epochs} epochs, {train_size} train examples; whole "
           f"processes, A B B A x {rounds}; 1-min load {', '.join(f'{x:.1f}' for x in loads)}")
-    for name, values in samples.items():
-        runs = ", ".join(f"{w:.1f}/{c:.1f}" for w, c in values)
-        print(f"  {name:<10s} wall {medians[name][0]:6.2f} s  CPU {medians[name][1]:6.2f} s  "
-              f"(runs wall/CPU: {runs})")
+    medians = print_medians(samples)
     wall = medians["child"][0] - medians["in-process"][0]
     cpu = medians["child"][1] - medians["in-process"][1]
     print(f"  child - in-process: {wall:+.2f} s wall, {cpu:+.2f} CPU-s")

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import psutil
 
-from benchmarks.bench_member_overhead import ROOT, write_spec
+from benchmarks.bench_member_overhead import ROOT, sweep_env, write_spec
 
 # The program (a binary, or Python's script or module) -> the name a process gets in the
 # timeline. Only the program is matched: the raylet's arguments name the worker script too.
@@ -131,9 +131,7 @@ def run_timeline(members: int, epochs: int, train_size: int, spec_path: Path | N
         spec = spec_path.resolve() if spec_path else write_spec(root / "spec.yaml", members, epochs, train_size)
         trials = build_plan(load_sweep_spec(spec)).trial_count
         uri = f"sqlite:///{root / 'mlflow.db'}"
-        env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "KSWEEP_SWEEP_ROOT": str(root / "sweeps"),
-               "OMP_NUM_THREADS": "1",
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        env = sweep_env(root)
         if not fresh_store:
             MlflowClient(uri).search_experiments()
         seen: dict[int, tuple[float, str]] = {}
