@@ -1,5 +1,8 @@
 # kappa-sweep: `make demo` and `make test` do all the set-up on a fresh clone.
-PYTHON ?= python3
+# Debian's python3.11 where there is one (with its venv module): Debian builds it with profile-
+# guided and link-time optimisation, pyenv's default build without, and the suite spends about
+# a sixth more CPU under the latter (docs/performance.md, "The interpreter"). PYTHON=... overrides.
+PYTHON ?= $(shell /usr/bin/python3.11 -c 'import ensurepip, venv' 2>/dev/null && echo /usr/bin/python3.11 || echo python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
