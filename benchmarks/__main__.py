@@ -10,6 +10,7 @@ from benchmarks import (
     bench_dataset_training,
     bench_datasets,
     bench_headline,
+    bench_interpreter,
     bench_member_overhead,
     bench_objectives,
     bench_plots,
@@ -41,6 +42,7 @@ def main() -> None:
     sweep_timeline.main()  # where that fixed cost goes
     bench_writer_process.main()  # a cohort's writer process against its trial process
     bench_shared_ray.main()  # a sweep's own local Ray against one it connects to
+    bench_interpreter.main()  # the same sweep under each CPython 3.11 build here
     bench_checkpoints.main([])
     bench_service.main()
     # locust monkey-patches the standard library with gevent: its benchmark runs in a child.

@@ -213,3 +213,20 @@ def test_the_sweep_timelines_cpu_is_summed_by_process_name_largest_first():
     assert list(cpu_by_name(samples).items()) == [
         ("Ray worker (the trial actor)", 2.75), (DRIVER, 2.0), ("Ray GCS", 0.25)]
     assert cpu_by_name({}) == {}
+
+
+def test_the_interpreter_benchmark_runs_this_venvs_packages_under_a_base_interpreter(tmp_path):
+    from benchmarks.bench_interpreter import default_interpreters, venv_over_this_one
+
+    base = Path(sys._base_executable).resolve()
+    found = default_interpreters()
+    assert base in found and len(set(found)) == len(found)  # each build once, this one among them
+    python = venv_over_this_one(base, tmp_path / "venv")
+    done = subprocess.run([str(python), "-c", "import sys, yaml; print(sys.prefix); print(yaml.__file__)"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    prefix, yaml_file = done.stdout.split()
+    assert Path(prefix) == tmp_path / "venv"  # its own venv, without pip ...
+    assert not list((tmp_path / "venv").rglob("pip"))
+    import yaml  # ... and this venv's packages, the very files
+    assert Path(yaml_file) == Path(yaml.__file__)
