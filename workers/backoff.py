@@ -43,7 +43,7 @@ def retry_call(call: Callable[[], T], what: str, *, budget_s: float,
     """
     for attempt in Retrying(
         stop=stop_after_delay(budget_s),
-        wait=wait_exponential_jitter(initial=initial_s, max=max_wait_s, jitter=initial_s),
+        wait=wait_exponential_jitter(multiplier=initial_s, max=max_wait_s, jitter=initial_s),
         retry=retry_if_exception(retry_if), before_sleep=_before_sleep(log, what), reraise=True,
     ):
         with attempt:
