@@ -12,9 +12,12 @@ def serve_command(
     port: int = typer.Option(None, help="Port (default KSWEEP_PORT, 8000)."),
 ) -> None:
     """Run the REST service (uvicorn) with the supervisor that launches sweep drivers."""
-    import uvicorn
+    from workers.imports import heavy_imports
 
-    from service.api.app import create_app
+    with heavy_imports():  # uvicorn, FastAPI, SQLAlchemy: 0.93 -> 0.68 CPU-s of import here
+        import uvicorn
+
+        from service.api.app import create_app
 
     settings = get_settings()
     app = create_app(settings)
