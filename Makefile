@@ -37,7 +37,7 @@ docs: $(STAMP)
 # one after another on one of them (docs/development.md). TEST_WORKERS=0 runs it in-process.
 # Lint runs beside the suite: mypy alone would leave the second core idle. The suite builds the
 # docs site with --strict itself (tests/test_docs.py), so `make docs` is not run twice.
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 3
 test: $(STAMP)
 	$(MAKE) --no-print-directory -j2 -Oline lint suite
 
