@@ -83,7 +83,8 @@ def main(interpreters: list[Path] | None = None, rounds: int = 2, members: int =
                 [python, "-m", "ksweep.cli", "sweep", "run", str(spec), "--num-cpus", "2"], env, ROOT))
 
         one("A", "warm-up")  # cold caches: not counted
-        samples = {key: [] for key in samples}
+        for values in samples.values():
+            values.clear()
         for index in range(rounds):
             for name in ("A", "B", "B", "A"):
                 one(name, f"{index}-{len(samples[f'{name} sweep'])}")

@@ -35,8 +35,8 @@ def pytest_configure(config) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_collection(session):
-    # Collection imports every test module, so torch, Ray, MLflow...: with the collector off and
-    # the result frozen, a worker collects in about half the CPU (12.0 -> 6.4 CPU-s here).
+    # Collection imports every test module, so torch, Ray, MLflow...: the collector's passes over
+    # that heap are most of a worker's collection CPU (docs/development.md).
     with heavy_imports():
         return (yield)
 

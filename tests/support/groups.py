@@ -26,8 +26,7 @@ client_service = pytest.mark.xdist_group(CLIENT_SERVICE)
 DATASETS_SERVICE = "datasets_service"
 datasets_service = pytest.mark.xdist_group(DATASETS_SERVICE)
 
-# The compiled cohort step's tests: torch.compile's first graph in a process pays about 2 CPU-s
-# of one-time set-up (the continuous case: 10.6-10.8 CPU-s first, 8.2-8.6 after another case);
-# on one worker that is paid once, not once per worker.
+# The compiled cohort step's tests: torch.compile's first graph in a process pays a one-time
+# set-up (about 2 CPU-s); on one worker that is paid once, not once per worker.
 COMPILE = "compile"
 compile_tests = pytest.mark.xdist_group(COMPILE)
