@@ -63,7 +63,7 @@ def main(args: list[str]) -> int:
     env = dict(os.environ)
     if settings.get("cert"):  # uv reads the CA bundle from SSL_CERT_FILE
         env.setdefault("SSL_CERT_FILE", settings["cert"])
-    command = [uv, "pip", "install", "--python", sys.executable, "--compile-bytecode",
+    command = [uv, "pip", "install", "--python", sys.executable,
                *uv_options(settings), *args]
     return subprocess.run(command, env=env).returncode
 
