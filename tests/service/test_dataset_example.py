@@ -16,6 +16,7 @@ from mlflow.tracking import MlflowClient
 
 from tests.service.conftest import ROOT
 from tests.service.test_data_cli import ksweep
+from tests.support.mlflow_store import sqlite_store_uri
 from workers.contract import RUN_KIND_TAG, RUN_KIND_TRIAL
 
 EXAMPLE = ROOT / "examples" / "dataset"
@@ -35,7 +36,7 @@ def test_example_registers_sweeps_in_a_cohort_and_reports(make_service, tmp_path
     spec["resources"]["cohort_size"] = 2  # the two seeds of a stack train as one cohort
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db",
+    env = {**os.environ, "MLFLOW_TRACKING_URI": sqlite_store_uri(tmp_path),
            "KSWEEP_SWEEP_ROOT": service.env["KSWEEP_SWEEP_ROOT"], "RAY_ADDRESS": "",
            "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
     done = subprocess.run(

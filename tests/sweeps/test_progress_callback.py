@@ -8,6 +8,7 @@ from mlflow.tracking import MlflowClient
 from sweeps.tune.cohort_trainable import COHORT_MEMBERS_KEY
 from sweeps.tune.progress_callback import ProgressCallback
 from sweeps.tune.search_space import MEMBERS
+from tests.support.mlflow_store import sqlite_store_uri
 from workers.contract import STOPPED_EARLY_TAG
 
 EPOCHS = 2
@@ -18,7 +19,7 @@ def _runs(client: MlflowClient, experiment_id: str, count: int) -> list[str]:
 
 
 def test_a_cohorts_runs_still_running_are_closed_and_the_closed_ones_left_alone(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = sqlite_store_uri(tmp_path)
     client = MlflowClient(tracking_uri=uri)
     experiment_id = client.create_experiment("close")
     # 230 members: three of the 100-run queries, the last one partial.
@@ -47,7 +48,7 @@ def test_a_cohorts_runs_still_running_are_closed_and_the_closed_ones_left_alone(
 
 
 def test_a_lone_trials_run_is_closed_with_the_status_given_and_a_missing_run_is_skipped(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = sqlite_store_uri(tmp_path)
     client = MlflowClient(tracking_uri=uri)
     (run_id,) = _runs(client, client.create_experiment("close"), 1)
     callback = ProgressCallback("sweep", EPOCHS, "val/loss", "min", uri)

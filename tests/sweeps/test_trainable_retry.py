@@ -12,6 +12,7 @@ from mlflow.tracking import MlflowClient
 
 import sweeps.tune.trainable as trainable
 import workers.trial
+from tests.support.mlflow_store import sqlite_store_uri
 from workers.contract import SWEEP_ID_TAG, TRIAL_ID_TAG
 from workers.tracking.runs import ensure_experiment
 
@@ -40,7 +41,7 @@ class OutageClient:
 
 
 def test_leftover_run_is_deleted_through_an_outage(tmp_path, monkeypatch):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = sqlite_store_uri(tmp_path)
     real = MlflowClient(tracking_uri=uri)
     experiment_id = ensure_experiment(real, "retry-trainable")
     leftover = real.create_run(experiment_id, tags={SWEEP_ID_TAG: "s1", TRIAL_ID_TAG: "t1"})

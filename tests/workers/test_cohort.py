@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from objectives import LossStackSpec
+from tests.support.mlflow_store import sqlite_store_uri
 from workers.cohort.chunked import run_cohort
 from workers.cohort.grouping import cohort_key, group_cohorts
 from workers.cohort.trainer import Cohort, check_cohort
@@ -253,7 +254,7 @@ def test_each_member_is_its_own_mlflow_run(tmp_path):
     from workers.contract import FAILURE_TAG
     from workers.tracking.reads import metric_history
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = sqlite_store_uri(tmp_path)
     configs = members(base_config("discrete", epochs=2))[:3]
     configs[2] = configs[2].model_copy(update={
         "name": "nan-member",

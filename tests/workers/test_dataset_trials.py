@@ -17,6 +17,7 @@ from mlflow.tracking import MlflowClient
 from pydantic import ValidationError
 
 from tests.support.datasets import register, strategy_table
+from tests.support.mlflow_store import sqlite_store_uri
 from workers.data.config import BOS_ID, CONTENT_START, PAD_ID, DatasetDataConfig
 from workers.datasets.resolve import DatasetResolutionError, resolve_dataset
 from workers.datasets.source import build_task, load_task
@@ -179,7 +180,7 @@ def test_ksweep_train_on_a_dataset_records_it_as_an_mlflow_input(tmp_path):
               "training": {"epochs": 1}, "readouts": {"gradient_batch": 8}}
     path = tmp_path / "trial.yaml"
     path.write_text(yaml.safe_dump(config))
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db",
+    env = {**os.environ, "MLFLOW_TRACKING_URI": sqlite_store_uri(tmp_path),
            "KSWEEP_SWEEP_ROOT": str(tmp_path / "root"), "KSWEEP_DATA_ROOT": str(tmp_path / "data"),
            "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-m", "ksweep.cli", "train", str(path)], env=env,

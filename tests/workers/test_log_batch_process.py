@@ -16,6 +16,7 @@ from mlflow.entities import Metric
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from tests.support.mlflow_store import sqlite_store_uri
 from workers.tracking import writer
 from workers.tracking.retry import transient
 from workers.tracking.runs import NewRun, RunLogger, ensure_experiment
@@ -24,7 +25,7 @@ from workers.tracking.writer import WriterProcess
 
 @pytest.fixture
 def client(tmp_path) -> MlflowClient:
-    return MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    return MlflowClient(tracking_uri=sqlite_store_uri(tmp_path))
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ import torch
 from mlflow.tracking import MlflowClient
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
 
+from tests.support.mlflow_store import sqlite_store_uri
 from workers.contract import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, default_tracking_uri
 from workers.plots import (
     plot_kappa_histogram,
@@ -33,9 +34,8 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     root = tmp_path_factory.mktemp("mlflow")
-    uri = f"sqlite:///{root / 'mlflow.db'}"
+    uri = sqlite_store_uri(root)
     client = MlflowClient(tracking_uri=uri)
-    client.search_experiments()  # runs the migrations once, up front
     return {"uri": uri, "client": client, "artifacts": (root / "artifacts").as_uri()}
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from mlflow.tracking import MlflowClient
 from test_protocol import _config
 
+from tests.support.mlflow_store import sqlite_store_uri
 from workers.train import Trainer
 from workers.trial import TrialRunner
 
@@ -16,7 +17,7 @@ def _steps(client: MlflowClient, run_id: str, key: str) -> list[int]:
 
 
 def test_epochs_lost_with_a_killed_worker_are_logged_from_the_checkpoint(tmp_path):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = sqlite_store_uri(tmp_path)
     config = _config(epochs=3, min_epochs=3)
     first = Trainer.create(config, cache_root=tmp_path / "cache")
     run = TrialRunner.start(first, uri, "backfill", "t1")
