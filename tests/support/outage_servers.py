@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 
+from tests.support.mlflow_store import sqlite_store_uri
 from tests.support.serve_process import free_port
 
 HOST = "127.0.0.1"
@@ -86,7 +87,7 @@ class MlflowServer(_Server):
 
     def start(self, timeout_s: float = 120.0) -> None:
         argv = [str(Path(sys.executable).parent / "mlflow"), "server",
-                "--backend-store-uri", f"sqlite:///{self.workdir}/mlflow.db",
+                "--backend-store-uri", sqlite_store_uri(self.workdir),
                 "--artifacts-destination", str(self.workdir / "mlartifacts"), "--serve-artifacts",
                 "--host", HOST, "--port", str(self.port), "--workers", "1"]
         env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
