@@ -65,6 +65,16 @@ def _name(command: list[str]) -> str | None:
     return next((name for fragment, name in _PROCESS_NAMES if fragment in program), None)
 
 
+def _exec_name(process: psutil.Process) -> str | None:
+    """:func:`_name` of a process, or None while it is a fork that has not yet exec'd its program:
+    such a child still shows its parent's command line (a raylet's, for a worker it starts)."""
+    command = process.cmdline()
+    parent = process.parent()
+    if parent is not None and parent.cmdline() == command:
+        return None
+    return _name(command)
+
+
 DRIVER = "the driver (ksweep sweep run)"
 OTHER = "other processes of the sweep"
 
@@ -85,7 +95,7 @@ def _sample(driver: subprocess.Popen, seen: dict[int, tuple[float, str]],
             try:
                 name = DRIVER if process.pid == driver.pid else seen.get(process.pid, (0.0, None))[1]
                 if name is None:  # looked at again each time: a forked child execs a moment later
-                    name = _name(process.cmdline())
+                    name = _exec_name(process)
                     if name is not None:
                         seen[process.pid] = (process.create_time(), name)
                 times = process.cpu_times()

@@ -181,6 +181,41 @@ def test_the_sweep_timeline_names_each_process_by_its_program_not_its_arguments(
     assert _name(["/bin/sh", "-c", "true"]) is None
 
 
+def test_the_sweep_timeline_names_a_fork_only_once_it_has_execd():
+    """A child between its fork and its exec still shows its parent's command line: named then,
+    a Ray worker the raylet forks would be counted as a second raylet (it once was)."""
+    import psutil
+
+    from benchmarks.sweep_timeline import _exec_name, _name
+
+    # A stand-in raylet (its command line names one) that forks a child, which waits for a byte
+    # on stdin and then execs a program the timeline names.
+    raylet = ("import os, sys  # raylet\n"
+              "child = os.fork()\n"
+              "if child == 0:\n"
+              "    sys.stdin.read(1)\n"
+              "    os.execv('/bin/sleep', [sys.argv[1], '30'])\n"
+              "print(child, flush=True)\n"
+              "os.waitpid(child, 0)\n")
+    parent = subprocess.Popen([sys.executable, "-c", raylet, "gcs_server"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        child = psutil.Process(int(parent.stdout.readline()))
+        assert _name(child.cmdline()) == "Ray raylet"  # the trap: its parent's command line
+        assert _exec_name(child) is None
+        parent.stdin.write("x")
+        parent.stdin.flush()
+        deadline = time.monotonic() + 30
+        while child.cmdline()[:1] != ["gcs_server"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _exec_name(child) == "Ray GCS"  # its own program, once exec'd
+    finally:
+        for process in psutil.Process(parent.pid).children(recursive=True):
+            process.kill()
+        parent.kill()
+        parent.wait()
+
+
 @pytest.mark.slow
 def test_the_sweep_timeline_runs_a_given_spec_and_its_phases_add_up(tmp_path):
     """Phases are differences of one clock's events, so they sum to the whole sweep; a spec of
