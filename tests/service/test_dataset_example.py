@@ -53,7 +53,7 @@ def test_example_registers_sweeps_in_a_cohort_and_reports(make_service, tmp_path
         assert len(nmi["values"]) == 2 and all(0 <= v <= 1 for v in nmi["values"])
         assert 0 < cells[(stack, "all", "loss", "test")]["mean"] < 50
         assert (stack, "long", "latent_nmi", "test") in cells  # per-group read-outs
-    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
     runs = client.search_runs([client.get_experiment_by_name("dataset-stories").experiment_id],
                               filter_string=f"tags.`{RUN_KIND_TAG}` = '{RUN_KIND_TRIAL}'")
     assert len(runs) == 4 and all(r.data.tags.get("ksweep.cohort") for r in runs)

@@ -186,7 +186,7 @@ def test_ksweep_train_on_a_dataset_records_it_as_an_mlflow_input(tmp_path):
     done = subprocess.run([sys.executable, "-m", "ksweep.cli", "train", str(path)], env=env,
                           cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
-    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
     run = client.search_runs([client.get_experiment_by_name("ksweep-trials").experiment_id])[0]
     assert run.data.params["dataset_sha256"] == record.sha256
     (entry,) = run.inputs.dataset_inputs
