@@ -41,7 +41,9 @@ def _wait(client: Client, sweep_id: str, until, timeout_s: float = 900.0, what: 
         sweep = client.get(sweep_id)
         if until(sweep):
             return sweep
-        assert sweep.state not in ("failed", "cancelled"), sweep
+        # An ended sweep cannot meet a condition it has not met: fail now, not at the timeout.
+        assert sweep.state not in ("succeeded", "failed", "cancelled"), (
+            f"the sweep ended before {what}: {sweep}")
         time.sleep(0.3)
     raise AssertionError(f"timed out waiting for {what}: {client.get(sweep_id)}")
 

@@ -29,7 +29,9 @@ def _wait(client, sweep_id: str, until, timeout_s: float = 400.0, what: str = ""
         sweep = client.get(f"/sweeps/{sweep_id}").json()
         if until(sweep):
             return sweep
-        assert sweep["state"] not in ("failed", "cancelled") or what == "end", sweep
+        # An ended sweep cannot meet a condition it has not met: fail now, not at the timeout.
+        assert sweep["state"] not in ("succeeded", "failed", "cancelled"), (
+            f"the sweep ended before {what or until}: {sweep}")
         time.sleep(0.5)
     raise AssertionError(f"timed out waiting for {what or until}: {sweep}")
 
