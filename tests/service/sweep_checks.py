@@ -26,6 +26,22 @@ def wait_until(predicate, timeout_s: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def wait_for_sweep(fetch, until, what: str, timeout_s: float, state_of=lambda s: s["state"],
+                   every_s: float = 0.5):
+    """``fetch()``'s first sweep for which ``until(sweep)`` holds, asked every ``every_s``. An
+    ended sweep cannot meet a condition it has not met: it fails at once, not at the timeout."""
+    deadline = time.monotonic() + timeout_s
+    sweep = None
+    while time.monotonic() < deadline:
+        sweep = fetch()
+        if until(sweep):
+            return sweep
+        assert state_of(sweep) not in ("succeeded", "failed", "cancelled"), (
+            f"the sweep ended before {what}: {sweep}")
+        time.sleep(every_s)
+    raise AssertionError(f"timed out waiting for {what}: {sweep}")
+
+
 def poll(client: httpx.Client, path: str, until, timeout_s: float, what: str) -> dict:
     """GET ``path`` until ``until(body)``; answers other than 200 (a store that is down) and
     refused connections are waited through."""

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 
 # The kill window: the second cohort is cancelled after its first epoch, before its last. An
 # epoch takes about 0.3 s here and the progress the test polls can be 1.5 s old or more, so the second
-# cohort trains for about 9 s (5 epochs left a window of about 1.2 s, which a run once missed).
+# cohort trains for about 8 s (5 epochs left a window of about 1.2 s, which a run once missed).
 EPOCHS = 30
 
 

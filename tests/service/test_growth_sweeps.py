@@ -16,6 +16,7 @@ from collections import Counter
 import pytest
 from conftest import ROOT, TOKENS, spec_dict
 from mlflow.tracking import MlflowClient
+from sweep_checks import wait_for_sweep
 
 from ksweep import Client
 from tests.support.mlflow_store import sqlite_store_uri
@@ -38,16 +39,8 @@ def _spec(name: str, **changes) -> dict:
 
 
 def _wait(client: Client, sweep_id: str, until, timeout_s: float = 900.0, what: str = ""):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        sweep = client.get(sweep_id)
-        if until(sweep):
-            return sweep
-        # An ended sweep cannot meet a condition it has not met: fail now, not at the timeout.
-        assert sweep.state not in ("succeeded", "failed", "cancelled"), (
-            f"the sweep ended before {what}: {sweep}")
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}: {client.get(sweep_id)}")
+    return wait_for_sweep(lambda: client.get(sweep_id), until, what, timeout_s,
+                          state_of=lambda s: s.state, every_s=0.3)
 
 
 def _ended(client: Client, sweep_id: str, what: str):

@@ -11,6 +11,7 @@ import psutil
 import pytest
 from conftest import auth, tiny_spec
 from mlflow.tracking import MlflowClient
+from sweep_checks import wait_for_sweep
 
 from service.orchestrator.launchers import LocalLauncher, _group_exists
 from service.orchestrator.supervisor import Supervisor
@@ -23,17 +24,8 @@ pytestmark = pytest.mark.slow
 
 
 def _wait(client, sweep_id: str, until, timeout_s: float = 400.0, what: str = "") -> dict:
-    deadline = time.monotonic() + timeout_s
-    sweep: dict = {}
-    while time.monotonic() < deadline:
-        sweep = client.get(f"/sweeps/{sweep_id}").json()
-        if until(sweep):
-            return sweep
-        # An ended sweep cannot meet a condition it has not met: fail now, not at the timeout.
-        assert sweep["state"] not in ("succeeded", "failed", "cancelled"), (
-            f"the sweep ended before {what or until}: {sweep}")
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what or until}: {sweep}")
+    return wait_for_sweep(lambda: client.get(f"/sweeps/{sweep_id}").json(), until,
+                          what or str(until), timeout_s)
 
 
 def _driver_pid(sweep: dict) -> int:
