@@ -28,6 +28,7 @@ from sweeps.report.text import (
     latent_note,
     latent_rows,
     latent_title,
+    power_lines,
 )
 
 __all__ = ["render_report", "report_renderables"]
@@ -193,6 +194,9 @@ def report_renderables(report: Mapping[str, Any], width: int) -> list[Renderable
         out.append(table)
         if notes or under:
             out.append(_lines([*notes, *under], bullet=" "))
+    power = power_lines(report)
+    if power:
+        out += [Text("Power by design (the primary family)", style="bold"), _lines(power)]
     ties = _ties(report["best"], lambda label: short.get(label, label))
     if ties:
         out.append(_lines(ties))

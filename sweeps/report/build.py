@@ -33,6 +33,7 @@ from sweeps.report.growth import (
 )
 from sweeps.report.latent_use import USE_READOUTS, latent_limitations, latent_use
 from sweeps.report.plots import write_report_plots
+from sweeps.report.power import power_section
 from sweeps.report.readout_table import (
     ALL_KINDS,
     UNFINISHED,
@@ -234,6 +235,11 @@ def _limitations(rows, cells, contrasts, excluded, source, split, seeds, epochs)
     return words
 
 
+def extendable(spec: SweepSpec) -> bool:
+    """Whether ``ksweep extend`` can add seeds (:mod:`sweeps.plan.growth` refuses Optuna and ASHA)."""
+    return spec.search.kind != "optuna" and spec.scheduler.kind != "asha"
+
+
 def data_section(spec: SweepSpec) -> dict[str, Any]:
     """What the sweep trained on, and which read-outs its data cannot give and why."""
     from workers.data.config import DatasetDataConfig
@@ -313,6 +319,8 @@ def build_report(spec: SweepSpec, sweep_id: str, outcomes: Iterable[TrialOutcome
         + latent_limitations(cells, use) + context_free_prior(spec)
         + growth_limitations(contrasts, extensions),
         "latent_use": use,
+        "power": power_section(contrasts, spec.analysis.resolved_min_effect(),
+                               {sweep_id: spec.seed_list()}, extendable(spec)),
         "data": data_section(spec),
         "extensions": report_extensions(extensions),
         "reused": [{"trial_id": o.trial_id, "sweep_id": o.reused_from, "mlflow_run_id": o.run_id,

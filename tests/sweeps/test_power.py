@@ -1,0 +1,181 @@
+"""Power by design (sweeps.report.power): the noncentral t power against known values and
+against a simulation of paired seeds, the detectable effect, the seeds needed, the section."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+from scipy.special import stdtr
+
+from sweeps.report.power import (
+    MAX_SEEDS,
+    detectable_effect,
+    extend_command,
+    holm_level,
+    paired_power,
+    power_entry,
+    power_section,
+    seeds_needed,
+    unused_seeds,
+)
+
+
+def _simulated_power(effect: float, sd: float, n: int, level: float, reps: int,
+                     seed: int = 0) -> float:
+    """Rejections of the two-sided paired t test over ``reps`` simulated studies of ``n``
+    paired seeds: each seed's two sides share a seed effect (cancelled by pairing), their
+    difference is ``effect`` plus noise of SD ``sd``."""
+    rng = np.random.default_rng(seed)
+    shared = rng.normal(0.3, 0.5, size=(reps, n))  # the seed's own level, common to both sides
+    baseline = shared + rng.normal(0, sd / math.sqrt(2), size=(reps, n))
+    treated = shared + effect + rng.normal(0, sd / math.sqrt(2), size=(reps, n))
+    diffs = treated - baseline
+    t = diffs.mean(axis=1) / (diffs.std(axis=1, ddof=1) / math.sqrt(n))
+    p = 2 * stdtr(n - 1, -np.abs(t))
+    return float((p < level).mean())
+
+
+def test_power_matches_a_known_value():
+    # pwr.t.test(n = 10, d = 1, sig.level = 0.05, type = "one.sample"): power 0.8031.
+    assert paired_power(1.0, 1.0, 10, 0.05) == pytest.approx(0.8031, abs=2e-4)
+    # At effect 0 the test rejects at its level: the power is the size.
+    assert paired_power(0.0, 0.04, 5, 0.0125) == pytest.approx(0.0125, rel=1e-6)
+
+
+@pytest.mark.parametrize(("effect", "sd", "n", "level"), [
+    (0.05, 0.04, 5, 0.0125),   # the WordNet case: four primary contrasts, five seeds
+    (0.03, 0.04, 20, 0.0125),
+    (0.03, 0.04, 12, 0.05),
+])
+def test_power_agrees_with_a_simulation_of_paired_seeds(effect, sd, n, level):
+    start = time.perf_counter()
+    simulated = _simulated_power(effect, sd, n, level, reps=40_000)
+    assert time.perf_counter() - start < 2.0
+    # 40 000 studies: the simulation's SE is at most 0.0025.
+    assert simulated == pytest.approx(paired_power(effect, sd, n, level), abs=0.015)
+
+
+def test_the_normal_approximation_would_overstate_power_at_five_seeds():
+    from scipy.special import ndtr, ndtri
+
+    level, n, sd, effect = 0.0125, 5, 0.04, 0.08
+    z = ndtri(1 - level / 2)
+    normal = float(ndtr(effect / sd * math.sqrt(n) - z))
+    assert normal - paired_power(effect, sd, n, level) > 0.2
+
+
+def test_detectable_effect_has_the_declared_power_and_shrinks_with_seeds():
+    sd, level = 0.04, 0.0125
+    d5 = detectable_effect(sd, 5, level)
+    assert paired_power(d5, sd, 5, level) == pytest.approx(0.8, abs=1e-6)
+    assert paired_power(d5 * 0.99, sd, 5, level) < 0.8
+    d20 = detectable_effect(sd, 20, level)
+    assert d20 < d5
+    # Many seeds: the normal formula (z_{1-a/2} + z_{0.8}) sd / sqrt(n) holds.
+    from scipy.special import ndtri
+
+    n = 4000
+    normal = (ndtri(1 - level / 2) + ndtri(0.8)) * sd / math.sqrt(n)
+    assert detectable_effect(sd, n, level) == pytest.approx(normal, rel=2e-3)
+    assert detectable_effect(0.0, 5, level) == 0.0
+
+
+def test_seeds_needed_is_the_first_n_with_enough_power():
+    sd, level, effect = 0.04, 0.0125, 0.03
+    n = seeds_needed(effect, sd, level)
+    assert n is not None
+    assert paired_power(effect, sd, n, level) >= 0.8 > paired_power(effect, sd, n - 1, level)
+    # A large effect needs no more than the report's minimum of 3 pairs.
+    assert seeds_needed(1.0, 0.01, 0.05) == 3
+    assert seeds_needed(1e-6, 1.0, 0.05) is None  # beyond MAX_SEEDS
+    with pytest.raises(ValueError, match="effect must be > 0"):
+        seeds_needed(0.0, 0.04, 0.05)
+    with pytest.raises(ValueError, match="at least 2 pairs"):
+        paired_power(0.1, 0.04, 1, 0.05)
+
+
+def test_holm_level_and_the_extend_command():
+    assert holm_level(4) == pytest.approx(0.0125)
+    assert holm_level(0) == pytest.approx(0.05)
+    assert unused_seeds([0, 1, 3], 3) == [2, 4, 5]
+    assert extend_command("abc123", range(5), 3) == "ksweep extend abc123 --seeds 5,6,7"
+
+
+def _contrast(diffs, family="primary", p=0.2, **keys):
+    return {"contrast": "stack", "loss_stack": "a", "baseline": "b", "alpha": 1.0,
+            "model": "discrete", "beta": 1.0, "free_bits": None, "kind": "all",
+            "metric": "latent_ami", "family": family, "p_value": p, "diffs": diffs, **keys}
+
+
+def test_power_section_per_primary_contrast_and_the_command():
+    noisy = [0.02, -0.05, 0.06, -0.01, 0.04]
+    quiet = [0.01, 0.012, 0.009, 0.011, 0.010]
+    contrasts = [_contrast(noisy), _contrast(quiet, alpha=2.0),
+                 _contrast(noisy, family="exploratory")]
+    section = power_section(contrasts, 0.03, {"s1": [0, 1, 2, 3, 4]})
+    assert section["family_size"] == 2 and section["level"] == pytest.approx(0.025)
+    first, second = section["entries"]
+    assert first["paired_sd"] == pytest.approx(float(np.std(noisy, ddof=1)))
+    assert first["n_pairs"] == 5
+    assert first["detectable"] == pytest.approx(detectable_effect(first["paired_sd"], 5, 0.025))
+    needed = seeds_needed(0.03, first["paired_sd"], 0.025)
+    assert first["seeds_needed"] == needed and first["seeds_to_add"] == needed - 5
+    assert second["seeds_to_add"] == 0
+    assert section["seeds_needed"] == needed
+    added = ",".join(str(s) for s in range(5, needed))
+    assert section["extend"] == [f"ksweep extend s1 --seeds {added}"]
+    # Not extendable (Optuna, ASHA): a new sweep instead; no min_effect: no seeds needed.
+    assert power_section(contrasts, 0.03, {"s1": [0]}, extendable=False)["extend"] == []
+    bare = power_section(contrasts, None, {"s1": [0]})
+    assert bare["entries"][0]["seeds_needed"] is None and bare["extend"] == []
+
+
+def test_power_entry_with_too_few_pairs_says_why():
+    entry = power_entry([0.1], 0.05, 0.03)
+    assert entry["paired_sd"] is None and "2 needed" in entry["note"]
+    assert MAX_SEEDS >= 10_000
+
+
+# ---- the spec's analysis.min_effect and the report's power section ------------------------------
+
+def test_min_effect_is_validated_naming_the_field():
+    from pydantic import ValidationError
+
+    from sweeps import SweepSpec
+
+    base = {"name": "t"}
+    assert SweepSpec.model_validate(base).analysis.resolved_min_effect() is None  # NMI: none
+    ami = SweepSpec.model_validate({**base, "analysis": {"metric": "latent_ami"}})
+    assert ami.analysis.resolved_min_effect() == pytest.approx(0.03)
+    declared = {**base, "analysis": {"metric": "latent_ami", "min_effect": 0.05}}
+    assert SweepSpec.model_validate(declared).analysis.resolved_min_effect() == 0.05
+    for bad in (0, -0.1, math.inf, math.nan):
+        with pytest.raises(ValidationError) as caught:
+            SweepSpec.model_validate({**base, "analysis": {"min_effect": bad}})
+        error = caught.value.errors()[0]
+        assert error["loc"] == ("analysis", "min_effect")
+        assert "analysis.min_effect must be a positive finite" in error["msg"]
+
+
+def test_the_report_prints_power_for_each_primary_contrast():
+    from sweeps.report.build import build_report, report_markdown
+    from tests.sweeps.test_report import caveat_spec, known_outcomes
+
+    spec = caveat_spec(analysis={"min_effect": 0.005})
+    report = build_report(spec, "s1", known_outcomes(spec))
+    power = report["power"]
+    primary = [c for c in report["contrasts"] if c["family"] == "primary"]
+    assert power["family_size"] == len(primary) == 2
+    assert power["level"] == pytest.approx(0.025) and power["min_effect"] == 0.005
+    rtok = next(e for e in power["entries"] if e["loss_stack"] == "raw_token_weighted")
+    # diffs 0.09, 0.10, 0.11: SD 0.01 over 3 pairs.
+    assert rtok["paired_sd"] == pytest.approx(0.01) and rtok["n_pairs"] == 3
+    assert rtok["seeds_needed"] == seeds_needed(0.005, 0.01, 0.025)
+    to_add = rtok["seeds_needed"] - 3
+    assert power["extend"] == [extend_command("s1", [0, 1, 2], to_add)]
+    text = report_markdown(report)
+    assert "## Power by design (the primary family)" in text
+    assert "paired SD 0.010" in text and power["extend"][0] in text
