@@ -34,9 +34,9 @@ from scipy.special import nctdtr, stdtrit
 from sweeps.report.statistics import MIN_PAIRS_FOR_CLAIM
 from sweeps.spec.sections import POWER_TARGET
 
-__all__ = ["MAX_SEEDS", "POWER", "SIGNIFICANCE", "detectable_effect", "extend_command",
-           "holm_level", "LEVEL_WORDS", "paired_power", "power_entry", "power_section",
-           "seeds_needed", "unused_seeds"]
+__all__ = ["LEVEL_WORDS", "MAX_SEEDS", "POWER", "SIGNIFICANCE", "detectable_effect",
+           "extend_command", "holm_level", "paired_power", "power_entry", "power_figures",
+           "power_section", "seeds_needed", "unused_seeds"]
 
 POWER = POWER_TARGET
 SIGNIFICANCE = 0.05  # the family's level (as sweeps.report.contrasts.SIGNIFICANCE)
@@ -112,17 +112,15 @@ def seeds_needed(effect: float, sd: float, level: float, power: float = POWER) -
     return high
 
 
-def power_entry(diffs: Sequence[float], level: float, min_effect: float | None,
-                power: float = POWER) -> dict[str, Any]:
-    """The power figures of one contrast from its per-seed differences."""
-    n = len(diffs)
-    sd = pystats.stdev(diffs) if n >= 2 else None
+def power_figures(sd: float | None, n: int, level: float, min_effect: float | None,
+                  power: float = POWER) -> dict[str, Any]:
+    """The power figures of a contrast with ``n`` pairs whose differences have SD ``sd``."""
     entry: dict[str, Any] = {"n_pairs": n, "paired_sd": sd, "level": level, "power": power,
                              "detectable": None, "min_effect": min_effect,
                              "power_at_min_effect": None, "seeds_needed": None,
                              "seeds_to_add": None, "note": None}
-    if sd is None:
-        entry["note"] = f"{n} pair(s): no SD of the differences (2 needed)"
+    if sd is None or n < 2:
+        entry["note"] = f"{n} pair(s): no paired t test (2 needed, {MIN_PAIRS_FOR_CLAIM} for a claim)"
         return entry
     entry["detectable"] = detectable_effect(sd, n, level, power)
     if min_effect is not None:
@@ -133,6 +131,13 @@ def power_entry(diffs: Sequence[float], level: float, min_effect: float | None,
         if needed is None:
             entry["note"] = f"more than {MAX_SEEDS} seeds needed"
     return entry
+
+
+def power_entry(diffs: Sequence[float], level: float, min_effect: float | None,
+                power: float = POWER) -> dict[str, Any]:
+    """The power figures of one contrast from its per-seed differences (sample SD)."""
+    sd = pystats.stdev(diffs) if len(diffs) >= 2 else None
+    return power_figures(sd, len(diffs), level, min_effect, power)
 
 
 def unused_seeds(have: Iterable[int], count: int) -> list[int]:

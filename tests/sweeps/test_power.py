@@ -179,3 +179,40 @@ def test_the_report_prints_power_for_each_primary_contrast():
     text = report_markdown(report)
     assert "## Power by design (the primary family)" in text
     assert "paired SD 0.010" in text and power["extend"][0] in text
+
+
+# ---- ksweep validate SPEC --pilot: the same figures before anything runs -----------------------
+
+WORDNET = "docs/science/real_text_wordnet"
+
+
+def test_validate_with_a_pilot_gives_the_seeds_before_anything_runs(monkeypatch):
+    import json
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from ksweep.cli import app
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)
+    runner = CliRunner()
+    result = runner.invoke(app, ["validate", "sweeps/examples/wordnet_nouns.yaml", "--pilot",
+                                 f"{WORDNET}/nouns/report.json", "--json"])
+    assert result.exit_code == 0, result.output
+    power = json.loads(result.output)["power"]
+    # The spec plans the pilot's own four primary contrasts at its five seeds: the report's figures.
+    report = json.loads((root / WORDNET / "nouns" / "report.json").read_text())
+    seeds = sorted({t["seed"] for t in report["trials"]})
+    after = power_section(report["contrasts"], 0.03, {"x": seeds})
+    assert power["family_size"] == 4 and power["seeds"] == 5
+    assert [e["seeds_needed"] for e in power["entries"]] == [
+        e["seeds_needed"] for e in after["entries"]]
+    assert [e["sd_from"] for e in power["entries"]] == ["pilot"] * 4
+    assert power["seeds_needed"] == after["seeds_needed"]
+    shown = runner.invoke(app, ["validate", "sweeps/examples/wordnet_nouns.yaml", "--pilot",
+                                f"{WORDNET}/nouns/report.json"], env={"COLUMNS": "200"})
+    assert f"seeds: {power['seeds_needed']} (the spec has 5)" in shown.output
+    other = runner.invoke(app, ["validate", "sweeps/examples/quickstart.yaml", "--pilot",
+                                f"{WORDNET}/nouns/report.json"], env={"COLUMNS": "200"})
+    assert other.exit_code == 2 and "analysis.metric" in other.output
