@@ -130,7 +130,8 @@ def _tables(report: Mapping[str, Any], width: int, label: Label
     """Each table, the words saying what left it, and the words printed under it."""
     metric, split = report["analysis"]["metric"], report["split"]
     tables = [(*fit_table(f"{split} {metric} by alpha: mean [95% t interval]",
-                          _alpha_columns(report, metric, label), width), [])]
+                          _alpha_columns(report, metric, label), width), [])
+              ] if report["cells"] else []
     if latent_rows(report):
         tables.append((*fit_table(latent_title(report), _latent_columns(report, label), width),
                        [latent_note(report)]))
@@ -178,7 +179,7 @@ def _header(report: Mapping[str, Any]) -> list[RenderableType]:
 
 def report_renderables(report: Mapping[str, Any], width: int) -> list[RenderableType]:
     """Everything :func:`render_report` prints, fitted to ``width`` columns."""
-    labels = sorted({c["loss_stack"] for c in report["cells"]}
+    labels = sorted({c["loss_stack"] for c in (*report["cells"], *report["contrasts"])}
                     | {c.get("baseline") or c["loss_stack"] for c in report["contrasts"]})
     full: dict[str, str] = {label: label for label in labels}
     short = full

@@ -46,8 +46,9 @@ def planned_contrasts(spec: SweepSpec) -> list[dict[str, Any]] | None:
     metric = spec.analysis.metric
     out = []
     grid = [(a, m, b, f) for a in alphas for m in spec.models for b in betas for f in free]
-    if spec.analysis.primary == "caveat":
-        kinds = ("prefix", "private", "prefix-private")
+    if spec.analysis.primary in ("caveat", "caveat_across"):
+        kinds = (("all",) if spec.analysis.primary == "caveat_across"
+                 else ("prefix", "private", "prefix-private"))
         treated, control = spec.analysis.caveat_treated, spec.analysis.caveat_control
         return [{"contrast": "interaction" if kind == "prefix-private" else "caveat",
                  "loss_stack": treated, "baseline": control, "alpha": a, "model": m, "beta": b,

@@ -92,6 +92,8 @@ def alpha_rows(report: Mapping[str, Any], metric: str) -> tuple[list[str], list[
 def _alpha_table(report: Mapping[str, Any], metric: str) -> list[str]:
     split = report["split"]
     kinds, rows = alpha_rows(report, metric)
+    if not rows:  # a report across sweeps (sweeps.report.across): each sweep's own has its cells
+        return []
     lines = [f"## {split} {metric} by alpha (mean [95% t interval], per-seed values)", ""]
     header = ["model", "beta", "loss_stack", "alpha", *kinds, "seeds"]
     lines += ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]

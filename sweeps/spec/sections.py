@@ -294,10 +294,13 @@ class AnalysisSpec(BaseModel):
         description="Pairs (stack, baseline). Unset: every swept stack against uniform (when "
         "uniform is swept).",
     )
-    primary: Literal["stack_contrasts", "caveat"] = Field(
+    primary: Literal["stack_contrasts", "caveat", "caveat_across"] = Field(
         "stack_contrasts",
         description="'stack_contrasts': the contrasts above on `metric`, all examples. 'caveat': "
-        "the caveat contrasts (R~ vs R_tok per kind and their prefix-private interaction).",
+        "the caveat contrasts (R~ vs R_tok per kind and their prefix-private interaction). "
+        "'caveat_across': the caveat interaction across two sweeps on two datasets or label sets "
+        "((R~ - R_tok) on one minus on the other, paired by seed: `ksweep report ID1 ID2`); a "
+        "sweep's own report then tests R~ - R_tok over all examples at each alpha > 0.",
     )
     caveat_treated: str = Field(
         "concentration_corrected", description="The stack label of R~ in the caveat contrasts."

@@ -216,3 +216,77 @@ def test_validate_with_a_pilot_gives_the_seeds_before_anything_runs(monkeypatch)
     other = runner.invoke(app, ["validate", "sweeps/examples/quickstart.yaml", "--pilot",
                                 f"{WORDNET}/nouns/report.json"], env={"COLUMNS": "200"})
     assert other.exit_code == 2 and "analysis.metric" in other.output
+
+
+# ---- the caveat interaction across two sweeps (two datasets or label sets) ----------------------
+
+def _across_outcomes(spec, shift):
+    """known_outcomes with R~'s all-examples value moved by ``shift(seed)`` (val and test):
+    R~ - R_tok over all examples is then ``shift(seed)`` at every alpha > 0."""
+    from tests.sweeps.test_report import known_outcomes
+
+    outcomes = known_outcomes(spec)
+    for outcome in outcomes:
+        if outcome.params["loss_stack"] == "concentration_corrected" and outcome.params["alpha"] > 0:
+            for key in ("selected/val/latent_nmi", "selected/test/latent_nmi"):
+                outcome.final[key] += shift(outcome.params["seed"])
+    return outcomes
+
+
+def test_the_caveat_interaction_across_two_sweeps_is_primary_paired_by_seed():
+    from sweeps.report.build import build_report
+    from sweeps.report.compare import IncompatibleSweeps, compare_report
+    from tests.sweeps.test_report import caveat_spec
+
+    analysis = {"primary": "caveat_across", "min_effect": 0.01, "contrasts": [
+        {"stack": "concentration_corrected", "baseline": "raw_token_weighted", "predicted": "lower"}]}
+    first = caveat_spec(analysis=analysis)
+    second = caveat_spec(template={"data": {"num_strategies": 3}}, analysis={
+        **analysis, "contrasts": [{"stack": "concentration_corrected",
+                                   "baseline": "raw_token_weighted", "predicted": "higher"}]})
+    outcomes = {"a": _across_outcomes(first, lambda s: -0.05 - 0.01 * s),
+                "b": _across_outcomes(second, lambda s: 0.02 * s)}
+    # One side alone: R~ - R_tok over all examples is its primary family.
+    own = build_report(first, "a", outcomes["a"])
+    side = [c for c in own["contrasts"] if c["family"] == "primary"]
+    assert [(c["contrast"], c["kind"], c["alpha"]) for c in side] == [("caveat", "all", 1.0)]
+    assert side[0]["diffs"] == pytest.approx([-0.05, -0.06, -0.07])
+    report = compare_report({"a": first, "b": second}, outcomes, {"a": "nouns", "b": "adjadv"})
+    primary = [c for c in report["contrasts"] if c["family"] == "primary"]
+    assert len(primary) == 1
+    across = primary[0]
+    # Per seed: (-0.05 - 0.01 s) - 0.02 s = -0.05, -0.08, -0.11: mean -0.08, SD 0.03.
+    assert across["contrast"] == "interaction_across" and across["kind"] == "nouns - adjadv"
+    assert across["diffs"] == pytest.approx([-0.05, -0.08, -0.11]) and across["seeds"] == [0, 1, 2]
+    assert across["mean_diff"] == pytest.approx(-0.08)
+    assert across["p_adjusted"] == pytest.approx(across["p_value"])  # m = 1
+    assert across["predicted"] == "lower"  # lower on the first side, higher on the second
+    assert across["claim"].startswith("lower") and "as predicted" in across["claim"]
+    power = report["power"]["entries"][0]
+    assert power["paired_sd"] == pytest.approx(0.03)
+    assert power["seeds_needed"] == seeds_needed(0.01, 0.03, 0.05)
+    assert report["power"]["extend"][0].startswith("ksweep extend a --seeds 3,")
+    assert report["power"]["extend"][1].startswith("ksweep extend b --seeds 3,")
+    # Anything but the data and the declared contrasts still refuses, naming the field.
+    other = caveat_spec(template={"training": {"epochs": 4}}, analysis=analysis)
+    with pytest.raises(IncompatibleSweeps) as raised:
+        compare_report({"a": first, "b": other}, {"a": outcomes["a"], "b": outcomes["a"]},
+                       {"a": "x", "b": "y"})
+    assert [field for field, _ in raised.value.problems] == ["template.training.epochs"]
+
+
+def test_the_wordnet_interaction_recomputes_from_the_committed_reports():
+    import json
+    from pathlib import Path
+
+    from sweeps.report.across import across_report
+
+    root = Path(__file__).resolve().parents[2] / WORDNET
+    nouns, adjadv = (json.loads((root / name / "report.json").read_text())
+                     for name in ("nouns", "adjadv"))
+    report = across_report([nouns, adjadv], {nouns["sweep_id"]: range(5), adjadv["sweep_id"]: range(5)})
+    at_one = next(c for c in report["contrasts"] if c["family"] == "primary" and c["alpha"] == 1.0)
+    # Nouns -0.025 minus adj/adv -0.009 at alpha 1: -0.016 [-0.098, +0.065].
+    assert at_one["mean_diff"] == pytest.approx(-0.0165, abs=5e-4)
+    assert at_one["ci_low"] == pytest.approx(-0.098, abs=1e-3)
+    assert at_one["ci_high"] == pytest.approx(0.065, abs=1e-3)
