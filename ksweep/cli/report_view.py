@@ -18,6 +18,7 @@ from rich.text import Text
 
 from ksweep.cli.fitted_table import Column, fit_table, short_labels
 from sweeps.report.growth import describe_extensions
+from sweeps.report.predictions import prediction_lines
 from sweeps.report.text import (
     ALL,
     LATENT_COLUMNS,
@@ -195,6 +196,9 @@ def report_renderables(report: Mapping[str, Any], width: int) -> list[Renderable
         out.append(table)
         if notes or under:
             out.append(_lines([*notes, *under], bullet=" "))
+    predicted = prediction_lines(report)
+    if predicted:
+        out += [Text("Predictions", style="bold"), _lines(predicted)]
     power = power_lines(report)
     if power:
         out += [Text("Power by design (the primary family)", style="bold"), _lines(power)]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sweeps.report.predictions import prediction_lines
 from workers.contract import (
     ACTIVE_UNITS,
     KL,
@@ -250,6 +251,9 @@ def report_markdown(report: Mapping[str, Any], metrics: Sequence[str] | None = N
     lines += _latent_table(report)
     primary = [c for c in report["contrasts"] if c["family"] == "primary"]
     lines += _contrast_table(primary, "Primary contrasts (Holm within this family)")
+    predicted = prediction_lines(report)
+    if predicted:
+        lines += ["## Predictions", ""] + [f"- {words}" for words in predicted] + [""]
     power = power_lines(report)
     if power:
         lines += ["## Power by design (the primary family)", ""]

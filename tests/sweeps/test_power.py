@@ -290,3 +290,41 @@ def test_the_wordnet_interaction_recomputes_from_the_committed_reports():
     assert at_one["mean_diff"] == pytest.approx(-0.0165, abs=5e-4)
     assert at_one["ci_low"] == pytest.approx(-0.098, abs=1e-3)
     assert at_one["ci_high"] == pytest.approx(0.065, abs=1e-3)
+
+
+# ---- predictions: declared at submission, judged as first declared ------------------------------
+
+def test_predictions_are_recorded_once_and_a_changed_one_is_marked(tmp_path):
+    from datetime import datetime
+
+    from sweeps.report.build import build_report, report_markdown
+    from sweeps.report.predictions import record_predictions
+    from tests.sweeps.test_report import caveat_spec, known_outcomes
+
+    def declared(sign):
+        return caveat_spec(analysis={"contrasts": [
+            {"stack": "raw_token_weighted", "baseline": "uniform", "predicted": sign}]})
+
+    first = declared("higher")
+    record = record_predictions(tmp_path, first, datetime(2026, 12, 7, 9, 30))
+    assert record["submitted_at"] == "2026-12-07T09:30:00+00:00"
+    report = build_report(first, "s1", known_outcomes(first), predictions=record)
+    assert report["predictions"]["submitted_at"] == record["submitted_at"]
+    assert report["predictions"]["contrasts"][0]["changed"] is False
+    assert "as predicted" in next(c for c in report["contrasts"] if c["family"] == "primary")["claim"]
+    text = report_markdown(report)
+    assert "Declared at submission (2026-12-07T09:30:00+00:00)" in text
+    assert "raw_token_weighted - uniform: higher (primary)" in text
+    # The spec edited on a resume: the record is not rewritten, and the report judges the
+    # contrast on its first prediction and says it changed.
+    edited = declared("lower")
+    again = record_predictions(tmp_path, edited, datetime(2026, 12, 8))
+    assert again == record
+    report = build_report(edited, "s1", known_outcomes(edited), predictions=again)
+    rtok = next(c for c in report["contrasts"] if c["family"] == "primary")
+    assert rtok["predicted"] == "higher" and rtok["predicted_now"] == "lower"
+    assert rtok["prediction_changed"] is True
+    assert "as predicted" in rtok["claim"] and "prediction changed after the first segment" in rtok["claim"]
+    assert report["predictions"]["contrasts"][0]["changed"] is True
+    assert any("changed after the first segment ran" in w for w in report["limitations"])
+    assert "CHANGED after the first segment ran: the spec now says lower" in report_markdown(report)
