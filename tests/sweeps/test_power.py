@@ -328,3 +328,39 @@ def test_predictions_are_recorded_once_and_a_changed_one_is_marked(tmp_path):
     assert report["predictions"]["contrasts"][0]["changed"] is True
     assert any("changed after the first segment ran" in w for w in report["limitations"])
     assert "CHANGED after the first segment ran: the spec now says lower" in report_markdown(report)
+
+
+def test_the_committed_wordnet_power_table_is_what_the_script_makes_now(monkeypatch):
+    """docs/science/real_text_wordnet/power.md regenerates byte for byte, and the paired
+    differences it reads from report.json are the trials table's own (selected test AMI; a
+    stack whose objective does not depend on alpha ran once, at alpha 0: dedup)."""
+    import csv
+    import io
+    import json
+    from contextlib import redirect_stdout
+    from pathlib import Path
+
+    from tests.support.scripts import load_script
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert load_script("power_table.py").main(
+            [f"{WORDNET}/nouns/report.json", f"{WORDNET}/adjadv/report.json"]) == 0
+    assert out.getvalue() == (root / WORDNET / "power.md").read_text()
+    for name in ("nouns", "adjadv"):
+        rows = list(csv.DictReader((root / WORDNET / name / "trials.csv").open()))
+        ami = {(r["loss_stack"], float(r["alpha"]), int(r["seed"])): float(r["selected/test/latent_ami"])
+               for r in rows}
+
+        def at(stack, alpha, seed):
+            return ami.get((stack, alpha, seed), ami.get((stack, 0.0, seed)))
+
+        report = json.loads((root / WORDNET / name / "report.json").read_text())
+        primary = [c for c in report["contrasts"] if c["family"] == "primary"]
+        assert len(primary) == 4
+        for c in primary:
+            expected = [at(c["loss_stack"], c["alpha"], s) - at(c["baseline"], c["alpha"], s)
+                        for s in c["seeds"]]
+            assert c["diffs"] == pytest.approx(expected, abs=1e-9)
