@@ -117,10 +117,9 @@ def validate_command(
 
     spec = load_spec_or_exit(spec_path)
     plan = plan_or_exit(spec, spec_path)
-    power = None if pilot is None else pilot_power_or_exit(spec, pilot)
+    power = plan.power = None if pilot is None else pilot_power_or_exit(spec, pilot)
     if as_json:
-        body = plan.to_dict() if power is None else {**plan.to_dict(), "power": power}
-        console.print_json(json.dumps(body))
+        console.print_json(json.dumps(plan.to_dict()))
         return
     render_plan(plan, console)
     if power is not None:
