@@ -18,7 +18,6 @@ from rich.text import Text
 
 from ksweep.cli.fitted_table import Column, fit_table, short_labels
 from sweeps.report.growth import describe_extensions
-from sweeps.report.predictions import prediction_lines
 from sweeps.report.text import (
     ALL,
     LATENT_COLUMNS,
@@ -30,6 +29,7 @@ from sweeps.report.text import (
     latent_rows,
     latent_title,
     power_lines,
+    prediction_lines,
 )
 
 __all__ = ["render_report", "report_renderables"]

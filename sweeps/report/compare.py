@@ -17,7 +17,8 @@ from typing import Any
 
 from sweeps.plan.build import build_plan
 from sweeps.plan.identity import objective_key
-from sweeps.report.build import build_report
+from sweeps.report.build import build_report, extendable
+from sweeps.report.power import power_section
 from sweeps.report.readout_table import TrialOutcome
 from sweeps.spec import SweepSpec
 
@@ -137,7 +138,6 @@ def _across(specs: Mapping[str, SweepSpec], outcomes: Mapping[str, list[TrialOut
             names: Mapping[str, str]) -> dict[str, Any]:
     """The caveat interaction across two sweeps, each sweep's report built from its trials."""
     from sweeps.report.across import ACROSS_DIFFERENCES, across_report
-    from sweeps.report.build import extendable
 
     try:
         joined_spec(specs)
@@ -193,6 +193,10 @@ def compare_report(specs: Mapping[str, SweepSpec], outcomes: Mapping[str, list[T
                            "trials": len(outcomes[sweep_id])} for sweep_id in specs]
     for trial in report["trials"]:
         trial["sweep_id"] = sweep_of.get(trial["trial_id"])
+    # The seeds to add go to every sweep compared (each pairs by seed with the others).
+    report["power"] = power_section(report["contrasts"], spec.analysis.resolved_min_effect(),
+                                    {sweep_id: specs[sweep_id].seed_list() for sweep_id in specs},
+                                    all(extendable(s) for s in specs.values()))
     words = [f"One report over {len(specs)} sweeps ({', '.join(specs)}): contrasts pair by seed "
              "over the seeds both sides ran; a pair's stack and baseline may come from "
              "different sweeps (the same template, so the same trial protocol)."]

@@ -6,6 +6,7 @@ in its folder (``predictions.json``) when its first segment starts, and never re
 file. Every report reads them back: a contrast is judged against its prediction as first
 declared, and one whose prediction differs in the spec the report was built from (a resumed or
 grown sweep whose spec was edited) is marked ``prediction_changed`` with both signs in words.
+report.md prints them (:func:`sweeps.report.text.prediction_lines`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from sweeps.report.contrasts import claim_words
 from sweeps.spec import SweepSpec
 
 __all__ = ["PREDICTIONS_FILE", "declared_predictions", "mark_changed_predictions",
-           "prediction_lines", "prediction_section", "record_predictions"]
+           "prediction_section", "record_predictions"]
 
 PREDICTIONS_FILE = "predictions.json"
 
@@ -83,24 +84,3 @@ def mark_changed_predictions(contrasts: Sequence[dict[str, Any]], section: Mappi
     pairs = ", ".join(f"{stack} - {baseline}" for stack, baseline in changed)
     return [f"The prediction of {pairs} changed after the first segment ran (the spec was edited "
             "on a resume): each is judged on its prediction as first declared."]
-
-
-def prediction_lines(report: Mapping[str, Any]) -> list[str]:
-    """The predictions in words, with the submission time (report.md, the terminal view)."""
-    section = report.get("predictions") or {}
-    entries = [c for c in section.get("contrasts", ()) if c["predicted"] or c["predicted_now"]]
-    if not entries:
-        return []
-    when = section.get("submitted_at") or "time not recorded"
-    lines = [f"Declared at submission ({when}), before any trial ran; each contrast is judged on "
-             "its prediction as first declared."]
-    for c in entries:
-        words = (f"{c['stack']} - {c['baseline']}: {c['predicted'] or 'none'} "
-                 f"({'primary' if c['primary'] else 'exploratory'})")
-        if c["changed"]:
-            words += (f"; CHANGED after the first segment ran: the spec now says "
-                      f"{c['predicted_now'] or 'none'}")
-        elif c["declared_later"]:
-            words += "; declared after the first segment ran (not a prediction made before the data)"
-        lines.append(words)
-    return lines

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sweeps.report.predictions import prediction_lines
 from workers.contract import (
     ACTIVE_UNITS,
     KL,
@@ -18,7 +17,8 @@ from workers.contract import (
 )
 
 __all__ = ["ALL", "LATENT_COLUMNS", "alpha_rows", "beta_text", "headline", "interval_text",
-           "latent_note", "latent_rows", "latent_title", "power_lines", "report_markdown"]
+           "latent_note", "latent_rows", "latent_title", "power_lines", "prediction_lines",
+           "report_markdown"]
 
 ALL = "all"
 # The latent-use table's read-out columns, in order (sweeps.report.latent_use.USE_READOUTS).
@@ -206,6 +206,27 @@ def power_lines(report: Mapping[str, Any]) -> list[str]:
     lines += [f"More seeds: {command}" for command in power["extend"]]
     if power.get("advice"):
         lines.append(power["advice"][0].upper() + power["advice"][1:] + ".")
+    return lines
+
+
+def prediction_lines(report: Mapping[str, Any]) -> list[str]:
+    """The predictions in words, with the submission time (report.md, the terminal view)."""
+    section = report.get("predictions") or {}
+    entries = [c for c in section.get("contrasts", ()) if c["predicted"] or c["predicted_now"]]
+    if not entries:
+        return []
+    when = section.get("submitted_at") or "time not recorded"
+    lines = [f"Declared at submission ({when}), before any trial ran; each contrast is judged on "
+             "its prediction as first declared."]
+    for c in entries:
+        words = (f"{c['stack']} - {c['baseline']}: {c['predicted'] or 'none'} "
+                 f"({'primary' if c['primary'] else 'exploratory'})")
+        if c["changed"]:
+            words += (f"; CHANGED after the first segment ran: the spec now says "
+                      f"{c['predicted_now'] or 'none'}")
+        elif c["declared_later"]:
+            words += "; declared after the first segment ran (not a prediction made before the data)"
+        lines.append(words)
     return lines
 
 

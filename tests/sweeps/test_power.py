@@ -364,3 +364,19 @@ def test_the_committed_wordnet_power_table_is_what_the_script_makes_now(monkeypa
             expected = [at(c["loss_stack"], c["alpha"], s) - at(c["baseline"], c["alpha"], s)
                         for s in c["seeds"]]
             assert c["diffs"] == pytest.approx(expected, abs=1e-9)
+
+
+def test_a_joined_report_adds_seeds_to_each_sweep_compared():
+    from sweeps.report.compare import compare_report
+    from tests.sweeps.test_report import caveat_spec, known_outcomes
+
+    first = caveat_spec(analysis={"min_effect": 0.005})
+    second = caveat_spec(analysis={"min_effect": 0.005}, seeds=[3, 4])
+    outcomes = {"a": known_outcomes(first), "b": known_outcomes(second)}
+    for sweep, items in outcomes.items():
+        for outcome in items:
+            outcome.trial_id = f"{sweep}-{outcome.trial_id}"
+    report = compare_report({"a": first, "b": second}, outcomes, {"a": "one", "b": "two"})
+    commands = report["power"]["extend"]
+    assert [c.split(" --seeds ")[0] for c in commands] == ["ksweep extend a", "ksweep extend b"]
+    assert all(c.split(" --seeds ")[1].startswith("5,") for c in commands)  # seeds 0-4 ran
