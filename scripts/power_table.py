@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from sweeps.report.across import across_report
-from sweeps.report.power import SIGNIFICANCE, detectable_effect, power_section
+from sweeps.report.contrasts import SIGNIFICANCE
+from sweeps.report.power import detectable_effect, power_section
 
 
 def _seeds(report: Mapping[str, Any]) -> list[int]:

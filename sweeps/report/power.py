@@ -31,15 +31,15 @@ from typing import Any
 
 from scipy.special import nctdtr, stdtrit
 
+from sweeps.report.contrasts import SIGNIFICANCE  # the family's level
 from sweeps.report.statistics import MIN_PAIRS_FOR_CLAIM
 from sweeps.spec.sections import POWER_TARGET
 
-__all__ = ["LEVEL_WORDS", "MAX_SEEDS", "POWER", "SIGNIFICANCE", "detectable_effect",
+__all__ = ["LEVEL_WORDS", "MAX_SEEDS", "POWER", "detectable_effect",
            "extend_command", "holm_level", "paired_power", "power_entry", "power_figures",
            "power_section", "seeds_needed", "unused_seeds"]
 
 POWER = POWER_TARGET
-SIGNIFICANCE = 0.05  # the family's level (as sweeps.report.contrasts.SIGNIFICANCE)
 MAX_SEEDS = 100_000
 """Beyond this many seeds the report says "more than" instead of a number."""
 LEVEL_WORDS = ("the strictest Holm level, {significance:g} / {m} = {level:.3g}: a contrast whose "

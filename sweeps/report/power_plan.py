@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from sweeps.plan.identity import objective_key
-from sweeps.report.contrasts import default_pairs
-from sweeps.report.power import LEVEL_WORDS, POWER, SIGNIFICANCE, holm_level, power_figures
+from sweeps.report.contrasts import SIGNIFICANCE, default_pairs
+from sweeps.report.power import LEVEL_WORDS, POWER, holm_level, power_figures
 from sweeps.spec import SweepSpec
 
 __all__ = ["PilotMismatch", "pilot_lines", "pilot_power", "planned_contrasts"]
