@@ -129,6 +129,9 @@ def pilot_lines(power: Mapping[str, Any]) -> list[str]:
     lines = [f"Power from pilot {power['pilot']}'s paired SDs, at the spec's {power['seeds']} "
              f"seeds: two-sided paired t test at {power['level_why']}; "
              f"{power['power']:.0%} power."]
+    if not power["entries"]:
+        return [*lines, "The spec plans no primary contrast (no declared primary pair, and no "
+                "uniform to compare every stack against): nothing to power."]
     if not power["family_listed"]:
         lines.append("The spec's alphas are drawn (random or Optuna search): the family is taken "
                      "as the pilot's primary contrasts.")
