@@ -354,7 +354,7 @@ def test_the_committed_wordnet_power_table_is_what_the_script_makes_now(monkeypa
         ami = {(r["loss_stack"], float(r["alpha"]), int(r["seed"])): float(r["selected/test/latent_ami"])
                for r in rows}
 
-        def at(stack, alpha, seed):
+        def at(stack, alpha, seed, ami=ami):
             return ami.get((stack, alpha, seed), ami.get((stack, 0.0, seed)))
 
         report = json.loads((root / WORDNET / name / "report.json").read_text())
