@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 
 if TYPE_CHECKING:  # the spec model loads with the first command that reads a spec, not for --help
+    from pydantic import ValidationError
+
     from sweeps.plan.build import SweepPlan
     from sweeps.spec import SweepSpec
 
@@ -48,6 +49,8 @@ def format_validation_error(error: ValidationError) -> str:
 def load_spec_or_exit(path: Path) -> SweepSpec:
     """Load a spec file (YAML 1.2 or JSON, bounded: :mod:`workers.yaml_loader`) and validate it
     as strictly as the API does, printing every problem with its field path (exit 2)."""
+    from pydantic import ValidationError
+
     from sweeps.spec import SweepSpec
     from workers.yaml_loader import read_spec_file
 
@@ -65,6 +68,8 @@ def plan_or_exit(spec: SweepSpec, path: Path) -> SweepPlan:
     """The spec's plan, built once; a plan over ``budget.max_trials`` is printed as
     :func:`load_spec_or_exit` prints an invalid spec (exit 2). A dataset's train split is read
     from KSWEEP_DATA_ROOT for the plan's steps and ELBO units."""
+    from pydantic import ValidationError
+
     from sweeps.plan.budget import build_plan_within_budget
     from workers.datasets.train_facts import train_facts
 

@@ -17,7 +17,6 @@ from typing import Any
 import typer
 
 from ksweep.cli.common import console, default_data_root, default_model_root
-from service.settings import LOCAL_OWNER
 
 URL_ENV = "KSWEEP_URL"
 
@@ -53,6 +52,7 @@ def model_tokenizer(name: str) -> Any:
 def add_local(path: Path, name: str, replace: bool, source_name: str,
               tokenizer: str | None) -> dict[str, Any]:
     """Read, validate and register one file in the local store; the record as JSON data."""
+    from service.settings import LOCAL_OWNER
     from workers.datasets.limits import DatasetError
     from workers.datasets.store import DatasetConflict
     from workers.datasets.table import canonicalize, read_table, tokenizer_of

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from pydantic import ValidationError
 from rich.console import Group
 from rich.live import Live
 from rich.progress import (
@@ -77,6 +76,8 @@ def train_command(
                                "profiles); a sweep draws them only with tracking.trial_plots."),
 ) -> None:
     """Train one trial (no Ray) and log it to MLflow (MLFLOW_TRACKING_URI, default ./mlflow.db)."""
+    from pydantic import ValidationError
+
     from workers.train.config import load_trial_config  # torch-free: a bad config fails at once
 
     try:
