@@ -4,7 +4,6 @@ and ``ksweep validate SPEC`` (the dry-run plan). Torch-free."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,19 +21,23 @@ console = Console()
 
 def default_sweep_root() -> Path:
     """KSWEEP_SWEEP_ROOT (Tune state and caches), default ./.ksweep, as an absolute path."""
-    return Path(os.environ.get("KSWEEP_SWEEP_ROOT", ".ksweep")).resolve()
+    from ksweep.settings import client_settings  # pydantic-settings: not for --help
+
+    return client_settings().sweep_root
 
 
 def default_data_root() -> Path:
     """KSWEEP_DATA_ROOT (the dataset store), default $KSWEEP_SWEEP_ROOT/datasets, absolute."""
-    configured = os.environ.get("KSWEEP_DATA_ROOT")
-    return Path(configured).resolve() if configured else default_sweep_root() / "datasets"
+    from ksweep.settings import client_settings
+
+    return client_settings().dataset_root
 
 
 def default_model_root() -> Path:
     """KSWEEP_MODEL_ROOT (the model store), default $KSWEEP_SWEEP_ROOT/models, absolute."""
-    configured = os.environ.get("KSWEEP_MODEL_ROOT")
-    return Path(configured).resolve() if configured else default_sweep_root() / "models"
+    from ksweep.settings import client_settings
+
+    return client_settings().resolved_model_root
 
 
 def format_validation_error(error: ValidationError) -> str:

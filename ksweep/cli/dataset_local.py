@@ -10,7 +10,6 @@ datasets belong to the owner ``local``, the owner of a local service's generated
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +17,14 @@ import typer
 
 from ksweep.cli.common import console, default_data_root, default_model_root
 
-URL_ENV = "KSWEEP_URL"
-
 
 def use_service(local: bool | None) -> bool:
     """``--local`` / ``--service`` when given, else whether ``KSWEEP_URL`` is set."""
-    return not local if local is not None else bool(os.environ.get(URL_ENV))
+    if local is not None:
+        return not local
+    from ksweep.settings import client_settings
+
+    return client_settings().url_given
 
 
 def _store():  # noqa: ANN202 - the store module is imported only by the local commands

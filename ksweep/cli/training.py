@@ -231,6 +231,8 @@ def run_command(
                   f"{outcome.parent_run_id} (experiment {outcome.experiment_id})")
     console.print(f"compare in the MLflow UI: mlflow ui --backend-store-uri {tracking_uri}  then "
                   f"{mlflow_ui_url(LOCAL_MLFLOW_UI, outcome.experiment_id)}")
-    if os.environ.get("KSWEEP_PRINT_REPORT_JSON"):
+    from ksweep.settings import client_settings
+
+    if client_settings().print_report_json:
         console.print_json(json.dumps(outcome.report))
     raise typer.Exit(0 if outcome.status.state == SweepState.SUCCEEDED else 1)
