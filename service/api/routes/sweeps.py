@@ -29,8 +29,8 @@ from service.api.schemas import (
     FieldProblem,
     Report,
     Sweep,
+    SweepListQuery,
     SweepPage,
-    SweepStateValue,
     Trial,
     TrialPage,
     TrialStateValue,
@@ -149,13 +149,9 @@ def validate_sweep(_schema: SpecBody, _reader: ReaderDep,
 @router.get("/sweeps", response_model=SweepPage, summary="List sweeps, newest first",
             responses={**UNAUTHORIZED, **INVALID})
 def list_sweeps(
-    _reader: ReaderDep, services: ServicesDep,
-    state: Annotated[SweepStateValue | None, Query(description="Only sweeps in this state.")] = None,
-    owner: Annotated[str | None, Query(max_length=100, description="Only this owner's.")] = None,
-    limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+    _reader: ReaderDep, services: ServicesDep, query: Annotated[SweepListQuery, Query()],
 ) -> Response:
-    return Response(list_page_body(services, state, owner, limit, offset),
+    return Response(list_page_body(services, query.state, query.owner, query.limit, query.offset),
                     media_type="application/json")
 
 
