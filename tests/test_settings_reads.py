@@ -1,4 +1,5 @@
-"""Every ``KSWEEP_*`` variable is read in its package's settings module and nowhere else."""
+"""Every ``KSWEEP_*`` variable is read in its package's settings module and nowhere else (the
+scripts': ``scripts/script_settings.py``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("service", "sweeps", "workers", "ksweep", "objectives")
+PACKAGES = ("service", "sweeps", "workers", "ksweep", "objectives", "scripts")
+SETTINGS = ("settings.py", "script_settings.py")
 # An environment read whose line names a KSWEEP_ variable or a constant holding one.
 READ = re.compile(r"(os\.environ(\.get)?|os\.getenv|environ\.get)\s*[\[(]\s*(\"KSWEEP_|'KSWEEP_|[A-Z_]+_ENV\b)")
 
@@ -15,7 +17,7 @@ def test_no_ksweep_variable_is_read_outside_the_settings_modules():
     reads = []
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
-            if path.name == "settings.py":
+            if path.name in SETTINGS:
                 continue
             for number, line in enumerate(path.read_text().splitlines(), 1):
                 if READ.search(line):
