@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 from typing import TypeVar
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["DEFAULT_MIN_RUNS", "MEMORY_CAP_ENV", "MIN_RUNS_ENV", "MLFLOW_OUTAGE_ENV", "SYNC_WAIT_ENV",
@@ -97,7 +97,7 @@ class WorkerSettings(BaseSettings):
 
     @field_validator("mlflow_outage_s", "mlflow_sync_wait_s", mode="before")
     @classmethod
-    def _seconds(cls, value: object, info) -> float:  # noqa: ANN001 - pydantic's ValidationInfo
+    def _seconds(cls, value: object, info: ValidationInfo) -> float:
         try:
             return float(value)  # type: ignore[arg-type]
         except (TypeError, ValueError):
