@@ -48,6 +48,7 @@ from workers.datasets.train_facts import TrainFacts, train_facts
 router = APIRouter(tags=["sweeps"], route_class=StrictRoute)
 StrictSpec = Annotated[SweepSpec, Depends(strict_body(SweepSpec))]
 
+
 def _quickstart_example() -> dict[str, Any]:
     from pathlib import Path as FilePath
 
@@ -65,6 +66,9 @@ SPEC_EXAMPLES = {
 SpecBody = Annotated[SweepSpec, Body(openapi_examples=SPEC_EXAMPLES)]
 
 
+# Every endpoint that touches the store is a sync `def`: FastAPI runs it in its thread pool, so
+# no SQL statement (sync SQLAlchemy) ever blocks the event loop. The hot reads and the
+# submission return their JSON bytes themselves (`model_json`).
 def _checked_plan(spec: SweepSpec, services: Services, facts: TrainFacts | None = None) -> SweepPlan:
     """The spec's plan, built once; 422 over ``budget.max_trials`` (a ``ValidationError``
     located there, answered by the app's handler) or over the service's cap."""
