@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from workers.settings import PREFIX, read_settings
+from workers.settings import PREFIX, current_settings
 
 __all__ = ["LOCAL_RAY_MODES", "DriverSettings", "driver_settings"]
 
@@ -21,7 +21,8 @@ LOCAL_RAY_MODES = ("lean", "full")
 class DriverSettings(BaseSettings):
     """What a sweep's driver reads from ``KSWEEP_*`` (each field is ``KSWEEP_<FIELD>``)."""
 
-    model_config = SettingsConfigDict(env_prefix=PREFIX, extra="ignore", env_ignore_empty=True)
+    model_config = SettingsConfigDict(env_prefix=PREFIX, extra="ignore", env_ignore_empty=True,
+                                      frozen=True)  # shared by current_settings
 
     local_ray: Literal["lean", "full"] = Field(
         "lean", description="`lean`: a driver's local Ray starts without its autoscaler monitor, "
@@ -41,4 +42,4 @@ class DriverSettings(BaseSettings):
 
 def driver_settings() -> DriverSettings:
     """The driver's settings as the environment has them now."""
-    return read_settings(DriverSettings)
+    return current_settings(DriverSettings)

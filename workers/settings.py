@@ -2,7 +2,9 @@
 
 Read at the moment they are needed, not once per process: a test or a launcher that sets one
 before a trial starts is heard, as the environment reads they replace were; a variable set
-empty counts as unset. docs/operations.md
+empty counts as unset. Building the model costs about 0.3-1 ms, and an MLflow write asks for
+its outage budget each time, so :func:`current_settings` parses once per distinct set of the
+variables' values (a look-up of a few microseconds). docs/operations.md
 ("Settings") lists them with the service's. :func:`read_settings` turns a bad value into one
 ValueError that names the variable and the fix (the settings modules of :mod:`sweeps` and
 :mod:`service` read through it too).
@@ -10,15 +12,17 @@ ValueError that names the variable and the fix (the settings modules of :mod:`sw
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["DEFAULT_MIN_RUNS", "MEMORY_CAP_ENV", "MIN_RUNS_ENV", "MLFLOW_OUTAGE_ENV", "SYNC_WAIT_ENV",
-           "WorkerSettings", "read_settings", "worker_settings"]
+           "WorkerSettings", "current_settings", "read_settings", "worker_settings"]
 
 PREFIX = "KSWEEP_"
 MEMORY_CAP_ENV = "KSWEEP_COHORT_MEMORY_MIB"
@@ -48,10 +52,28 @@ def read_settings(cls: type[S]) -> S:
         raise ValueError("; ".join(lines)) from None
 
 
+@functools.cache
+def _variables(cls: type[BaseSettings]) -> tuple[str, ...]:
+    prefix = str(cls.model_config.get("env_prefix", ""))
+    return tuple(f"{prefix}{name}".upper() for name in cls.model_fields)
+
+
+@functools.lru_cache(maxsize=32)
+def _parsed(cls: type[S], values: tuple[str | None, ...]) -> S:  # noqa: ARG001 - the cache key
+    return read_settings(cls)
+
+
+def current_settings(cls: type[S]) -> S:
+    """:func:`read_settings`, parsed again only when one of its variables changed (a bad value
+    raises every time: errors are not cached). Shared: read it, never change it."""
+    return cast(S, _parsed(cls, tuple(os.environ.get(name) for name in _variables(cls))))
+
+
 class WorkerSettings(BaseSettings):
     """What a trial worker reads from ``KSWEEP_*`` (each field is ``KSWEEP_<FIELD>``)."""
 
-    model_config = SettingsConfigDict(env_prefix=PREFIX, extra="ignore", env_ignore_empty=True)
+    model_config = SettingsConfigDict(env_prefix=PREFIX, extra="ignore", env_ignore_empty=True,
+                                      frozen=True)  # shared by current_settings
 
     sweep_root: Path | None = Field(
         None, description="Set: torch inductor's compiled kernels are cached in <sweep_root>/inductor "
@@ -107,4 +129,4 @@ class WorkerSettings(BaseSettings):
 
 def worker_settings() -> WorkerSettings:
     """The worker's settings as the environment has them now."""
-    return read_settings(WorkerSettings)
+    return current_settings(WorkerSettings)
