@@ -10,6 +10,7 @@ from benchmarks import (
     bench_dataset_training,
     bench_datasets,
     bench_headline,
+    bench_import,
     bench_interpreter,
     bench_member_overhead,
     bench_objectives,
@@ -45,6 +46,7 @@ def main() -> None:
     bench_interpreter.main()  # the same sweep under each CPython 3.11 build here
     bench_checkpoints.main([])
     bench_service.main()
+    bench_import.main()  # the API's import and ksweep --help
     # locust monkey-patches the standard library with gevent: its benchmark runs in a child.
     subprocess.run([sys.executable, "-m", "benchmarks.bench_load", "--duration", "8"], check=True)
     bench_headline.main([])

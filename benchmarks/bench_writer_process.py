@@ -23,7 +23,7 @@ from pathlib import Path
 
 from benchmarks.bench_member_overhead import ROOT, print_medians, sweep_env, write_spec
 from benchmarks.machine_cpu import run_measured
-from workers.tracking.writer_process import DEFAULT_MIN_RUNS, MIN_RUNS_ENV
+from workers.settings import DEFAULT_MIN_RUNS, MIN_RUNS_ENV
 
 
 def measure(members: int, epochs: int, rounds: int, train_size: int) -> dict[str, tuple[float, float]]:

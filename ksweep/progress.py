@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from service.api.schemas import Sweep
+if TYPE_CHECKING:  # the API's models load with the first answer, not for --help
+    from service.api.schemas import Sweep
 
 
 def format_eta(seconds: float | None) -> str:

@@ -43,6 +43,8 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from workers.contract import SPLITS  # train, val, test: the names every reader of a dataset uses
+
 WORDNET_DIR = Path("/usr/share/wordnet")
 DATA_FILES = ("data.noun", "data.verb", "data.adj", "data.adv")
 # WordNet 3.0's lexicographer files by number (lexnames(5WN); the package ships no lexnames file).
@@ -58,7 +60,6 @@ LEXNAMES = (
     "adj.ppl",
 )
 DEFAULT_LABELS = ("noun.animal", "noun.artifact", "noun.person", "noun.plant")
-SPLITS = ("train", "val", "test")
 
 
 def definition(gloss: str) -> str:

@@ -36,6 +36,7 @@ from cluster_processes import (
     spawn,
     wait_until,
 )
+from script_settings import script_settings
 
 
 class ClusterParts:
@@ -130,7 +131,7 @@ class ClusterParts:
         write_secret(layout.pgpass, f"{HOST}:{self.ports['postgres']}:*:{PG_ROLE}:{self.pg_password}\n")
 
     def timeout(self) -> float:
-        return float(os.environ.get("KSWEEP_CLUSTER_TIMEOUT", "240"))
+        return script_settings().cluster_timeout
 
     def start_postgres(self) -> Proc:
         bin_dir = postgres_bin()

@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from script_settings import script_settings  # scripts/ is the first entry of sys.path
+
 REPO = Path(__file__).resolve().parent.parent
 EXTRAS = REPO / "docker" / "build-extras"
 PUBLIC_BASE = "python:3.11-slim-bookworm"
@@ -28,7 +30,7 @@ LOCAL_BASE = "local/debian:bookworm"
 # What the images and the stand-ins need from Debian (python3.11 + venv; Postgres 15 for the
 # stand-in, which shares the base so that the engine stores one base layer).
 DEBOOTSTRAP_PACKAGES = "python3,python3-venv,ca-certificates,postgresql-15"
-DEBIAN_MIRROR = os.environ.get("KSWEEP_SMOKE_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+DEBIAN_MIRROR = script_settings().smoke_debian_mirror
 
 
 class SmokeError(RuntimeError):
@@ -94,8 +96,9 @@ class Engine:
         sock = self.folder / "docker.sock"
         cmd = ["dockerd", f"--data-root={self.folder / 'data'}", f"--exec-root={self.folder / 'exec'}",
                f"--host=unix://{sock}", f"--pidfile={self.folder / 'dockerd.pid'}"]
-        if os.environ.get("KSWEEP_SMOKE_STORAGE_DRIVER"):
-            cmd.append(f"--storage-driver={os.environ['KSWEEP_SMOKE_STORAGE_DRIVER']}")
+        driver = script_settings().smoke_storage_driver
+        if driver:
+            cmd.append(f"--storage-driver={driver}")
         log(f"starting dockerd ({self.folder})")
         with open(self.folder / "dockerd.log", "wb") as out:
             self.process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
@@ -197,7 +200,7 @@ def pip_setting(name: str) -> list[str]:
 def prepare_extras(torch_version: str) -> dict[str, str]:
     """Fill docker/build-extras (pip's CA bundle, a local CPU torch wheel); the build args."""
     args: dict[str, str] = {}
-    ca = os.environ.get("KSWEEP_BUILD_CA_BUNDLE") or next(iter(pip_setting("cert")), "")
+    ca = script_settings().build_ca_bundle or next(iter(pip_setting("cert")), "")
     if ca and Path(ca).is_file():
         shutil.copyfile(ca, EXTRAS / "ca" / "ca-bundle.crt")
         args["PIP_CERT"] = "/tmp/build-extras/ca/ca-bundle.crt"

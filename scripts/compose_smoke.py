@@ -45,6 +45,7 @@ from compose_engine import (  # noqa: E402
     log,
     run,
 )
+from script_settings import script_settings  # noqa: E402
 
 from examples.dataset.make_dataset import stories  # noqa: E402  (pyarrow only)
 from workers.contract import (  # noqa: E402  (torch-free)
@@ -74,7 +75,7 @@ class Stack:
         if local_bases:
             self.cmd += ["-f", "docker/compose.standins.yml"]
         self.cmd += ["-f", "docker/compose.smoke.yml"]
-        self.api_token = os.environ.get("KSWEEP_SMOKE_API_TOKEN") or secrets.token_hex(16)
+        self.api_token = script_settings().smoke_api_token or secrets.token_hex(16)
         self.ray_token = os.environ.get("RAY_AUTH_TOKEN") or secrets.token_hex(32)
         # Interpolated into the compose files; nothing else of the caller's .env applies.
         self.env = {**os.environ, "KSWEEP_API_TOKENS": f"admin:{self.api_token}",

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import shutil
 import signal
 import sys
@@ -46,6 +45,7 @@ from cluster_processes import (
     stop_marked,
     wait_until,
 )
+from script_settings import script_settings
 
 
 class Cluster(ClusterParts):
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="up: start everything but the API (its environment is written to "
                         "<state>/api.env, to run `ksweep serve` yourself)")
     parser.add_argument("--dir", type=Path,
-                        default=Path(os.environ.get("KSWEEP_CLUSTER_DIR", ".ksweep/cluster")),
+                        default=script_settings().cluster_dir,
                         help="state directory (default: $KSWEEP_CLUSTER_DIR or ./.ksweep/cluster)")
     args = parser.parse_args(argv)
     layout = Layout(args.dir)

@@ -132,6 +132,10 @@ class Settings(BaseSettings):
     dataset_validate_timeout_s: float = Field(
         300.0, gt=0, description="The validation subprocess is killed after this long (422).",
     )
+    store_outage_s: float = Field(
+        600.0, ge=0, description="How long a driver retries its start, final status and failure "
+        "against an unreachable service store (read at each retried call, not cached).",
+    )
 
     @field_validator("sweep_root", "model_root")
     @classmethod

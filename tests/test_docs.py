@@ -130,15 +130,20 @@ def test_nothing_points_outside_the_repository() -> None:
 
 
 def test_every_setting_is_in_the_operations_settings_table() -> None:
-    """Each field of the service's and the client's settings is documented by the name users set
-    (its first alias, or KSWEEP_*)."""
+    """Each field of every package's settings (the service's, the client's, the sweep driver's,
+    the trial worker's and the scripts') is documented by the name users set (its first alias, or KSWEEP_*)."""
     from ksweep.settings import ClientSettings
     from service.settings import Settings
+    from sweeps.settings import DriverSettings
+    from tests.support.scripts import load_script
+    from workers.settings import WorkerSettings
 
     page = (ROOT / "docs" / "operations.md").read_text()
     table = page[page.index("## Settings"):]
     missing = []
-    fields = [*Settings.model_fields.items(), *ClientSettings.model_fields.items()]
+    fields = [*Settings.model_fields.items(), *ClientSettings.model_fields.items(),
+              *DriverSettings.model_fields.items(), *WorkerSettings.model_fields.items(),
+              *load_script("script_settings.py").ScriptSettings.model_fields.items()]
     for name, field in fields:
         alias = field.validation_alias
         env = alias.choices[0] if alias is not None else f"KSWEEP_{name.upper()}"

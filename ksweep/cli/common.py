@@ -4,15 +4,15 @@ and ``ksweep validate SPEC`` (the dry-run plan). Torch-free."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 
 if TYPE_CHECKING:  # the spec model loads with the first command that reads a spec, not for --help
+    from pydantic import ValidationError
+
     from sweeps.plan.build import SweepPlan
     from sweeps.spec import SweepSpec
 
@@ -21,19 +21,23 @@ console = Console()
 
 def default_sweep_root() -> Path:
     """KSWEEP_SWEEP_ROOT (Tune state and caches), default ./.ksweep, as an absolute path."""
-    return Path(os.environ.get("KSWEEP_SWEEP_ROOT", ".ksweep")).resolve()
+    from ksweep.settings import client_settings  # pydantic-settings: not for --help
+
+    return client_settings().sweep_root
 
 
 def default_data_root() -> Path:
     """KSWEEP_DATA_ROOT (the dataset store), default $KSWEEP_SWEEP_ROOT/datasets, absolute."""
-    configured = os.environ.get("KSWEEP_DATA_ROOT")
-    return Path(configured).resolve() if configured else default_sweep_root() / "datasets"
+    from ksweep.settings import client_settings
+
+    return client_settings().dataset_root
 
 
 def default_model_root() -> Path:
     """KSWEEP_MODEL_ROOT (the model store), default $KSWEEP_SWEEP_ROOT/models, absolute."""
-    configured = os.environ.get("KSWEEP_MODEL_ROOT")
-    return Path(configured).resolve() if configured else default_sweep_root() / "models"
+    from ksweep.settings import client_settings
+
+    return client_settings().resolved_model_root
 
 
 def format_validation_error(error: ValidationError) -> str:
@@ -48,6 +52,8 @@ def format_validation_error(error: ValidationError) -> str:
 def load_spec_or_exit(path: Path) -> SweepSpec:
     """Load a spec file (YAML 1.2 or JSON, bounded: :mod:`workers.yaml_loader`) and validate it
     as strictly as the API does, printing every problem with its field path (exit 2)."""
+    from pydantic import ValidationError
+
     from sweeps.spec import SweepSpec
     from workers.yaml_loader import read_spec_file
 
@@ -65,6 +71,8 @@ def plan_or_exit(spec: SweepSpec, path: Path) -> SweepPlan:
     """The spec's plan, built once; a plan over ``budget.max_trials`` is printed as
     :func:`load_spec_or_exit` prints an invalid spec (exit 2). A dataset's train split is read
     from KSWEEP_DATA_ROOT for the plan's steps and ELBO units."""
+    from pydantic import ValidationError
+
     from sweeps.plan.budget import build_plan_within_budget
     from workers.datasets.train_facts import train_facts
 

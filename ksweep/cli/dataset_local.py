@@ -10,21 +10,21 @@ datasets belong to the owner ``local``, the owner of a local service's generated
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import typer
 
 from ksweep.cli.common import console, default_data_root, default_model_root
-from service.settings import LOCAL_OWNER
-
-URL_ENV = "KSWEEP_URL"
 
 
 def use_service(local: bool | None) -> bool:
     """``--local`` / ``--service`` when given, else whether ``KSWEEP_URL`` is set."""
-    return not local if local is not None else bool(os.environ.get(URL_ENV))
+    if local is not None:
+        return not local
+    from ksweep.settings import client_settings
+
+    return client_settings().url_given
 
 
 def _store():  # noqa: ANN202 - the store module is imported only by the local commands
@@ -53,6 +53,7 @@ def model_tokenizer(name: str) -> Any:
 def add_local(path: Path, name: str, replace: bool, source_name: str,
               tokenizer: str | None) -> dict[str, Any]:
     """Read, validate and register one file in the local store; the record as JSON data."""
+    from service.settings import LOCAL_OWNER
     from workers.datasets.limits import DatasetError
     from workers.datasets.store import DatasetConflict
     from workers.datasets.table import canonicalize, read_table, tokenizer_of

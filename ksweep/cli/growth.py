@@ -5,14 +5,15 @@ compared) is :mod:`.client`'s report command."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
 
-from ksweep import Client
-from ksweep.cli.client import _exits, console
-from service.api.schemas import ExtensionPlan
+from ksweep.cli.client import console, exits, open_client
+
+if TYPE_CHECKING:
+    from service.api.schemas import ExtensionPlan
 
 SHOWN_NEW_ROWS = 40
 
@@ -90,7 +91,7 @@ def extend_command(
             "loss_stacks": _values(loss_stacks, str, "--loss-stacks"),
             "models": _values(models, str, "--models"), "beta": _values(beta, float, "--beta"),
             "free_bits": _values(free_bits, float, "--free-bits")}
-    with _exits(), Client() as client:
+    with exits(), open_client() as client:
         if validate:
             plan = client.validate_extension(sweep_id, **axes)
         else:

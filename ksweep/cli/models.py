@@ -7,18 +7,23 @@ tokenizer fingerprint is computed with transformers (offline) only inside ``add`
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
 
 from ksweep.cli.common import console, default_model_root
-from workers.lm.registry import ModelError, ModelStore, dumps, record_summary
+
+if TYPE_CHECKING:  # the registry loads when a command runs, not for --help
+    from workers.lm.registry import ModelStore
 
 model_app = typer.Typer(help="Register local causal language models (the causal_lm base).",
                         no_args_is_help=True)
 
 
 def _store() -> ModelStore:
+    from workers.lm.registry import ModelStore
+
     return ModelStore(default_model_root())
 
 
@@ -32,6 +37,7 @@ def add_command(
 ) -> None:
     """Copy a model into the store, hash it and fingerprint its tokenizer (offline)."""
     from workers.lm.loading import fingerprint_files
+    from workers.lm.registry import ModelError
 
     store = _store()
     try:
@@ -49,6 +55,8 @@ def add_command(
 @model_app.command("list")
 def list_command(as_json: bool = typer.Option(False, "--json", help="Full records as JSON.")) -> None:
     """The registered models."""
+    from workers.lm.registry import dumps, record_summary
+
     records = _store().list()
     if as_json:
         typer.echo(dumps(records))

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import typer
 
-from service.settings import get_settings
-
 
 def serve_command(
     host: str = typer.Option(None, help="Interface (default KSWEEP_HOST, 127.0.0.1)."),
@@ -18,6 +16,8 @@ def serve_command(
         import uvicorn
 
         from service.api.app import create_app
+
+    from service.settings import get_settings
 
     settings = get_settings()
     app = create_app(settings)

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from pydantic import ValidationError
 from rich.console import Group
 from rich.live import Live
 from rich.progress import (
@@ -77,6 +76,8 @@ def train_command(
                                "profiles); a sweep draws them only with tracking.trial_plots."),
 ) -> None:
     """Train one trial (no Ray) and log it to MLflow (MLFLOW_TRACKING_URI, default ./mlflow.db)."""
+    from pydantic import ValidationError
+
     from workers.train.config import load_trial_config  # torch-free: a bad config fails at once
 
     try:
@@ -230,6 +231,8 @@ def run_command(
                   f"{outcome.parent_run_id} (experiment {outcome.experiment_id})")
     console.print(f"compare in the MLflow UI: mlflow ui --backend-store-uri {tracking_uri}  then "
                   f"{mlflow_ui_url(LOCAL_MLFLOW_UI, outcome.experiment_id)}")
-    if os.environ.get("KSWEEP_PRINT_REPORT_JSON"):
+    from ksweep.settings import client_settings
+
+    if client_settings().print_report_json:
         console.print_json(json.dumps(outcome.report))
     raise typer.Exit(0 if outcome.status.state == SweepState.SUCCEEDED else 1)

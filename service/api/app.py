@@ -16,10 +16,7 @@ from service.api.errors import BodySizeLimit, install_error_handlers
 from service.api.hot_reads import HotReads
 from service.api.links import add_links
 from service.api.routes import datasets, growth, health, history, objectives, sweeps
-from service.orchestrator.launchers import make_launcher
-from service.orchestrator.supervisor import Supervisor
 from service.settings import LOCAL_OWNER, Settings, get_settings, hash_token
-from service.store.queries import Store
 
 API_PREFIX = "/api/v1"
 log = logging.getLogger("ksweep.service")
@@ -40,6 +37,12 @@ def local_token(settings: Settings) -> str:
 
 
 def build_services(settings: Settings) -> Services:
+    # The store (SQLAlchemy), the supervisor and its launchers (httpx, psutil) load here, in the
+    # lifespan: importing the app (tests, the OpenAPI document) does not need them.
+    from service.orchestrator.launchers import make_launcher
+    from service.orchestrator.supervisor import Supervisor
+    from service.store.queries import Store
+
     tokens = settings.configured_tokens()
     if not tokens:
         tokens = {hash_token(local_token(settings)): LOCAL_OWNER}

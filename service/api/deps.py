@@ -10,19 +10,22 @@ from __future__ import annotations
 import hmac
 import threading
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from cachetools import TTLCache
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from service.api.errors import ProblemError
-from service.orchestrator.launchers import Launcher
-from service.orchestrator.supervisor import Supervisor
 from service.settings import ADMIN_OWNER, Settings, hash_token
-from service.store.queries import Store
-from workers.datasets.store import DatasetStore
-from workers.lm.registry import ModelStore
+
+if TYPE_CHECKING:  # the store (SQLAlchemy), the supervisor, its launchers (httpx, psutil) and
+    # the registries load when the app's lifespan builds them or a route asks, not at import
+    from service.orchestrator.launchers import Launcher
+    from service.orchestrator.supervisor import Supervisor
+    from service.store.queries import Store
+    from workers.datasets.store import DatasetStore
+    from workers.lm.registry import ModelStore
 
 bearer = HTTPBearer(auto_error=False, description="An API token: KSWEEP_API_TOKENS owner:token.")
 
@@ -73,11 +76,15 @@ class Services:
     @property
     def datasets(self) -> DatasetStore:
         """The dataset registry (``KSWEEP_DATA_ROOT``)."""
+        from workers.datasets.store import DatasetStore
+
         return DatasetStore(self.settings.dataset_root)
 
     @property
     def models(self) -> ModelStore:
         """The model registry (``KSWEEP_MODEL_ROOT``)."""
+        from workers.lm.registry import ModelStore
+
         return ModelStore(self.settings.resolved_model_root)
 
 

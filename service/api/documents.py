@@ -12,18 +12,21 @@ import functools
 import json
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter
 from pydantic_core import to_json
-from sqlalchemy import Row
 
 from service.api.schemas import Sweep, utc_time
 from service.lifecycle import ACTIVE_SWEEP_STATES
-from service.store.db import SweepRow
-from service.store.queries import DOCUMENT_COLUMNS
+from service.store.columns import DOCUMENT_COLUMNS
 from sweeps.status import COUNTERS
 from workers.contract import mlflow_ui_url
+
+if TYPE_CHECKING:  # the store's tables load with the store (the app's lifespan), not at import
+    from sqlalchemy import Row
+
+    from service.store.db import SweepRow
 
 _DATETIME = TypeAdapter(datetime)
 # The counters' keys, in the API's order (a dict display: zip() cost 0.5 us a sweep).

@@ -19,52 +19,40 @@ import queue
 import re
 import threading
 from collections.abc import Callable
-from typing import Any, get_args
+from typing import Any
 from urllib.parse import parse_qsl
 
+from pydantic import ValidationError
 from starlette.types import Scope, Send
 
 from service.api.bodies import list_page_body, sweep_body
 from service.api.deps import Services, may_read
-from service.api.schemas import SweepStateValue
+from service.api.schemas import SweepListQuery
 
 log = logging.getLogger("ksweep.service")
 
 SWEEP_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")  # the path pattern of `SweepId`
-_DECIMAL = re.compile(r"[0-9]{1,9}")
-_STATES = frozenset(get_args(SweepStateValue))
-LIST_DEFAULTS: dict[str, Any] = {"state": None, "owner": None, "limit": 50, "offset": 0}
+LIST_DEFAULTS: dict[str, Any] = SweepListQuery().model_dump()
 _HEADERS = b"content-type", b"application/json"
 
 
 def list_params(query_string: bytes) -> dict[str, Any] | None:
-    """GET /sweeps's query as FastAPI would validate it, or None where FastAPI should decide
-    (anything unusual, valid or not: it is rare, and FastAPI's answer is the contract)."""
-    params = dict(LIST_DEFAULTS)
+    """GET /sweeps's query validated as FastAPI validates it (the same model,
+    :class:`~service.api.schemas.SweepListQuery`), or None where FastAPI should decide: a value
+    the model refuses (FastAPI's 422 is the contract), and a query of unusual shape (a key
+    twice, a blank value, a key the route does not take), rare and read by Starlette's rules."""
     if not query_string:
-        return params
-    seen: set[str] = set()
+        return dict(LIST_DEFAULTS)
+    given: dict[str, str] = {}
     # As Starlette reads a query string: latin-1 bytes, then percent-decoded as UTF-8.
     for key, value in parse_qsl(query_string.decode("latin-1"), keep_blank_values=True):
-        if key in seen or key not in params or not value:
+        if key in given or key not in LIST_DEFAULTS or not value:
             return None
-        seen.add(key)
-        if key == "state":
-            if value not in _STATES:
-                return None
-            params[key] = value
-        elif key == "owner":
-            if len(value) > 100:
-                return None
-            params[key] = value
-        else:
-            if not _DECIMAL.fullmatch(value):
-                return None
-            number = int(value)
-            if not (1 <= number <= 500 if key == "limit" else number <= 10_000_000):
-                return None
-            params[key] = number
-    return params
+        given[key] = value
+    try:
+        return SweepListQuery.model_validate(given).model_dump()
+    except ValidationError:
+        return None
 
 
 def _authorised(scope: Scope, services: Services) -> bool:

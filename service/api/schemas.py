@@ -114,6 +114,16 @@ class Sweep(BaseModel):
     links: dict[str, str]
 
 
+class SweepListQuery(BaseModel):
+    """GET /sweeps's query, checked here once: FastAPI validates the route's query with it and
+    the hot read (:func:`service.api.hot_reads.list_params`) validates with it too."""
+
+    state: SweepStateValue | None = Field(None, description="Only sweeps in this state.")
+    owner: str | None = Field(None, max_length=100, description="Only this owner's.")
+    limit: int = Field(50, ge=1, le=500)
+    offset: int = Field(0, ge=0, le=10_000_000)
+
+
 class SweepPage(BaseModel):
     items: list[Sweep]
     total: int

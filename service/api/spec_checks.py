@@ -14,7 +14,6 @@ from service.api.deps import Services, may_act_on
 from service.api.errors import ProblemError
 from workers.datasets.limits import DatasetError
 from workers.datasets.store import DatasetNotFound
-from workers.lm.registry import ModelError, check_dataset_tokenizer
 
 
 def _invalid(field: str, message: str) -> ProblemError:
@@ -57,6 +56,9 @@ def check_spec_model(spec: dict[str, Any], services: Services) -> None:
 
     Call after ``check_spec_dataset`` (which refuses an unknown dataset first).
     """
+    # The model registry loads with the first causal_lm spec, not with the app.
+    from workers.lm.registry import ModelError, check_dataset_tokenizer
+
     template = spec.get("template") or {}
     base = template.get("base") or {}
     if base.get("kind") != "causal_lm":

@@ -32,6 +32,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from service.lifecycle import ACTIVE_SWEEP_STATES
+from service.store.columns import DOCUMENT_COLUMNS
 from service.store.db import (
     SweepRow,
     TrialRow,
@@ -72,15 +73,6 @@ def _list_queries(by_state: bool, by_owner: bool, columns: tuple[Any, ...]) -> t
     return page, counted
 
 
-# The hot reads (GET /sweeps/{id}, GET /sweeps): the columns a sweep's document shows, in this
-# order (each column fetched costs ~0.1 us per row in the sqlite3 module, most of a page's SQL
-# time), run through :class:`_DriverQuery`.
-DOCUMENT_COLUMNS = (
-    "id", "name", "owner", "state", *COUNTERS,
-    "best_metric", "best_value", "best_trial", "best_config", "eta_seconds", "created_at",
-    "started_at", "finished_at", "updated_at", "error", "experiment_id", "parent_run_id",
-    "launcher", "driver_handle", "attempts",
-)
 _BY_NAME = {column.name: column for column in _SUMMARY_COLUMNS}
 _DOCUMENT_BY_ID = select(*(_BY_NAME[name] for name in DOCUMENT_COLUMNS)).where(
     SweepRow.id == bindparam("sweep_id"))

@@ -9,18 +9,18 @@ counters and more).
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from typing import TypeVar
 
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
+from service.settings import Settings
 from workers.backoff import retry_call
+from workers.settings import read_settings
 
-__all__ = ["STORE_OUTAGE_ENV", "store_retrying", "unreachable"]
+__all__ = ["store_retrying", "unreachable"]
 
 log = logging.getLogger("ksweep.store")
-STORE_OUTAGE_ENV = "KSWEEP_STORE_OUTAGE_S"
 T = TypeVar("T")
 
 
@@ -34,6 +34,6 @@ def unreachable(error: BaseException) -> bool:
 def store_retrying(call: Callable[[], T], what: str, budget_s: float | None = None) -> T:
     """``call()``, retried while the store is unreachable; the last error once the budget is spent."""
     if budget_s is None:
-        budget_s = float(os.environ.get(STORE_OUTAGE_ENV, "600"))
+        budget_s = read_settings(Settings).store_outage_s  # as the environment has it now
     return retry_call(call, f"store: {what}", budget_s=budget_s, retry_if=unreachable, log=log,
                       initial_s=0.5, max_wait_s=15.0)  # type: ignore[return-value]

@@ -21,6 +21,7 @@ from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
 from sweeps.plan.build import SweepPlan
+from sweeps.settings import driver_settings
 from sweeps.spec import SweepSpec
 from sweeps.tune.search_space import param_space
 from sweeps.tune.state_backup import fill_deleted_checkpoints, repair_experiment_state
@@ -28,20 +29,10 @@ from sweeps.tune.state_backup import fill_deleted_checkpoints, repair_experiment
 TUNE_FOLDER = "tune"
 
 
-# ``full`` keeps every process Ray's own ``ray.init`` starts (for ``ray status`` or the state
-# API on a sweep's local Ray); the default leaves out those a one-node sweep does not use.
-LOCAL_RAY_MODE_VAR = "KSWEEP_LOCAL_RAY"
-LOCAL_RAY_MODES = ("lean", "full")
-
-
 def local_ray_mode() -> str:
-    """``KSWEEP_LOCAL_RAY`` (default ``lean``), checked: a ValueError naming the variable else."""
-    mode = os.environ.get(LOCAL_RAY_MODE_VAR) or "lean"
-    if mode not in LOCAL_RAY_MODES:
-        raise ValueError(f"{LOCAL_RAY_MODE_VAR}={mode!r}: expected one of {', '.join(LOCAL_RAY_MODES)} "
-                         "(lean, the default, starts a local Ray without the daemons a one-node "
-                         "sweep does not use)")
-    return mode
+    """``KSWEEP_LOCAL_RAY`` (default ``lean``; ``full`` keeps every process Ray's own
+    ``ray.init`` starts), checked: a ValueError naming the variable else."""
+    return driver_settings().local_ray
 
 
 def ensure_ray(num_cpus: int | None = None, address: str | None = None) -> None:

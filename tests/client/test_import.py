@@ -33,3 +33,15 @@ def test_import_loads_no_heavy_stack():
     assert {"httpx", "pydantic", "ksweep"} <= loaded
     assert "Client" in probe["all"] and "Report" in probe["all"]
 
+
+
+def test_the_command_line_loads_no_http_client_or_api_models_for_help():
+    # `ksweep --help` builds the whole command tree: httpx (and its command line's rich and
+    # click), the API's models and the service's settings load when a command runs.
+    code = ("import json, sys, ksweep.cli\n"
+            "print(json.dumps([m for m in ('httpx', 'pydantic', 'service.api.schemas', "
+            "'service.settings', 'sqlalchemy', 'torch') if m in sys.modules]))")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True, cwd=ROOT)
+    assert json.loads(out.stdout) == []

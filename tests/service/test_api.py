@@ -274,8 +274,9 @@ def test_hot_reads_answer_what_the_fastapi_routes_answer(paused_service):
             for header in ("content-type", "content-length"):
                 assert hot.headers[header] == routed.headers[header]
             assert hot.headers["content-type"] == "application/json"
+        # "+2" and "2.0": odd but valid, read by the one query model both paths validate with
         for params in ({}, {"limit": 2}, {"owner": "bob", "limit": 3, "offset": 1},
-                       {"state": "queued", "owner": "bob"}):
+                       {"state": "queued", "owner": "bob"}, {"limit": "+2"}, {"limit": "2.0"}):
             hot = client.get("/sweeps", params=params)
             routed = client.get("/sweeps", params={**params, "via": "fastapi"})
             assert hot.status_code == routed.status_code == 200

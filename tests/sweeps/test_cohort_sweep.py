@@ -20,8 +20,9 @@ from sweeps.spec import load_sweep_spec
 from sweeps.status import read_status
 from sweeps.tune.cohort_trainable import COHORT_TAG
 from tests.support.tune_state import cohort_trial_id, wait_restorable
-from workers.cohort.memory import HEADROOM, MEMORY_CAP_ENV, member_step_bytes
+from workers.cohort.memory import HEADROOM, member_step_bytes
 from workers.contract import SWEEP_ID_TAG, TRIAL_ID_TAG
+from workers.settings import MEMORY_CAP_ENV
 from workers.tracking.runs import CREATE_TOKEN_TAG
 from workers.train.loop import Trainer
 

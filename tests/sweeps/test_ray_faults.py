@@ -19,7 +19,7 @@ from tests.support.sockets import listening, loopback
 from tests.support.tune_state import wait_restorable
 from tests.sweeps.test_runner import SMALL_DATA, _runs, _sweep, _write_spec
 from workers.contract import FAILURE_TAG, RUN_KIND_TAG
-from workers.tracking.writer_process import MIN_RUNS_ENV
+from workers.settings import MIN_RUNS_ENV
 
 pytestmark = pytest.mark.slow
 # Ray reads its config overrides from RAY_<name> in every process it starts.

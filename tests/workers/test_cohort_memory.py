@@ -9,13 +9,13 @@ from tests.workers.test_cohort import base_config, members
 from workers.cohort.chunked import ChunkedCohort, open_cohort, run_cohort
 from workers.cohort.memory import (
     HEADROOM,
-    MEMORY_CAP_ENV,
     chunk_sizes,
     free_bytes,
     member_step_bytes,
     plan_chunks,
 )
 from workers.cohort.trainer import Cohort
+from workers.settings import MEMORY_CAP_ENV
 
 
 def test_chunk_sizes_split_evenly_within_the_budget():

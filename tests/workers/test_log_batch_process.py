@@ -233,11 +233,8 @@ def test_a_run_whose_child_died_before_replying_is_made_once(client, in_child):
 
 
 def test_a_cohort_writes_through_a_child_from_the_threshold_on(monkeypatch):
-    from workers.tracking.writer_process import (
-        DEFAULT_MIN_RUNS,
-        MIN_RUNS_ENV,
-        worth_a_writer_process,
-    )
+    from workers.settings import DEFAULT_MIN_RUNS, MIN_RUNS_ENV
+    from workers.tracking.writer_process import worth_a_writer_process
 
     monkeypatch.delenv(MIN_RUNS_ENV, raising=False)
     assert DEFAULT_MIN_RUNS == 8

@@ -14,7 +14,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import INTERNAL_ERROR
 from mlflow.tracking import MlflowClient
 
-from workers.tracking.retry import MLFLOW_OUTAGE_ENV
+from workers.settings import MLFLOW_OUTAGE_ENV
 from workers.tracking.runs import RunLogger, ensure_experiment
 
 

@@ -265,3 +265,12 @@ def test_the_interpreter_benchmark_runs_this_venvs_packages_under_a_base_interpr
     assert not list((tmp_path / "venv").rglob("pip"))
     import yaml  # ... and this venv's packages, the very files
     assert Path(yaml_file) == Path(yaml.__file__)
+
+
+def test_the_import_benchmark_times_a_whole_process_by_its_own_cpu():
+    from benchmarks.bench_import import ROOT, run_once
+
+    wall, cpu = run_once(ROOT, ["-c", "import json"])
+    assert 0 < cpu <= wall + 0.5 and wall < 30
+    busy_wall, busy_cpu = run_once(ROOT, ["-c", "sum(range(3_000_000))"])
+    assert busy_cpu > cpu  # the child's own CPU, from wait4, not this process's

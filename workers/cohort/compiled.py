@@ -30,6 +30,7 @@ from workers.contract import PERF_COMPILE_SECONDS, TrainingStatus
 from workers.models import CVAEOutput
 from workers.models.backbone import upcast
 from workers.models.functional import cvae_forward
+from workers.settings import worker_settings
 from workers.train import phases as train_phases
 from workers.train.batch_metrics import batch_metrics
 
@@ -50,7 +51,7 @@ def length_buckets(length: int, count: int = BUCKETS) -> list[int]:
 
 def inductor_cache_dir(cache_root: Path | str) -> Path:
     """Where inductor keeps its compiled kernels: ``$KSWEEP_SWEEP_ROOT/inductor``, else under the cache root."""
-    return Path(os.environ.get("KSWEEP_SWEEP_ROOT") or cache_root) / "inductor"
+    return Path(worker_settings().sweep_root or cache_root) / "inductor"
 
 
 def use_inductor_cache(cache_root: Path | str) -> str:

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 
 import torch
+
+from workers.settings import worker_settings
 
 log = logging.getLogger(__name__)
 
 HEADROOM = 0.8  # the share of the free memory a chunk may plan to use (allocator slack, eval batches)
-MEMORY_CAP_ENV = "KSWEEP_COHORT_MEMORY_MIB"
-"""Caps the memory (MiB) a worker's cohort plans for: a GPU shared with other work, or a CPU limit."""
 ACTIVATION_FACTOR = 10  # floats a GRU keeps per hidden unit per position and layer (gates, states, grads)
 
 
@@ -50,18 +49,11 @@ def member_step_bytes(trainer) -> int:
 
 def free_bytes(device: torch.device) -> int | None:
     """Free memory of ``device`` in bytes (CUDA), or None where it does not limit a cohort (CPU);
-    at most :data:`MEMORY_CAP_ENV` MiB where that is set (on the CPU too)."""
+    at most ``KSWEEP_COHORT_MEMORY_MIB`` MiB where that is set (on the CPU too)."""
     measured = int(torch.cuda.mem_get_info(device)[0]) if device.type == "cuda" else None
-    cap = os.environ.get(MEMORY_CAP_ENV, "").strip()
-    if not cap:
+    mib = worker_settings().cohort_memory_mib  # a GPU shared with other work, or a CPU limit
+    if mib is None:
         return measured
-    try:
-        mib = float(cap)
-    except ValueError:
-        mib = math.nan
-    if not mib > 0 or math.isinf(mib):
-        raise ValueError(f"{MEMORY_CAP_ENV} must be a positive number of MiB (e.g. 2048), got {cap!r}; "
-                         "unset it to plan for the device's free memory")
     capped = int(mib * 2**20)
     return capped if measured is None else min(measured, capped)
 

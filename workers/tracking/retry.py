@@ -11,20 +11,18 @@ lost is not written again: the retry first asks :func:`step_logged`.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from typing import TypeVar
 
 from mlflow.exceptions import MlflowException
 
 from workers.backoff import retry_call
+from workers.settings import worker_settings
 
-__all__ = ["MLFLOW_OUTAGE_ENV", "env_seconds", "outage_budget_s", "retrying", "step_logged",
-           "transient"]
+__all__ = ["outage_budget_s", "retrying", "step_logged", "transient"]
 
 log = logging.getLogger("ksweep.tracking")
 
-MLFLOW_OUTAGE_ENV = "KSWEEP_MLFLOW_OUTAGE_S"
 T = TypeVar("T")
 
 # Error codes of a server that is down, overloaded or failing: a retry may succeed. A request
@@ -36,17 +34,9 @@ _TRANSIENT = {"INTERNAL_ERROR", "TEMPORARILY_UNAVAILABLE", "IO_ERROR", "SERVICE_
               "COULD_NOT_ACQUIRE_LOCK"}
 
 
-def env_seconds(name: str, default: float) -> float:
-    """The environment variable ``name`` as seconds (``default`` when unset)."""
-    try:
-        return float(os.environ.get(name, default))
-    except ValueError:
-        raise ValueError(f"{name} must be a number of seconds, got {os.environ[name]!r}") from None
-
-
 def outage_budget_s() -> float:
     """How long writes are retried before they fail (``KSWEEP_MLFLOW_OUTAGE_S``, 900 s)."""
-    return env_seconds(MLFLOW_OUTAGE_ENV, 900.0)
+    return worker_settings().mlflow_outage_s
 
 
 def transient(error: BaseException) -> bool:

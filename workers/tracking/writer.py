@@ -27,14 +27,14 @@ from typing import Any, Protocol
 
 from mlflow.entities import Metric
 
-from workers.tracking.retry import env_seconds, outage_budget_s, retrying, step_logged
+from workers.settings import worker_settings
+from workers.tracking.retry import outage_budget_s, retrying, step_logged
 
-__all__ = ["SYNC_WAIT_ENV", "MetricWriter", "RunRequest", "WriterProcess", "create_run_later",
+__all__ = ["MetricWriter", "RunRequest", "WriterProcess", "create_run_later",
            "write_in_child_process"]
 
 log = logging.getLogger("ksweep.tracking")
 
-SYNC_WAIT_ENV = "KSWEEP_MLFLOW_SYNC_WAIT_S"
 
 
 class RunRequest(Protocol):
@@ -263,7 +263,7 @@ class MetricWriter:
 
     def __init__(self, client, run_id: str, sync_wait_s: float | None = None) -> None:
         self._client, self._run_id = client, run_id
-        self._sync_wait_s = env_seconds(SYNC_WAIT_ENV, 10.0) if sync_wait_s is None else sync_wait_s
+        self._sync_wait_s = worker_settings().mlflow_sync_wait_s if sync_wait_s is None else sync_wait_s
         self._pending: deque[tuple[list[Metric], float]] = deque()
         self._error: BaseException | None = None  # a batch that could not be written at all
         self.buffered_batches = 0  # batches queued while the server was failing (a read-out)

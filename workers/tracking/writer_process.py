@@ -19,20 +19,13 @@ from typing import Any
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
-MIN_RUNS_ENV = "KSWEEP_WRITER_PROCESS_MIN_RUNS"
-# Below this many runs written at once, the child's own start (about 4 CPU-s of imports) costs
-# more than the GIL time it saves the training thread (docs/performance.md).
-DEFAULT_MIN_RUNS = 8
 
 
 def writer_process_min_runs() -> int:
     """``KSWEEP_WRITER_PROCESS_MIN_RUNS`` (default 8), checked: a ValueError naming it else."""
-    value = os.environ.get(MIN_RUNS_ENV) or str(DEFAULT_MIN_RUNS)
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"{MIN_RUNS_ENV}={value!r}: expected a whole number of runs (a cohort "
-                         f"with at least that many members writes through a writer process)") from None
+    from workers.settings import worker_settings  # the parent asks; the child never does
+
+    return worker_settings().writer_process_min_runs
 
 
 def worth_a_writer_process(runs: int) -> bool:

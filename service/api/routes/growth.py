@@ -13,23 +13,23 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Response
-from sqlalchemy import Row
 
-from service.api import documents
 from service.api.deps import OwnerDep, ReaderDep, Services, ServicesDep, may_act_on
 from service.api.errors import ProblemError, invalid_spec
-from service.api.routes.sweeps import (
+from service.api.routes.shared import (
+    FORBIDDEN,
     INVALID,
     NOT_FOUND,
     TOO_LARGE,
     UNAUTHORIZED,
     SweepId,
-    _get_row,
-    _json,
-    _problem,
+    get_row,
+    model_json,
+    problem,
+    sweep_document,
 )
 from service.api.schemas import (
     Extension,
@@ -37,26 +37,22 @@ from service.api.schemas import (
     ExtensionResult,
     FieldProblem,
     Report,
-    Sweep,
 )
 from service.api.strict_body import StrictRoute, strict_body
 from service.lifecycle import ACTIVE_SWEEP_STATES
-from service.store.db import SweepRow
 from sweeps.plan.growth import ExtensionRequest, MarkedPlan, extend_spec, extension_plan
 from sweeps.spec import SweepSpec
 from sweeps.status import SweepState
+
+if TYPE_CHECKING:  # the store's tables load with the store (the app's lifespan), not at import
+    from service.store.db import SweepRow
 
 router = APIRouter(tags=["sweeps"], route_class=StrictRoute)
 StrictExtension = Annotated[ExtensionRequest, Depends(strict_body(ExtensionRequest))]
 IDEMPOTENCY_KEY = Header(alias="Idempotency-Key", max_length=200, pattern=r"^[\x21-\x7e]{1,200}$",
                          description="Same key and body: the same extension again; same key, "
                                      "other body: 409.")
-FORBIDDEN = {403: _problem("The sweep belongs to another owner.")}
 MAX_COMPARED = 8
-
-
-def _sweep(row: SweepRow | Row, services: Services) -> Sweep:
-    return documents.sweep_resource(row, services.settings.mlflow_ui_url)
 
 
 def _planned(row: SweepRow, request: ExtensionRequest, services: Services
@@ -119,11 +115,11 @@ def _replayed(row: SweepRow, key: str, request_hash: str, services: Services) ->
                                f"key {key!r} already extended sweep {row.id} with other values; "
                                "use a new key for a new extension", kind="idempotency-conflict",
                                sweep_id=row.id)
-        result = ExtensionResult(sweep=_sweep(_get_row(services, row.id), services),
+        result = ExtensionResult(sweep=sweep_document(get_row(services, row.id), services),
                                  extension=_public(record),
                                  when="this extension was accepted before (replayed)",
                                  plan=ExtensionPlan.model_validate(record["plan"]))
-        return _json(result, 200, {"Idempotent-Replayed": "true"})
+        return model_json(result, 200, {"Idempotent-Replayed": "true"})
     return None
 
 
@@ -149,9 +145,9 @@ def _check_state(row: SweepRow, request: ExtensionRequest, services: Services) -
     responses={200: {"model": ExtensionResult, "description": "Replay of an earlier request "
                                                               "with the same Idempotency-Key."},
                **UNAUTHORIZED, **NOT_FOUND, **INVALID, **TOO_LARGE, **FORBIDDEN,
-               409: _problem("The sweep was cancelled (allow_cancelled), changed meanwhile, or "
+               409: problem("The sweep was cancelled (allow_cancelled), changed meanwhile, or "
                              "the Idempotency-Key was used with another body."),
-               429: _problem("The owner has KSWEEP_MAX_ACTIVE_SWEEPS_PER_OWNER sweeps active.")},
+               429: problem("The owner has KSWEEP_MAX_ACTIVE_SWEEPS_PER_OWNER sweeps active.")},
 )
 def extend_sweep(
     sweep_id: SweepId, _schema: ExtensionRequest, owner: OwnerDep, request: StrictExtension,
@@ -162,7 +158,7 @@ def extend_sweep(
     adds no `uniform` trial). Refused, naming the field: Optuna or ASHA sweeps, a random
     sweep's axes but seeds, a non-swept setting, a cancelled sweep without allow_cancelled, a
     union over budget.max_trials."""
-    row = _get_row(services, sweep_id, with_documents=True)
+    row = get_row(services, sweep_id, with_documents=True)
     if not may_act_on(owner, row.owner):
         raise ProblemError(403, "Forbidden", f"sweep {sweep_id} belongs to {row.owner!r}; only "
                            "its owner or an admin token may extend it", kind="forbidden")
@@ -193,10 +189,10 @@ def extend_sweep(
         raise ProblemError(409, "Sweep changed", f"sweep {sweep_id} changed while it was being "
                            "extended (another extension or its end); read it and try again",
                            kind="extension-conflict", sweep_id=sweep_id)
-    result = ExtensionResult(sweep=_sweep(_get_row(services, sweep_id), services),
+    result = ExtensionResult(sweep=sweep_document(get_row(services, sweep_id), services),
                              extension=_public(record),
                              when=_when(row.state, marked.trials_new), plan=plan)
-    return _json(result, 201, {"Location": f"/api/v1/sweeps/{sweep_id}/extensions"})
+    return model_json(result, 201, {"Location": f"/api/v1/sweeps/{sweep_id}/extensions"})
 
 
 @router.post("/sweeps/{sweep_id}/extend:validate", response_model=ExtensionPlan,
@@ -208,7 +204,7 @@ def validate_extension(
 ) -> ExtensionPlan:
     """Runs nothing and changes nothing; refuses what ``/extend`` would refuse (but a
     cancelled sweep's state, which only ``/extend`` checks)."""
-    row = _get_row(services, sweep_id, with_documents=True)
+    row = get_row(services, sweep_id, with_documents=True)
     return _plan_body(_planned(row, request, services)[1])
 
 
@@ -217,16 +213,16 @@ def validate_extension(
             responses={**UNAUTHORIZED, **NOT_FOUND, **INVALID})
 def list_extensions(sweep_id: SweepId, _reader: ReaderDep,
                     services: ServicesDep) -> list[Extension]:
-    row = _get_row(services, sweep_id, with_documents=True)
+    row = get_row(services, sweep_id, with_documents=True)
     return [_public(record) for record in row.extensions or []]
 
 
 @router.get("/sweeps:compare", response_model=Report,
             summary="One report over several compatible sweeps, paired by seed",
             responses={**UNAUTHORIZED, **NOT_FOUND, **INVALID,
-                       409: _problem("A sweep has no report yet, or the sweeps are not "
+                       409: problem("A sweep has no report yet, or the sweeps are not "
                                      "compatible (every differing field named)."),
-                       503: _problem("The MLflow tracking store could not be read.")})
+                       503: problem("The MLflow tracking store could not be read.")})
 def compare_sweeps(
     ids: Annotated[list[str], Query(description="Sweep ids, comma-separated or repeated (2 to "
                                                 f"{MAX_COMPARED}).", examples=["a1b2c3,d4e5f6"])],
@@ -241,5 +237,5 @@ def compare_sweeps(
         message = f"give 2 to {MAX_COMPARED} distinct sweep ids, got {len(sweep_ids)}"
         raise ProblemError(422, "Invalid request", f"ids: {message}", kind="invalid-request",
                            errors=[FieldProblem(field="ids", message=message)])
-    rows = [_get_row(services, sweep_id, with_documents=True) for sweep_id in sweep_ids]
+    rows = [get_row(services, sweep_id, with_documents=True) for sweep_id in sweep_ids]
     return compare(rows, services.settings.mlflow_tracking_uri)

@@ -7,10 +7,8 @@ import sqlite3
 from collections.abc import Callable
 from urllib.parse import urlparse
 
-import httpx
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import SQLAlchemyError
 
 from service.api.deps import Services, ServicesDep
 from service.api.schemas import Check, Health, Readiness
@@ -23,15 +21,21 @@ def healthz() -> Health:
     return Health(status="ok")
 
 
-# What a probe of the store, Ray or MLflow raises when its dependency is down.
-PROBE_ERRORS = (OSError, RuntimeError, ValueError, ImportError, httpx.HTTPError, SQLAlchemyError,
-                sqlite3.Error)
+def probe_errors() -> tuple[type[BaseException], ...]:
+    """What a probe of the store, Ray or MLflow raises when its dependency is down (httpx
+    and SQLAlchemy load with the first probe: httpx's import brings its command line's rich and
+    click)."""
+    import httpx
+    from sqlalchemy.exc import SQLAlchemyError
+
+    return (OSError, RuntimeError, ValueError, ImportError, httpx.HTTPError, SQLAlchemyError,
+            sqlite3.Error)
 
 
 def _check(probe: Callable[[], str]) -> Check:
     try:
         return Check(ok=True, detail=probe())
-    except PROBE_ERRORS as error:
+    except probe_errors() as error:
         return Check(ok=False, detail=f"{type(error).__name__}: {error}"[:500])
 
 
@@ -59,6 +63,8 @@ def _mlflow(services: Services) -> str:
     uri = services.settings.mlflow_tracking_uri
     scheme = urlparse(uri).scheme
     if scheme in ("http", "https"):
+        import httpx
+
         response = httpx.get(uri.rstrip("/") + "/health", timeout=3)
         response.raise_for_status()
         return f"MLflow server at {uri}"

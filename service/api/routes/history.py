@@ -16,7 +16,7 @@ from fastapi import APIRouter, Query
 
 from service.api.deps import ReaderDep, ServicesDep
 from service.api.errors import ProblemError
-from service.api.routes.sweeps import INVALID, NOT_FOUND, UNAUTHORIZED, SweepId, _problem
+from service.api.routes.shared import INVALID, NOT_FOUND, UNAUTHORIZED, SweepId, problem
 from service.api.schemas import FieldProblem, History, HistoryPoint, TrialRun
 from workers.contract import SELECTED_PREFIX
 from workers.tracking import reads
@@ -48,7 +48,7 @@ def _invalid(message: str) -> ProblemError:
     "/sweeps/{sweep_id}/history", response_model=History,
     summary="Per-epoch curves of every trial (long format), from MLflow",
     responses={**UNAUTHORIZED, **NOT_FOUND, **INVALID,
-               503: _problem("The MLflow tracking store could not be read.")},
+               503: problem("The MLflow tracking store could not be read.")},
 )
 def get_history(
     sweep_id: SweepId, _reader: ReaderDep, services: ServicesDep,

@@ -7,22 +7,30 @@ import json
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Header, Path, Query, Response
-from pydantic import BaseModel
-from sqlalchemy import Row
+from fastapi import APIRouter, Body, Depends, Header, Query, Response
 
-from service.api import documents
 from service.api.bodies import list_page_body, sweep_body
 from service.api.deps import OwnerDep, ReaderDep, Services, ServicesDep, may_act_on
 from service.api.errors import ProblemError, invalid_spec
+from service.api.routes.shared import (
+    FORBIDDEN,
+    INVALID,
+    NOT_FOUND,
+    TOO_LARGE,
+    UNAUTHORIZED,
+    SweepId,
+    get_row,
+    model_json,
+    problem,
+    sweep_document,
+    sweep_not_found,
+)
 from service.api.schemas import (
-    PROBLEM_MEDIA_TYPE,
     FieldProblem,
-    Problem,
     Report,
     Sweep,
+    SweepListQuery,
     SweepPage,
-    SweepStateValue,
     Trial,
     TrialPage,
     TrialStateValue,
@@ -30,8 +38,6 @@ from service.api.schemas import (
 from service.api.spec_checks import check_spec_dataset, check_spec_model
 from service.api.strict_body import StrictRoute, strict_body
 from service.lifecycle import ACTIVE_SWEEP_STATES
-from service.store.db import SweepRow
-from service.store.queries import IdempotencyConflict
 from sweeps.plan.budget import build_plan_within_budget
 from sweeps.plan.build import SweepPlan
 from sweeps.spec import SweepSpec, load_sweep_spec
@@ -41,20 +47,6 @@ from workers.datasets.train_facts import TrainFacts, train_facts
 # Spec bodies are parsed strictly (service.api.strict_body); `_schema` only documents them.
 router = APIRouter(tags=["sweeps"], route_class=StrictRoute)
 StrictSpec = Annotated[SweepSpec, Depends(strict_body(SweepSpec))]
-
-SweepId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,32}$", description="The sweep's id.")]
-
-
-def _problem(description: str) -> dict[str, Any]:
-    return {"model": Problem, "description": description,
-            "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}}}
-
-
-UNAUTHORIZED = {401: _problem("No valid bearer token.")}
-NOT_FOUND = {404: _problem("No sweep with that id.")}
-INVALID = {422: _problem("Invalid spec or parameters, with every offending field path.")}
-TOO_LARGE = {413: _problem("The request body exceeds KSWEEP_MAX_BODY_BYTES."),
-             400: _problem("The request body could not be parsed (not UTF-8 JSON).")}
 
 
 def _quickstart_example() -> dict[str, Any]:
@@ -74,37 +66,9 @@ SPEC_EXAMPLES = {
 SpecBody = Annotated[SweepSpec, Body(openapi_examples=SPEC_EXAMPLES)]
 
 
-def _sweep(row: SweepRow | Row, services: Services) -> Sweep:
-    return documents.sweep_resource(row, services.settings.mlflow_ui_url)
-
-
 # Every endpoint that touches the store is a sync `def`: FastAPI runs it in its thread pool, so
-# no SQL statement (sync SQLAlchemy) ever blocks the event loop. The hot reads and the submission
-# return their JSON bytes themselves (pydantic's serializer, in the pool thread): a returned model
-# would be validated against `response_model` once more and serialised through
-# `jsonable_encoder`, which cost more CPU than the rest of the request together.
-def _body(model: BaseModel) -> bytes:
-    return model.__pydantic_serializer__.to_json(model)
-
-
-def _json(model: BaseModel, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(_body(model), status_code=status_code, headers=headers,
-                    media_type="application/json")
-
-
-def _get_row(services: Services, sweep_id: str, *, with_documents: bool = False) -> SweepRow | Row:
-    """The sweep or 404; its spec and report are loaded only ``with_documents``."""
-    store = services.store
-    row = store.get_sweep(sweep_id) if with_documents else store.get_sweep_summary(sweep_id)
-    if row is None:
-        raise _not_found(sweep_id)
-    return row
-
-
-def _not_found(sweep_id: str) -> ProblemError:
-    return ProblemError(404, "Sweep not found", f"no sweep with id {sweep_id!r}", kind="not-found")
-
-
+# no SQL statement (sync SQLAlchemy) ever blocks the event loop. The hot reads and the
+# submission return their JSON bytes themselves (`model_json`).
 def _checked_plan(spec: SweepSpec, services: Services, facts: TrainFacts | None = None) -> SweepPlan:
     """The spec's plan, built once; 422 over ``budget.max_trials`` (a ``ValidationError``
     located there, answered by the app's handler) or over the service's cap."""
@@ -126,8 +90,8 @@ def _checked_plan(spec: SweepSpec, services: Services, facts: TrainFacts | None 
     responses={200: {"model": Sweep, "description": "Replay of an earlier request with the same "
                                                     "Idempotency-Key and body."},
                **UNAUTHORIZED, **INVALID, **TOO_LARGE,
-               409: _problem("The Idempotency-Key was used with a different body."),
-               429: _problem("The owner has KSWEEP_MAX_ACTIVE_SWEEPS_PER_OWNER sweeps queued or "
+               409: problem("The Idempotency-Key was used with a different body."),
+               429: problem("The owner has KSWEEP_MAX_ACTIVE_SWEEPS_PER_OWNER sweeps queued or "
                              "running; retry after Retry-After seconds.")},
 )
 def submit_sweep(
@@ -137,6 +101,8 @@ def submit_sweep(
         alias="Idempotency-Key", max_length=200, pattern=r"^[\x21-\x7e]{1,200}$",
         description="Same key and body: the same sweep again; same key, other body: 409.")] = None,
 ) -> Response:
+    from service.store.queries import IdempotencyConflict  # loaded with the store, not at import
+
     trials = _checked_plan(spec, services).trial_count
     canonical = spec.canonical_json()
     parsed = json.loads(canonical)
@@ -153,7 +119,7 @@ def submit_sweep(
                     f"key {idempotency_key!r} already created sweep {earlier.id} from another "
                     "spec; use a new key for a new sweep", kind="idempotency-conflict",
                     sweep_id=earlier.id)
-            return _json(_sweep(earlier, services), 200, {"Idempotent-Replayed": "true"})
+            return model_json(sweep_document(earlier, services), 200, {"Idempotent-Replayed": "true"})
     cap = services.settings.max_active_sweeps_per_owner
     if store.count_active(owner) >= cap:
         raise ProblemError(
@@ -172,7 +138,7 @@ def submit_sweep(
     headers = {"Location": f"/api/v1/sweeps/{row.id}"}
     if not created:
         headers["Idempotent-Replayed"] = "true"
-    return _json(_sweep(row, services), 201 if created else 200, headers)
+    return model_json(sweep_document(row, services), 201 if created else 200, headers)
 
 
 PILOT = Query(pattern=r"^[A-Za-z0-9_-]{1,32}$", description="A pilot sweep's id: the plan's "
@@ -214,13 +180,9 @@ def _pilot_power(spec: SweepSpec, pilot: str, services: Services) -> dict[str, A
 @router.get("/sweeps", response_model=SweepPage, summary="List sweeps, newest first",
             responses={**UNAUTHORIZED, **INVALID})
 def list_sweeps(
-    _reader: ReaderDep, services: ServicesDep,
-    state: Annotated[SweepStateValue | None, Query(description="Only sweeps in this state.")] = None,
-    owner: Annotated[str | None, Query(max_length=100, description="Only this owner's.")] = None,
-    limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+    _reader: ReaderDep, services: ServicesDep, query: Annotated[SweepListQuery, Query()],
 ) -> Response:
-    return Response(list_page_body(services, state, owner, limit, offset),
+    return Response(list_page_body(services, query.state, query.owner, query.limit, query.offset),
                     media_type="application/json")
 
 
@@ -230,7 +192,7 @@ def get_sweep(sweep_id: SweepId, _reader: ReaderDep,
               services: ServicesDep) -> Response:
     body = sweep_body(services, sweep_id)
     if body is None:
-        raise _not_found(sweep_id)
+        raise sweep_not_found(sweep_id)
     return Response(body, media_type="application/json")
 
 
@@ -243,7 +205,7 @@ def list_trials(
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
 ) -> TrialPage:
-    _get_row(services, sweep_id)
+    get_row(services, sweep_id)
     page = services.store.list_trials(sweep_id, state=state, limit=limit, offset=offset)
     items = [Trial(trial_id=t.trial_id, state=t.state, config=t.config, metrics=t.metrics,
                    epochs=t.epochs, mlflow_run_id=t.mlflow_run_id, error=t.error,
@@ -254,11 +216,11 @@ def list_trials(
 @router.get("/sweeps/{sweep_id}/report", response_model=Report,
             summary="The sweep's report: alpha x loss_stack x model with 95% intervals",
             responses={**UNAUTHORIZED, **NOT_FOUND, **INVALID,
-                       409: _problem("The sweep has no report (yet): it is still queued or "
+                       409: problem("The sweep has no report (yet): it is still queued or "
                                      "running, or was cancelled before its end.")})
 def get_report(sweep_id: SweepId, _reader: ReaderDep,
                services: ServicesDep) -> dict[str, Any]:
-    row = _get_row(services, sweep_id, with_documents=True)
+    row = get_row(services, sweep_id, with_documents=True)
     if row.report is None:
         why = ("it was cancelled before its report was written" if row.state == SweepState.CANCELLED
                else f"it is {row.state}; the report is written when it ends")
@@ -268,18 +230,18 @@ def get_report(sweep_id: SweepId, _reader: ReaderDep,
 
 
 def _cancel(sweep_id: str, owner: str, services: Services) -> Sweep:
-    row = _get_row(services, sweep_id)
+    row = get_row(services, sweep_id)
     if not may_act_on(owner, row.owner):
         raise ProblemError(403, "Forbidden", f"sweep {sweep_id} belongs to {row.owner!r}; only its "
                            "owner or an admin token may cancel it", kind="forbidden")
     if row.state in ACTIVE_SWEEP_STATES:
         services.supervisor.cancel(row)
-    return _sweep(_get_row(services, sweep_id), services)
+    return sweep_document(get_row(services, sweep_id), services)
 
 
 CANCEL = {"response_model": Sweep,
           "responses": {**UNAUTHORIZED, **NOT_FOUND, **INVALID,
-                        403: _problem("The sweep belongs to another owner.")}}
+                        **FORBIDDEN}}
 
 
 @router.post("/sweeps/{sweep_id}/cancel", summary="Cancel a sweep (idempotent)", **CANCEL)
