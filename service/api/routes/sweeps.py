@@ -149,8 +149,8 @@ PILOT = Query(pattern=r"^[A-Za-z0-9_-]{1,32}$", description="A pilot sweep's id:
 
 @router.post("/sweeps:validate", response_model=SweepPlan, summary="Dry run: the trial plan of a spec",
              responses={**UNAUTHORIZED, **INVALID, **TOO_LARGE,
-                        404: _problem("The pilot sweep does not exist."),
-                        409: _problem("The pilot sweep has no report yet.")})
+                        404: problem("The pilot sweep does not exist."),
+                        409: problem("The pilot sweep has no report yet.")})
 def validate_sweep(_schema: SpecBody, _reader: ReaderDep,
                    spec: StrictSpec, services: ServicesDep,
                    pilot: Annotated[str | None, PILOT] = None) -> SweepPlan:
@@ -166,7 +166,7 @@ def _pilot_power(spec: SweepSpec, pilot: str, services: Services) -> dict[str, A
     """The spec's power from the pilot's report; 404 / 409 / 422 (field ``pilot``) otherwise."""
     from sweeps.report.power_plan import PilotMismatch, pilot_power
 
-    row = _get_row(services, pilot, with_documents=True)
+    row = get_row(services, pilot, with_documents=True)
     if row.report is None:
         raise ProblemError(409, "Report not available", f"the pilot sweep {pilot} is {row.state} "
                            "and has no report yet; give an ended sweep", kind="report-not-ready",
