@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from objectives._checks import check_c_base, check_pair, check_token_nll
+from objectives.options import KLOptions
 from objectives.rate_control import RateControl
 from objectives.spec import (
     PRESETS,
@@ -106,7 +107,7 @@ class LossStack:
         """A fresh target-rate control of the stack's kl term, starting at its trained weight
         (objectives/rate_control.py); None without a kl term or a ``target_rate``."""
         for name, _, weight, options in self._terms:
-            if name == "kl":
+            if name == "kl" and isinstance(options, KLOptions):
                 return RateControl.create(options, weight, device)
         return None
 

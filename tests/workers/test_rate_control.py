@@ -27,6 +27,7 @@ def synthetic(target: float | None, epochs: int = 24, seed: int = 0) -> TrialCon
             {"preset": "uniform", "terms": {"kl": {"weight": 1.0, "options": options}}}),
         "training": config.training.model_copy(update={"epochs": epochs, "batch_size": 32,
                                                        "device": "cpu"}),
+        "readouts": config.readouts.model_copy(update={"gradient_batch": 0, "test_every_epoch": False}),
     })
 
 
@@ -41,6 +42,7 @@ def reached(tmp_path_factory) -> dict[float, Trainer]:
     return trainers
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", [0.3, 1.0])
 def test_the_synthetic_task_reaches_the_declared_rate(reached, target):
     history = reached[target].history
@@ -51,6 +53,7 @@ def test_the_synthetic_task_reaches_the_declared_rate(reached, target):
     assert run_constants(reached[target])[TARGET_RATE_PARAM] == target
 
 
+@pytest.mark.slow
 def test_more_information_is_bought_at_a_lower_price(reached):
     assert reached[1.0].history[TRAIN_KL_MULTIPLIER][-1] < reached[0.3].history[TRAIN_KL_MULTIPLIER][-1]
 
