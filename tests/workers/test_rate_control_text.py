@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from tests.support.datasets import register
+from tests.support.datasets import label_in_first_token_table, register
 from workers.contract import TRAIN_KL_MULTIPLIER, VAL_KL
 from workers.data.config import DatasetDataConfig
 from workers.datasets.resolve import resolve_dataset
@@ -96,3 +96,23 @@ def test_every_stack_reaches_the_target_rate_on_text(trained, stack):
 @pytest.mark.parametrize("stack", list(STACKS))
 def test_at_a_low_rate_every_stack_carries_the_first_token_label(trained, stack):
     assert trained[stack].final_metrics["selected/test/latent_ami"] >= 0.9
+
+
+@pytest.mark.slow
+def test_where_the_label_is_the_only_information_the_controlled_latent_carries_it(tmp_path):
+    """The positive control of the case above: every row's body the same (the label is all there
+    is to know about y), the same latent and control: z carries the label, at the target rate."""
+    register(tmp_path / "datasets", label_in_first_token_table(rows=480, classes=2, length=12), "label_first")
+    data = resolve_dataset(DatasetDataConfig(dataset="label_first"), tmp_path / "datasets")
+    config = TrialConfig.model_validate({
+        "seed": 0, "data": data.model_dump(), "base": {"kind": "precomputed"},
+        "model": {"embedding_dim": 16, "hidden_dim": 32, "prior": "standard",
+                  "target_encoder": "bidirectional"},
+        "loss_stack": {"preset": "uniform", "terms": {"kl": {"weight": 0.05, "options": {
+            "target_rate": 0.65, "rate_control_lr": 0.05}}}},
+        "training": {"epochs": 12, "batch_size": 32, "learning_rate": 3e-3, "device": "cpu"},
+        "readouts": {"gradient_batch": 0, "test_every_epoch": False}})
+    trainer = Trainer.create(config, tmp_path)
+    trainer.run()
+    assert abs(trainer.history[VAL_KL][-1] - 0.65) <= 0.15 * 0.65, trainer.history[VAL_KL]
+    assert trainer.final_metrics["selected/test/latent_ami"] >= 0.9
