@@ -113,6 +113,31 @@ class KLOptions(BaseModel):
         "prior regularisation, Zhao et al. 2018), which keeps every category in use and leaves the "
         "information z carries unpenalised; between, information costs (1 - gamma) beta per nat.",
     )
+    target_rate: float | None = Field(
+        None, gt=0, allow_inf_nan=False,
+        description="Train to this rate R* in nats per example: the batch mean, over examples with "
+        "an active token, of KL(q(z|x,y) || p(z|x)) (the quantity logged as `{split}/kl`). The KL "
+        "weight becomes a multiplier beta_t = exp(log beta_t), updated after every optimizer "
+        "step by log beta += rate_control_lr x (rate - R*) / R*: too much information raises its "
+        "price, too little lowers it, never to 0 (the objective stays a beta-ELBO at every step). "
+        "It starts at the term's weight and is logged as `train/kl_multiplier` "
+        "(objectives/rate_control.py; docs/concepts/rates.md). Refused with "
+        "`mutual_info_credit` > 0, an `anneal` schedule, or `free_bits` >= R*. Unset: off.",
+    )
+    rate_control_lr: float = Field(
+        0.01, gt=0, le=1, allow_inf_nan=False,
+        description="The target-rate controller's step size: the change of log beta per optimizer "
+        "step when the batch's rate is twice the target (or, with the sign reversed, 0).",
+    )
+    rate_control_min_beta: float = Field(
+        1e-6, gt=0, allow_inf_nan=False,
+        description="The smallest beta the target-rate controller may set (a rate the model cannot "
+        "reach leaves beta here, still priced, rather than drifting without end).",
+    )
+    rate_control_max_beta: float = Field(
+        1e4, gt=0, allow_inf_nan=False,
+        description="The largest beta the target-rate controller may set.",
+    )
 
     @model_validator(mode="after")
     def _steps_or_fraction(self) -> KLOptions:
@@ -121,6 +146,31 @@ class KLOptions(BaseModel):
                 raise ValueError(
                     f"set {steps} (absolute optimizer steps) or {relative} (relative to the "
                     f"trial's run), not both; remove one of them")
+        return self
+
+    @model_validator(mode="after")
+    def _target_rate_alone(self) -> KLOptions:
+        target = self.target_rate
+        if target is None:
+            return self
+        if self.mutual_info_credit > 0:
+            raise ValueError(
+                f"target_rate ({target:g}) prices information that mutual_info_credit "
+                f"({self.mutual_info_credit:g}) credits back: the controlled rate would not be what "
+                "the objective prices; set mutual_info_credit to 0 (or remove target_rate)")
+        if self.anneal != "none":
+            raise ValueError(
+                f"target_rate sets the KL weight at every step, which anneal '{self.anneal}' also "
+                "schedules; set anneal: none (the controller starts at the term's weight)")
+        if self.free_bits >= target:
+            raise ValueError(
+                f"free_bits ({self.free_bits:g}) must be below target_rate ({target:g}): at the "
+                "target every example's KL would sit under the floor, where beta has no gradient "
+                "to act through; lower free_bits (or 0)")
+        if self.rate_control_min_beta >= self.rate_control_max_beta:
+            raise ValueError(
+                f"rate_control_min_beta ({self.rate_control_min_beta:g}) must be below "
+                f"rate_control_max_beta ({self.rate_control_max_beta:g}); widen the bounds")
         return self
 
     @property

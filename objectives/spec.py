@@ -246,6 +246,15 @@ class LossStackSpec(BaseModel):
             raise ValueError("a loss stack needs at least one term: set `preset` or `terms`")
         return self
 
+    @model_validator(mode="after")
+    def _target_rate_starts_priced(self) -> LossStackSpec:
+        kl = self.resolved_terms().get("kl")
+        if kl is not None and kl.options.get("target_rate") is not None and not kl.weight > 0:
+            raise ValueError(
+                f"terms.kl.weight ({kl.weight:g}) is the target-rate controller's starting beta and "
+                "must be > 0 with terms.kl.options.target_rate; set a positive weight (e.g. 1.0)")
+        return self
+
     def resolved_terms(self) -> dict[str, TermSpec]:
         """The preset's terms updated by ``terms`` (preset order first, then additions)."""
         merged: dict[str, TermSpec] = {}

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 import torch
 
 from objectives._checks import check_c_base, check_pair, check_token_nll
+from objectives.options import KLOptions
+from objectives.rate_control import RateControl
 from objectives.spec import (
     PRESETS,
     TERM_INFO,
@@ -37,7 +39,8 @@ class LossOutput:
     """The result of one stack call.
 
     Attributes:
-        total: scalar ``sum_k weight_k * factor_k(step) * value_k`` (the training loss).
+        total: scalar ``sum_k weight_k * factor_k(step) * value_k`` (the training loss; the kl
+            term's weight is ``LossInputs.kl_weight`` under a target-rate control).
         terms: term name -> scalar unweighted value (still on the device, with graph).
         weights: term name -> the effective weight used at this step (annealing included).
         stats: float64 token-weight statistics at the stack's alpha when a term computed them.
@@ -100,6 +103,19 @@ class LossStack:
                     f"loss term {name!r} has a schedule relative to the run (warmup_fraction or "
                     "cycles): build the stack with total_steps=... (the trial's optimizer steps)")
 
+    def rate_control(self, device: torch.device | str = "cpu") -> RateControl | None:
+        """A fresh target-rate control of the stack's kl term, starting at its trained weight
+        (objectives/rate_control.py); None without a kl term or a ``target_rate``."""
+        for name, _, weight, options in self._terms:
+            if name == "kl" and isinstance(options, KLOptions):
+                return RateControl.create(options, weight, device)
+        return None
+
+    def kl_on(self, step: int) -> bool:
+        """Whether the kl term is weighed at ``step`` (not before autoencoder pre-training ends):
+        when the target-rate control may move."""
+        return self.weights_at(step).get("kl", 0.0) != 0.0
+
     @property
     def term_names(self) -> list[str]:
         """Names of the terms, in evaluation order."""
@@ -125,5 +141,7 @@ class LossStack:
             value = definition.compute(inputs, context, options)
             values[name] = value
             if weights[name] != 0.0:
-                total = total + weights[name] * value.to(total.dtype)
+                weight = (inputs.kl_weight.to(total.dtype) if name == "kl" and inputs.kl_weight is not None
+                          else weights[name])
+                total = total + weight * value.to(total.dtype)
         return LossOutput(total, values, weights, context._stats.get(self.alpha))

@@ -56,6 +56,9 @@ class LossInputs:
         posterior_probs: ``[B, C]`` q(z | x, y) of a discrete latent (needed by ``kl`` with
             ``mutual_info_credit > 0``).
         step: the global optimisation step, for KL annealing schedules (a Python int).
+        kl_weight: the target-rate control's multiplier (a 0-d tensor, objectives/rate_control.py):
+            the ``kl`` term's weight in place of its configured one wherever that is not 0
+            (autoencoder pre-training keeps the KL off). None: the configured weight.
     """
 
     token_nll: torch.Tensor
@@ -66,6 +69,7 @@ class LossInputs:
     targets: torch.Tensor | None = None
     posterior_probs: torch.Tensor | None = None
     step: int = 0
+    kl_weight: torch.Tensor | None = None
 
 
 @dataclass

@@ -43,6 +43,8 @@ MUTUAL_INFO = "mutual_info"
 ACTIVE_UNITS = "active_units"
 USED_CATEGORIES = "used_categories"
 KL = "kl"  # the rate E[KL] (nats per example), every split
+KL_MULTIPLIER = "kl_multiplier"  # train/kl_multiplier: the KL weight in effect at the epoch's end
+TARGET_RATE_PARAM = "target_rate"  # the kl target rate in nats per example; NaN when rate control is off
 LATENT_AMI, LATENT_NMI_SHUFFLED = "latent_ami", "latent_nmi_shuffled"
 # Latent recovery and use, valid objective metrics on val.
 LATENT_METRICS: tuple[str, ...] = ("latent_nmi", "latent_ari", LATENT_AMI, MUTUAL_INFO, ACTIVE_UNITS)
@@ -65,6 +67,9 @@ PERF_EPOCH_SECONDS = "perf/epoch_seconds"
 PERF_TOKENS_PER_SECOND = "perf/tokens_per_second"
 PERF_COMPILE_SECONDS = "perf/compile_seconds"  # a compiled cohort's warm-up steps (compile included)
 VAL_KL = metric_name(VAL, KL)
+TRAIN_KL_MULTIPLIER = metric_name(TRAIN, KL_MULTIPLIER)
+"""The KL's weight beta in effect at each epoch's end (train only, every trial with a kl term):
+the target-rate control's multiplier, else the configured weight at its schedule."""
 VAL_KAPPA_MEAN = metric_name(VAL, "kappa_mean")
 
 # The per-epoch curves a trial's outcome keeps (the report's plots; a cohort keeps them per member).
@@ -77,6 +82,7 @@ METRIC_NAMES: tuple[str, ...] = (
     *(metric_name(split, name) for split in EPOCH_SPLITS for name in SPLIT_METRICS),
     *(metric_name(VAL, name) for name in LATENT_METRICS),
     TEST_ELBO,
+    TRAIN_KL_MULTIPLIER,
 )
 # Latent recovery beside its chance level (labelled data, overall only, every epoch): AMI and
 # the NMI against shuffled labels (workers.readouts.recovery.chance_readouts).
@@ -137,7 +143,8 @@ per-example KL, effective beta under the per-token KL."""
 TRAINED_BETA_PARAM = "trained_beta"
 """The KL weight the trial trained at: its beta, or effective beta x S (kl weight_units: effective)."""
 RUN_CONSTANT_PARAMS: tuple[str, ...] = (
-    C_BASE_PARAM, TRAIN_TARGET_LENGTH_PARAM, TOTAL_STEPS_PARAM, ELBO_BETA_PARAM, TRAINED_BETA_PARAM)
+    C_BASE_PARAM, TRAIN_TARGET_LENGTH_PARAM, TOTAL_STEPS_PARAM, ELBO_BETA_PARAM, TRAINED_BETA_PARAM,
+    TARGET_RATE_PARAM)
 """What a trial's whole run is measured in: params of its run, and in its last results."""
 
 # --- a trial's identity -------------------------------------------------------------------

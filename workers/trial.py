@@ -25,6 +25,7 @@ from workers.contract import (
     ELBO_BETA_PARAM,
     FAILURE_TAG,
     STOPPED_EARLY_TAG,
+    TARGET_RATE_PARAM,
     TOTAL_STEPS_PARAM,
     TRAIN_TARGET_LENGTH_PARAM,
     TRAINED_BETA_PARAM,
@@ -42,15 +43,19 @@ EpochHook = Callable[[Trainer, int, dict[str, float]], None]
 
 def run_constants(trainer: Trainer) -> dict[str, float]:
     """What the trial's whole run is measured in: c_base, the train split's mean number of
-    active target tokens, the run's optimizer steps and beta in ELBO units (objectives/units.py;
-    NaN without a kl or a reconstruction term). Params of its run, and in its last results."""
+    active target tokens, the run's optimizer steps, beta in ELBO units (objectives/units.py;
+    NaN without a kl or a reconstruction term) and the kl target rate (NaN when rate control is
+    off). Params of its run, and in its last results."""
     length = float(trainer.train_data.split.mask.sum(dim=-1).double().mean())
     beta = elbo_beta(trainer.config.loss_stack, trainer.c_base, length)
     trained = trained_kl_weight(trainer.config.loss_stack, trainer.c_base)
+    kl = trainer.config.loss_stack.resolved_terms().get("kl")
+    target = None if kl is None else kl.options.get("target_rate")
     return {C_BASE_PARAM: trainer.c_base, TRAIN_TARGET_LENGTH_PARAM: length,
             TOTAL_STEPS_PARAM: trainer.total_steps,
             ELBO_BETA_PARAM: math.nan if beta is None else beta,
-            TRAINED_BETA_PARAM: math.nan if trained is None else trained}
+            TRAINED_BETA_PARAM: math.nan if trained is None else trained,
+            TARGET_RATE_PARAM: math.nan if target is None else target}
 
 
 def trial_params(trainer: Trainer) -> dict[str, Any]:

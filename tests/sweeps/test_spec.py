@@ -202,9 +202,9 @@ def test_defaults():
 
 
 def test_metric_names_follow_design():
-    assert len(METRIC_NAMES) == 28 and len(set(METRIC_NAMES)) == 28
+    assert len(METRIC_NAMES) == 29 and len(set(METRIC_NAMES)) == 29
     assert {"train/loss", "val/kappa_p90", "val/cv2_mean", "val/latent_ari", "val/latent_ami",
-            "val/elbo", "test/elbo"} <= set(METRIC_NAMES)
+            "val/elbo", "test/elbo", "train/kl_multiplier"} <= set(METRIC_NAMES)
 
 
 def test_a_dataset_spec_defaults_to_ami_and_keeps_a_metric_it_names():

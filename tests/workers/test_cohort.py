@@ -12,6 +12,7 @@ from tests.support.mlflow_store import sqlite_store_uri
 from workers.cohort.chunked import run_cohort
 from workers.cohort.grouping import cohort_key, group_cohorts
 from workers.cohort.trainer import Cohort, check_cohort
+from workers.contract import TRAIN_KL_MULTIPLIER
 from workers.train import Trainer, TrialConfig, load_trial_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -134,6 +135,32 @@ def test_mutual_info_credit_members_match_lone_trials(estimator, target_encoder,
                                         lone.model.parameters(), strict=True):
             assert torch.allclose(mine, theirs, atol=1e-9, rtol=0), name
     assert len({round(m.step_losses[-1], 6) for m in result}) == len(configs)
+
+
+def test_rate_controlled_members_match_lone_trials_each_with_its_own_multiplier(float64, tmp_path):
+    """Two members of one stack (one vmapped group) keep their own multiplier; another target and
+    an uncontrolled member beside them: steps, parameters and the beta reached are the lone ones."""
+    config = base_config("discrete", epochs=2, prior="standard")
+    rate = lambda target, **more: {"kl": {"weight": 0.5, "options": {  # noqa: E731
+        "target_rate": target, "rate_control_lr": 0.1, **more}}}
+    configs = [variant(config, 0, {"preset": "uniform", "terms": rate(0.3)}, 3e-3),
+               variant(config, 1, {"preset": "uniform", "terms": rate(0.3)}, 5e-3),
+               variant(config, 2, {"preset": "ncc", "alpha": 1.0, "terms": rate(0.5, free_bits=0.1)}, 3e-3),
+               variant(config, 3, {"preset": "uniform", "terms": KL}, 3e-3)]
+    cohort = Cohort.create(configs, tmp_path)
+    result = cohort.run()
+    betas = []
+    for member, config in zip(result, configs, strict=True):
+        assert member.status == "finished", member.error
+        lone, losses = lone_run(config, tmp_path)
+        assert member.step_losses == pytest.approx(losses, abs=1e-9, rel=0)
+        mine, theirs = member.trainer.history[TRAIN_KL_MULTIPLIER], lone.history[TRAIN_KL_MULTIPLIER]
+        assert mine == pytest.approx(theirs, abs=1e-12, rel=0)
+        betas.append(mine[-1])
+        for (name, value), other in zip(member.trainer.model.named_parameters(),
+                                        lone.model.parameters(), strict=True):
+            assert torch.allclose(value, other, atol=1e-9, rtol=0), name
+    assert betas[3] == 0.5 and len(set(betas)) == 4  # the uncontrolled member kept its weight
 
 
 def test_diverging_member_fails_alone_and_the_others_go_on(tmp_path):

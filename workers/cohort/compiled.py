@@ -154,6 +154,8 @@ class CompiledStep:
             return None
         backend = backend or cls.backend
         problem = compile_problem(cohort.device, backend)
+        if problem is None and any(m.trainer.rate_control is not None for m in cohort.members):
+            problem = "the kl target_rate control is not compiled (its multiplier is a per-step input)"
         if problem is not None:
             cohort.compile_fallback = f"{problem}; training eagerly"
             log.warning("cohort: %s", cohort.compile_fallback)

@@ -26,7 +26,7 @@ from workers.cohort import phases
 from workers.cohort.compiled import CompiledStep
 from workers.cohort.evaluation import member_gradient_shares, member_outputs
 from workers.cohort.grouping import fingerprint
-from workers.cohort.losses import loss_groups
+from workers.cohort.losses import group_rate_controls, loss_groups, write_back
 from workers.cohort.member import (
     OUTPUTS,
     POSTERIOR_PROBS,
@@ -43,6 +43,7 @@ from workers.contract import PERF_EPOCH_SECONDS, PERF_TOKENS_PER_SECOND, VAL_LOS
 from workers.models.backbone import upcast
 from workers.models.functional import cvae_forward
 from workers.train import phases as train_phases
+from workers.train.batch_metrics import kl_multiplier_metrics
 from workers.train.config import TrialConfig
 from workers.train.loop import Trainer, TrialCheckFailed
 
@@ -197,6 +198,7 @@ class Cohort:
             return self._compiled.train_pass(active)
         training = active[0].config.training
         groups = loss_groups(active, self._data["target"].shape[1], self.device)
+        controls = group_rate_controls(active, groups, self._data["target"].shape[1])  # members' own
         size = self._data["target"].shape[1]
         order = torch.stack([torch.randperm(size, generator=m.trainer._generator) for m in active])
         inject = [m.config.training.inject_nan_at_step for m in active]
@@ -223,17 +225,20 @@ class Cohort:
                       for index, _, _ in groups]
             totals, counted = [], train_phases.counted(part)
             for g, (index, positions, member_loss) in enumerate(groups):
-                probs = leaves[g].get(POSTERIOR_PROBS)
-                total, term_values, values, count = torch.func.vmap(
-                    member_loss, in_dims=(0,) * 6 + (None, None if probs is None else 0))(
+                probs, control = leaves[g].get(POSTERIOR_PROBS), controls[g]
+                beta = None if control is None else control[0].beta  # [members]: each its own
+                total, term_values, values, count = torch.func.vmap(member_loss, in_dims=(0,) * 6 + (
+                    None, None if probs is None else 0, None if beta is None else 0))(
                     leaves[g]["token_nll"], batch["base_nll"][index], batch["mask"][index], leaves[g]["kl"],
-                    leaves[g]["bow_logits"], batch["target"][index], self.step, probs)
+                    leaves[g]["bow_logits"], batch["target"][index], self.step, probs, beta)
                 if counted and any(inject[k] == self.step for k in positions):
                     total = total * torch.tensor([math.nan if inject[k] == self.step else 1.0
                                                   for k in positions], dtype=total.dtype, device=total.device)
                 totals.append(total.sum())
                 if not counted:  # an encoder-only update: not a logged step (as alone)
                     continue
+                if control is not None and control[1].kl_on(self.step):
+                    control[0].update(values["kl"])  # each member's batch rate, as alone
                 values["loss"] = total.detach()
                 for key, value in values.items():
                     sums[g][key] = sums[g].get(key, 0.0) + value * count
@@ -243,6 +248,7 @@ class Cohort:
             torch.stack(totals).sum().backward()
             self._backward(out, groups, leaves, len(active), phases.part_names(self.params, part))
             self.step += 1 if counted else 0
+        write_back(active, groups, controls)
         return per_member(active, groups, sums, counts, losses, terms)
 
     _draws = phases.member_draws  # each member's (noise, dropped), from its own stream, as alone
@@ -307,6 +313,9 @@ class Cohort:
             count = max(1, int(counts[k]))
             train = {f"train/{key}": float(v) / count for key, v in sums[k].items()}
             train.update({f"train/{key}": v for key, v in trainer._kappa_metrics["train"].items()})
+            train.update(kl_multiplier_metrics(trainer.rate_control, train_phases.training_stack(
+                trainer.build_stack(member.config.loss_stack), member.config.training,
+                len(trainer.train_data.split)), self.step))
             train[PERF_EPOCH_SECONDS] = elapsed
             train[PERF_TOKENS_PER_SECOND] = int(trainer.train_data.split.mask.sum()) / elapsed
             train["perf/cohort_size"] = float(len(active))

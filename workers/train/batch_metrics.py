@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import torch
 
+from objectives.rate_control import RateControl, batch_rate
+from objectives.stack import LossStack
+from workers.contract import TRAIN_KL_MULTIPLIER
 from workers.models import CVAEOutput
 from workers.models.backbone import upcast
 from workers.readouts.evaluate import DIAGNOSTIC_TERMS
 
-__all__ = ["RUNNING_TRAIN_METRICS", "batch_metrics"]
+__all__ = ["RUNNING_TRAIN_METRICS", "batch_metrics", "kl_multiplier_metrics"]
 
 # Overall train names kept from the running means of the epoch's steps (not the eval pass).
 RUNNING_TRAIN_METRICS = ("loss", "kl", *DIAGNOSTIC_TERMS)
@@ -21,14 +24,19 @@ RUNNING_TRAIN_METRICS = ("loss", "kl", *DIAGNOSTIC_TERMS)
 def batch_metrics(stack_out, diag_out, output: CVAEOutput,
                   mask: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Per-batch metric tensors (on the device) and the batch's count of active examples."""
-    active = mask.any(dim=-1)
-    kl = upcast(output.kl)
-    kl_per_example = kl.sum(dim=-1) if kl.dim() == 2 else kl
-    count = active.sum()
-    values = {
-        "loss": stack_out.total.detach(),
-        "kl": torch.where(active, kl_per_example.detach(), 0.0).sum() / count.clamp_min(1),
-    }
+    count = mask.any(dim=-1).sum()
+    # The rate: what a target-rate control reads (objectives/rate_control.py), the logged kl.
+    values = {"loss": stack_out.total.detach(), "kl": batch_rate(upcast(output.kl), mask)}
     for metric, term in DIAGNOSTIC_TERMS.items():
         values[metric] = diag_out.terms[term].detach()
     return values, count
+
+
+def kl_multiplier_metrics(control: RateControl | None, stack: LossStack, step: int) -> dict[str, float]:
+    """``train/kl_multiplier``: the KL weight in effect at the last step taken before ``step``
+    (the target-rate control's multiplier, else ``stack``'s scheduled weight, pre-training
+    included); empty without a kl term. A logging point: it reads the multiplier off the device."""
+    if control is not None:
+        return {TRAIN_KL_MULTIPLIER: float(control.beta)}
+    weights = stack.weights_at(max(step - 1, 0))
+    return {TRAIN_KL_MULTIPLIER: weights["kl"]} if "kl" in weights else {}

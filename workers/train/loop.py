@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from objectives import KappaSummaryAccumulator, LossInputs, LossStackSpec, baseline_self_check
+from objectives.rate_control import RateControl
 from workers.adamw import AdamW
 from workers.contract import (
     PERF_EPOCH_SECONDS,
@@ -43,7 +44,7 @@ from workers.readouts.gradients import (
 )
 from workers.readouts.split_data import SplitData, readout_split
 from workers.train import phases
-from workers.train.batch_metrics import batch_metrics
+from workers.train.batch_metrics import batch_metrics, kl_multiplier_metrics
 from workers.train.config import TrialConfig
 from workers.train.selection import Selection, selected_metrics, speed_metrics
 from workers.train.sources import TaskView, load_sources
@@ -91,6 +92,7 @@ class Trainer:
     kappa_values: dict[str, np.ndarray] = field(default_factory=dict)
     final_metrics: dict[str, float] = field(default_factory=dict)
     profiles: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    rate_control: RateControl | None = None  # the KL's multiplier under kl target_rate (checkpointed)
     _kappa_metrics: dict[str, dict[str, float]] = field(default_factory=dict)
     _train_kappa_means: dict[float, float] = field(default_factory=dict)  # alpha -> train mean kappa
     _generator: torch.Generator | None = None
@@ -114,6 +116,7 @@ class Trainer:
                                               first_epoch=training.autoencoder_epochs + 1),
                       view, view.data_hashes)
         trainer._generator = torch.Generator().manual_seed(config.seed)
+        trainer.rate_control = trainer.build_stack(config.loss_stack).rate_control(device)
         trainer._summarise_kappa()
         return trainer
 
@@ -196,6 +199,8 @@ class Trainer:
         step_losses: list[torch.Tensor] = []
         step_terms: list[dict[str, torch.Tensor]] = []
         first_step = self.step
+        control = self.rate_control  # the weights' schedule: when the KL is on, its weight when not controlled
+        schedule = phases.training_stack(self.build_stack(self.config.loss_stack), training, len(data.split))
         tokens = 0
         started = time.perf_counter()
         batches = torch.randperm(len(data.split), generator=self._generator).split(training.batch_size)
@@ -203,6 +208,7 @@ class Trainer:
             indices = batches[index].to(self.device)
             self.model.step = self.step
             output, inputs = self._forward(data, indices)
+            inputs.kl_weight = None if control is None else control.beta
             stack_out = stack(inputs)
             loss = stack_out.total
             if inject is not None and self.step == inject and phases.counted(part):
@@ -218,6 +224,8 @@ class Trainer:
                 diag_out = diagnostics(LossInputs(inputs.token_nll.detach(), inputs.base_nll, inputs.mask))
                 values, count = batch_metrics(stack_out, diag_out, output, inputs.mask)
                 values["loss"] = loss.detach()
+                if control is not None and schedule.kl_on(self.step):
+                    control.update(values["kl"])  # on the device: read at the epoch's end
                 for key, value in values.items():
                     sums[key] = sums.get(key, 0.0) + value * count
                 total_count = total_count + count
@@ -239,6 +247,7 @@ class Trainer:
         count = max(1, int(total_count))
         result = {f"train/{k}": float(v) / count for k, v in sums.items()}
         result.update({f"train/{k}": v for k, v in self._kappa_metrics["train"].items()})
+        result.update(kl_multiplier_metrics(self.rate_control, schedule, self.step))
         active_tokens = int(data.split.mask.sum())
         result[PERF_EPOCH_SECONDS] = elapsed
         result[PERF_TOKENS_PER_SECOND] = active_tokens / elapsed if elapsed > 0 else math.inf

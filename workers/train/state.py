@@ -1,7 +1,7 @@
 """A trial's state: where it runs, its seeds, and what its checkpoint holds to resume mid-trial.
 
 A checkpoint holds the model, the optimiser, the counters, the history, the early-stopping
-rule and every RNG stream (python, numpy, torch, CUDA, the batch order), with the trial's
+rule, the target-rate control's multiplier and every RNG stream (python, numpy, torch, CUDA, the batch order), with the trial's
 config: a checkpoint of another config is refused. It is written to a temporary file and
 renamed, so a crash never leaves half a checkpoint.
 """
@@ -35,8 +35,8 @@ def seed_everything(seed: int) -> None:
 
 
 def trainer_state(trainer: Any) -> dict[str, Any]:
-    """A :class:`~workers.train.loop.Trainer`'s model, optimiser, counters, history and every RNG
-    state (module doc)."""
+    """A :class:`~workers.train.loop.Trainer`'s model, optimiser, counters, history, KL multiplier
+    and every RNG state (module doc)."""
     generator = trainer._generator
     return {
         "model": trainer.model.state_dict(),
@@ -46,6 +46,7 @@ def trainer_state(trainer: Any) -> dict[str, Any]:
         "history": trainer.history,
         "selection": trainer.selection.state_dict(),
         "config": trainer.config.model_dump(mode="json"),
+        "rate_control": trainer.rate_control.state_dict() if trainer.rate_control is not None else None,
         "rng": {
             "python": random.getstate(),
             "numpy": np.random.get_state(),
@@ -65,6 +66,8 @@ def load_trainer_state(trainer: Any, state: dict[str, Any]) -> None:
     trainer.epoch, trainer.step, trainer.history = state["epoch"], state["step"], state["history"]
     if "selection" in state:
         trainer.selection.load_state_dict(state["selection"])
+    if trainer.rate_control is not None and state.get("rate_control") is not None:
+        trainer.rate_control.load_state_dict(state["rate_control"])  # the beta it had reached
     rng = state["rng"]
     random.setstate(rng["python"])
     np.random.set_state(rng["numpy"])
