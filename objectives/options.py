@@ -114,6 +114,12 @@ class KLOptions(BaseModel):
         "information z carries unpenalised; between, information costs (1 - gamma) beta per nat.",
     )
 
+    target_rate: float | None = Field(
+        None, gt=0, allow_inf_nan=False,
+        description="A declared rate: E[KL] in nats per example the trial trains to, its KL weight "
+        "adjusted during training (docs/concepts/rates.md). Unset: off (the weight is beta).",
+    )
+
     @model_validator(mode="after")
     def _steps_or_fraction(self) -> KLOptions:
         for steps, relative in (("warmup_steps", "warmup_fraction"), ("cycle_steps", "cycles")):

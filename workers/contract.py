@@ -43,6 +43,8 @@ MUTUAL_INFO = "mutual_info"
 ACTIVE_UNITS = "active_units"
 USED_CATEGORIES = "used_categories"
 KL = "kl"  # the rate E[KL] (nats per example), every split
+KL_MULTIPLIER = "kl_multiplier"
+TARGET_RATE_PARAM = "target_rate"
 LATENT_AMI, LATENT_NMI_SHUFFLED = "latent_ami", "latent_nmi_shuffled"
 # Latent recovery and use, valid objective metrics on val.
 LATENT_METRICS: tuple[str, ...] = ("latent_nmi", "latent_ari", LATENT_AMI, MUTUAL_INFO, ACTIVE_UNITS)

@@ -117,13 +117,16 @@ def write_report_plots(report: Mapping[str, Any], outcomes: Sequence[Any], folde
     groups: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
     for cell in report["cells"]:
         if cell["split"] == split and cell["metric"] in ALPHA_METRICS:
-            groups[(cell["metric"], cell["model"], cell["beta"], cell["free_bits"])].append(cell)
-    for (metric, model, beta, free_bits), cells in sorted(groups.items(), key=str):
+            groups[(cell["metric"], cell["model"], cell["beta"], cell["free_bits"],
+                    cell.get("target_rate"))].append(cell)
+    for (metric, model, beta, free_bits, rate), cells in sorted(groups.items(), key=str):
         beta_text = "own" if beta is None else f"{beta:g}"
         name = f"{metric}_vs_alpha__{model}__beta_{beta_text}"
         name += "" if free_bits is None else f"__fb_{free_bits:g}"
+        name += "" if rate is None else f"__rate_{rate:g}"
         title = (f"{split} {metric} vs alpha ({model}, beta {beta_text}, free bits "
-                 f"{'-' if free_bits is None else f'{free_bits:g}'}); 95% t bands over seeds")
+                 f"{'-' if free_bits is None else f'{free_bits:g}'}"
+                 f"{'' if rate is None else f', target rate {rate:g} nats'}); 95% t bands over seeds")
         paths.append(_alpha_figure(cells, metric, title, folder / f"{name}.png"))
     primary = [c for c in report["contrasts"] if c["family"] == "primary"]
     if primary:

@@ -39,10 +39,12 @@ def interval_text(entry: Mapping[str, Any], key: str = "mean") -> str:
 
 
 def beta_text(entry: Mapping[str, Any]) -> str:
-    """The raw beta, with its effective beta and its beta in ELBO units beside it when known."""
+    """The raw beta, with its effective beta, its beta in ELBO units and the target rate the
+    trial trained to (rate control: the weight then moves) beside it when known."""
     beta = "-" if entry.get("beta") is None else f"{entry['beta']:g}"
     beside = [f"{name} {entry[key]:.3g}" for key, name in (("beta_effective", "eff"),
-                                                           ("beta_elbo", "ELBO units"))
+                                                           ("beta_elbo", "ELBO units"),
+                                                           ("target_rate", "target rate"))
               if entry.get(key) is not None]
     return f"{beta} ({', '.join(beside)})" if beside else beta
 
@@ -84,7 +86,8 @@ def alpha_rows(report: Mapping[str, Any], metric: str) -> tuple[list[str], list[
     rows: dict[tuple, dict[str, Any]] = {}
     for cell in cells:
         key = (cell["model"], cell["beta"] if cell["beta"] is not None else -1,
-               cell["free_bits"] or 0, cell["loss_stack"], cell["alpha"])
+               cell["free_bits"] or 0, cell.get("target_rate") or 0, cell["loss_stack"],
+               cell["alpha"])
         rows.setdefault(key, {"cell": cell})[cell["kind"]] = cell
     return kinds, [rows[key] for key in sorted(rows)]
 
@@ -115,7 +118,8 @@ def latent_rows(report: Mapping[str, Any]) -> list[list[str]]:
     cells = (report.get("latent_use") or {}).get("cells") or []
     out = []
     for row in sorted(cells, key=lambda r: (r["model"], r["beta"] if r["beta"] is not None else -1,
-                                            r["free_bits"] or 0, r["loss_stack"], r["alpha"])):
+                                            r["free_bits"] or 0, r.get("target_rate") or 0,
+                                            r["loss_stack"], r["alpha"])):
         if row["in_use"] is None:
             verdict = "-"
         else:
