@@ -1,12 +1,13 @@
-"""report.md from report.json: the headline, the per-alpha table, the latent-use table,
-contrasts, best, collapse, and the words on what the report cannot claim. Nothing here
-computes a statistic."""
+"""report.md from report.json: the headline, the per-alpha table, the latent-use table, the
+rate sections (:mod:`sweeps.report.rate_text`), contrasts, best, collapse, and the words on
+what the report cannot claim. Nothing here computes a statistic."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sweeps.report.rate_text import credit_notes, rate_markdown, unpriced_words
 from workers.contract import (
     ACTIVE_UNITS,
     KL,
@@ -126,6 +127,7 @@ def latent_rows(report: Mapping[str, Any]) -> list[list[str]]:
             state = "in use" if row["in_use"] else "collapsed"
             chance = "; AMI at chance" if row.get("at_chance") else ""
             verdict = f"{state} ({row['seeds_in_use']} of {row['seeds']} seeds in use){chance}"
+        verdict += unpriced_words(row)
         shown = [interval_text(row[name]) if name in row else "-" for name in _USE_COLUMNS]
         out.append([row["model"], beta_text(row), row["loss_stack"], f"{row['alpha']:g}", *shown, verdict])
     return out
@@ -152,7 +154,8 @@ def _latent_table(report: Mapping[str, Any]) -> list[str]:
     lines = [f"## {latent_title(report)}", "", "| " + " | ".join(LATENT_COLUMNS) + " |",
              "|" + "---|" * len(LATENT_COLUMNS)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return lines + ["", latent_note(report), ""]
+    return lines + ["", latent_note(report), "", *(f"**{words}**" for words in credit_notes(report)),
+                    *([""] if credit_notes(report) else [])]
 
 
 def _contrast_table(contrasts: Sequence[Mapping[str, Any]], title: str) -> list[str]:
@@ -213,6 +216,7 @@ def report_markdown(report: Mapping[str, Any], metrics: Sequence[str] | None = N
     for name in metrics or (metric,):
         lines += _alpha_table(report, name) + [""]
     lines += _latent_table(report)
+    lines += rate_markdown(report)
     primary = [c for c in report["contrasts"] if c["family"] == "primary"]
     lines += _contrast_table(primary, "Primary contrasts (Holm within this family)")
     caveat = [c for c in report["contrasts"] if c["family"] != "primary"

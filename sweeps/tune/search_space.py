@@ -14,9 +14,9 @@ from typing import Any
 from ray import tune
 
 from sweeps.plan.build import SEARCH_AXES, SweepPlan
-from sweeps.spec.checks import KL_AXES
 from sweeps.plan.identity import TRIAL_HASH
 from sweeps.spec import SweepSpec, ValueRange
+from sweeps.spec.checks import KL_AXES
 
 __all__ = ["COHORT_INDEX", "MEMBERS", "TRIAL_INDEX", "is_cohort", "lone_params", "param_space"]
 
