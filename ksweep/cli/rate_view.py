@@ -42,7 +42,7 @@ def _columns(names: Sequence[str], rows: list[list[str]], keep: set[str],
 def rate_tables(report: Mapping[str, Any], width: int, label: Callable[[str], str]
                 ) -> list[tuple[Table, list[str], list[str]]]:
     """Each rate table, the words saying what left it, and the words printed under it."""
-    tables = []
+    tables: list[tuple[Table, list[str], list[str]]] = []
     rates = rate_rows(report)
     if rates:
         tables.append((*fit_table(rate_title(report), _columns(RATE_COLUMNS, rates, _RATE_KEEP, label),

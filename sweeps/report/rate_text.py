@@ -39,7 +39,7 @@ def _flag(row: Mapping[str, Any]) -> str:
     return f"OFF TARGET ({seeds})" if row["off_target"] else f"on target ({seeds})"
 
 
-def _order(row: Mapping[str, Any]) -> tuple:
+def _order(row: Mapping[str, Any]) -> tuple[Any, ...]:
     return (row["model"], row.get("beta") if row.get("beta") is not None else -1,
             row.get("free_bits") or 0, row.get("target_rate") or 0, row["loss_stack"], row["alpha"])
 

@@ -75,7 +75,7 @@ def trained_options(spec: SweepSpec, params: Mapping[str, Any]) -> dict[str, Any
     return out
 
 
-def _config(cell: Mapping[str, Any]) -> tuple:
+def _config(cell: Mapping[str, Any]) -> tuple[Any, ...]:
     return tuple(cell.get(key) for key in _CONFIG)
 
 
@@ -85,7 +85,7 @@ def _summary(cell: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return {key: cell[key] for key in ("mean", "ci_low", "ci_high", "n", "seeds", "values")}
 
 
-def _test_cells(cells: Sequence[Mapping[str, Any]], split: str) -> dict[tuple, dict[str, Any]]:
+def _test_cells(cells: Sequence[Mapping[str, Any]], split: str) -> dict[tuple[Any, ...], dict[str, Any]]:
     """(config, metric) -> the all-kinds cell of ``split`` for the rate read-outs."""
     return {(_config(c), c["metric"]): dict(c) for c in cells
             if c["split"] == split and c["kind"] == ALL_KINDS and c["metric"] in RATE_READOUTS}

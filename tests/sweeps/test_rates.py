@@ -18,7 +18,7 @@ from service.api.schemas import Report
 from sweeps import SweepSpec, build_plan
 from sweeps.plan.identity import objective_key
 from sweeps.report.build import build_report, report_markdown
-from sweeps.report.plots import RD_PLANE_PNG, write_report_plots
+from sweeps.report.plots import RD_PLANE_PNG, rd_plane_figure
 from sweeps.report.rates import TRAINED_OPTIONS, off_target
 from sweeps.report.readout_table import TrialOutcome
 from tests.sweeps.test_report import _find
@@ -110,6 +110,14 @@ def test_the_target_rate_axis_reaches_each_trials_kl_and_never_dedups_across_rat
     assert len(keys) == 2
 
 
+def test_tune_gets_the_target_rate_as_a_trial_param():
+    from sweeps.tune.search_space import param_space
+
+    spec = rate_spec(resources={"cohort_size": 1})
+    space = param_space(spec, build_plan(spec))
+    assert "target_rate" in space
+
+
 # --- achieved against target ------------------------------------------------------------
 
 def test_off_target_is_a_factor_of_1_15_either_way():
@@ -187,10 +195,9 @@ def test_the_rate_distortion_table_holds_each_cells_rate_and_distortion(rated):
 def test_the_rate_distortion_png_is_written_as_a_valid_image(rated, tmp_path: Path):
     from matplotlib import image
 
-    _, report, outcomes = rated
-    paths = write_report_plots(report, outcomes, tmp_path)
-    png = tmp_path / RD_PLANE_PNG
-    assert png in paths and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    _, report, _ = rated
+    png = rd_plane_figure(report["rd_plane"], report["split"], tmp_path / RD_PLANE_PNG)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # write_report_plots: tests/sweeps/test_runner.py
     pixels = image.imread(png)
     assert pixels.ndim == 3 and pixels.shape[0] > 100 and pixels.shape[1] > 300
 
