@@ -47,8 +47,9 @@ def row_label(row: dict[str, Any]) -> str:
 
 def trial_key(params: dict[str, Any]) -> tuple:
     """The identity of a trial from its params (Tune config or MLflow params)."""
-    def number(value: Any) -> float | None:
-        return None if value in (None, "", "None") else float(value)
+    def number(value: Any) -> float | None:  # NaN: an axis that is off (a run's target_rate)
+        number = None if value in (None, "", "None") else float(value)
+        return None if number is None or math.isnan(number) else number
 
     return (number(params["alpha"]), str(params["loss_stack"]), str(params["model"]),
             int(params["seed"]), *(number(params.get(axis)) for axis in KL_AXES))

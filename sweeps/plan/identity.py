@@ -16,6 +16,7 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -101,7 +102,8 @@ def training_environment(spec: SweepSpec) -> TrainingEnvironment:
 
 
 def _number(value: Any) -> float | None:
-    return None if value in (None, "", "None") else float(value)
+    number = None if value in (None, "", "None") else float(value)
+    return None if number is None or math.isnan(number) else number  # NaN: off (target_rate)
 
 
 def _point(params: Mapping[str, Any]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from ksweep.cli.report_view import report_renderables
 from ksweep.tables import build_frames
 from service.api.schemas import Report
 from sweeps import SweepSpec, build_plan
+from sweeps.plan.build import trial_key
 from sweeps.plan.identity import objective_key
 from sweeps.report.build import build_report, report_markdown
 from sweeps.report.plots import RD_PLANE_PNG, rd_plane_figure
@@ -108,6 +109,10 @@ def test_the_target_rate_axis_reaches_each_trials_kl_and_never_dedups_across_rat
         assert config.name.endswith(f"-r{trial['target_rate']:g}-s{trial['seed']}")
     keys = {objective_key(spec, {**plan.trials[0], "target_rate": rate}) for rate in TARGETS}
     assert len(keys) == 2
+    # A run logs target_rate NaN when rate control is off: read as no target rate, not a rate.
+    off = {k: v for k, v in plan.trials[0].items() if k != "target_rate"}
+    assert trial_key({**off, "target_rate": "nan"}) == trial_key(off)
+    assert objective_key(spec, {**off, "target_rate": float("nan")}) == objective_key(spec, off)
 
 
 def test_tune_gets_the_target_rate_as_a_trial_param():
