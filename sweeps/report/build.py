@@ -35,6 +35,7 @@ from sweeps.report.latent_use import USE_READOUTS, latent_limitations, latent_us
 from sweeps.report.plots import write_report_plots
 from sweeps.report.rates import (
     RATE_READOUTS,
+    SELECTED_MULTIPLIER,
     annotate_credit,
     credit_words,
     rate_limitations,
@@ -288,6 +289,18 @@ def context_free_prior(spec: SweepSpec) -> list[str]:
             "standard keeps the KL a penalty."]
 
 
+def _multipliers(rows: Sequence[RowResult], outcomes: Sequence[TrialOutcome]
+                 ) -> dict[tuple, list[float]]:
+    """Per configuration, each seed's rate-control multiplier at its selected checkpoint."""
+    final = {o.trial_id: o.final for o in outcomes}
+    out: dict[tuple, list[float]] = defaultdict(list)
+    for row in rows:
+        value = final.get(row.trial_id, {}).get(SELECTED_MULTIPLIER)
+        if isinstance(value, int | float) and math.isfinite(value):
+            out[tuple(getattr(row, key) for key in _CONFIG)].append(float(value))
+    return out
+
+
 def build_report(spec: SweepSpec, sweep_id: str, outcomes: Iterable[TrialOutcome],
                  plan: SweepPlan | None = None,
                  extensions: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
@@ -316,7 +329,7 @@ def build_report(spec: SweepSpec, sweep_id: str, outcomes: Iterable[TrialOutcome
     seeds = len({r.seed for r in rows})
     use = latent_use(cells, split, spec.analysis.latent_in_use_nats)
     annotate_credit(use, cells)
-    rates = rate_table(cells, split)
+    rates = rate_table(cells, split, _multipliers(rows, outcomes))
     return {
         "sweep_id": sweep_id, "name": spec.name,
         "objective": {"metric": spec.primary_metric, "mode": spec.primary_mode},

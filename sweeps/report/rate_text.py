@@ -12,7 +12,7 @@ __all__ = ["RATE_COLUMNS", "RD_COLUMNS", "credit_notes", "rate_markdown", "rate_
            "rd_note", "rd_rows", "rd_title", "unpriced_words"]
 
 RATE_COLUMNS = ("model", "beta", "loss_stack", "alpha", "target rate", "achieved KL [95%]",
-                "KL / target", "I(x; z) [95%]", "rate")
+                "KL / target", "I(x; z) [95%]", "multiplier", "rate")
 RD_COLUMNS = ("model", "beta", "loss_stack", "alpha", "rate KL", "rate I(x; z)", "distortion", "n")
 
 
@@ -56,7 +56,7 @@ def rate_rows(report: Mapping[str, Any]) -> list[list[str]]:
     """The achieved-rate table's rows as text (columns :data:`RATE_COLUMNS`)."""
     return [[row["model"], _beta(row), row["loss_stack"], f"{row['alpha']:g}",
              f"{row['target_rate']:g}", _interval(row["achieved_kl"]), _num(row["ratio"], 2),
-             _interval(row["achieved_mutual_info"]), _flag(row)]
+             _interval(row["achieved_mutual_info"]), _num(row.get("kl_multiplier")), _flag(row)]
             for row in sorted(report.get("rates") or [], key=_order)]
 
 

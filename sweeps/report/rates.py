@@ -25,9 +25,18 @@ from objectives.options import KLOptions
 from sweeps.plan.build import SEARCH_AXES
 from sweeps.report.readout_table import ALL_KINDS
 from sweeps.spec import SweepSpec
-from workers.contract import KL, MUTUAL_INFO, SELECTION_METRIC
+from workers.contract import (
+    KL,
+    KL_MULTIPLIER,
+    MUTUAL_INFO,
+    SELECTION_METRIC,
+    TRAIN,
+    metric_name,
+    selected_name,
+)
 
-__all__ = ["CREDIT", "DISTORTION", "RATE_READOUTS", "RATE_TOLERANCE", "TRAINED_OPTIONS",
+__all__ = ["CREDIT", "DISTORTION", "RATE_READOUTS", "RATE_TOLERANCE", "SELECTED_MULTIPLIER",
+           "TRAINED_OPTIONS",
            "annotate_credit", "credit_words", "off_target", "rate_limitations", "rate_table",
            "rd_plane", "trained_options"]
 
@@ -39,6 +48,8 @@ DISTORTION = "recon_uniform"
 unit for every stack (a weighted stack's own loss is on its own scale)."""
 RATE_READOUTS: tuple[str, ...] = (KL, MUTUAL_INFO, DISTORTION)
 """The read-outs the rate tables need, which the report reads whatever analysis.metrics lists."""
+SELECTED_MULTIPLIER = selected_name(metric_name(TRAIN, KL_MULTIPLIER))
+"""The rate control's multiplier at the checkpoint val chose (logged per epoch as train/...)."""
 CREDIT = "kl_mutual_info_credit"
 # What a trial trained with: the columns of the trials table and the fields of every cell.
 TRAINED_OPTIONS: tuple[str, ...] = (
@@ -91,6 +102,11 @@ def _test_cells(cells: Sequence[Mapping[str, Any]], split: str) -> dict[tuple[An
             if c["split"] == split and c["kind"] == ALL_KINDS and c["metric"] in RATE_READOUTS}
 
 
+def _mean(values: Sequence[float] | None) -> float | None:
+    known = [v for v in values or () if math.isfinite(v)]
+    return sum(known) / len(known) if known else None
+
+
 def off_target(achieved: float | None, target: float | None) -> bool | None:
     """Whether ``achieved`` is more than a factor :data:`RATE_TOLERANCE` off ``target`` (None
     when either is unknown)."""
@@ -100,10 +116,14 @@ def off_target(achieved: float | None, target: float | None) -> bool | None:
     return ratio > RATE_TOLERANCE or ratio < 1 / RATE_TOLERANCE
 
 
-def rate_table(cells: Sequence[Mapping[str, Any]], split: str) -> list[dict[str, Any]]:
+def rate_table(cells: Sequence[Mapping[str, Any]], split: str,
+               multipliers: Mapping[tuple[Any, ...], Sequence[float]] | None = None
+               ) -> list[dict[str, Any]]:
     """Per rate-controlled configuration: the target, the achieved ``split`` KL and I(x; z)
-    (mean, interval, per seed), the ratio of mean KL to target, ``off_target`` and how many
-    seeds are off on their own."""
+    (mean, interval, per seed), the ratio of mean KL to target, ``off_target``, how many
+    seeds are off on their own, and ``kl_multiplier``: the mean over seeds of the multiplier
+    at the selected checkpoint (``multipliers``: per configuration, one value per seed; None
+    where no trial logged it)."""
     index = _test_cells(cells, split)
     out = []
     for config in sorted({key[0] for key in index}, key=str):
@@ -119,7 +139,7 @@ def rate_table(cells: Sequence[Mapping[str, Any]], split: str) -> list[dict[str,
                     "ratio": None if mean is None else mean / target,
                     "off_target": off_target(mean, target), "tolerance": RATE_TOLERANCE,
                     "seeds_off_target": sum(bool(v) for v in seeds_off),
-                    "seeds": len(seeds_off)})
+                    "seeds": len(seeds_off), "kl_multiplier": _mean((multipliers or {}).get(config))})
     return out
 
 

@@ -53,7 +53,8 @@ def rate_outcomes(spec: SweepSpec) -> list[TrialOutcome]:
         rate = trial.get("target_rate", 1.0)
         kl = ACHIEVED.get((stack, rate), 1.0) * rate
         nmi = 0.3 + 0.4 * rate + (GAIN.get(rate, 0.0) if stack == "raw_token_weighted" else 0.0) + 0.01 * seed
-        final = {"c_base": 1.0, "selected/epoch": 4}
+        final = {"c_base": 1.0, "selected/epoch": 4,
+                 "selected/train/kl_multiplier": 2.0 * rate + 0.1 * seed}
         for split in ("val", "test"):
             final |= {f"selected/{split}/kl": kl, f"selected/{split}/mutual_info": 0.8 * kl,
                       f"selected/{split}/recon_uniform": distortion(stack, rate),
@@ -142,12 +143,14 @@ def test_each_cell_shows_its_achieved_rate_against_its_target_and_the_flag(rated
         assert row["achieved_mutual_info"]["mean"] == pytest.approx(0.8 * ratio * target)
         assert row["off_target"] is (ratio == 0.86)
         assert row["seeds_off_target"] == (3 if ratio == 0.86 else 0)
+        assert row["kl_multiplier"] == pytest.approx(2.0 * target + 0.1)  # mean over seeds 0-2
     assert any(words.startswith("OFF TARGET: 1 of 4") for words in report["limitations"])
     text = report_markdown(report)
     assert "## Achieved rate against target" in text
     assert "OFF TARGET: more than x1.15 off either way" in text
     flagged = [line for line in text.splitlines() if "OFF TARGET (3 of 3 seeds off)" in line]
     assert len(flagged) == 1 and "| uniform | 1 | 0.5 | 0.430" in flagged[0]
+    assert "| 0.344 [0.344, 0.344] | 1.100 | OFF TARGET" in flagged[0]
     assert text.count("on target (0 of 3 seeds off)") == 3
     terminal = _terminal(report)
     assert "OFF TARGET" in terminal and "Achieved rate against target" in terminal
