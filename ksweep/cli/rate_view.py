@@ -25,12 +25,14 @@ __all__ = ["rate_tables"]
 # At a narrow width: the stack, alpha, the target, the achieved KL and the flag stay.
 _RATE_KEEP = {"loss_stack", "alpha", "target rate", "achieved KL [95%]", "rate"}
 _RD_KEEP = {"loss_stack", "alpha", "rate KL", "rate I(x; z)", "distortion"}
+# Among the columns that may leave, the lowest rank leaves first: the multiplier, then I(x; z).
+_RANK = {"model": 3, "beta": 3, "KL / target": 2, "I(x; z) [95%]": 1, "n": 1}
 
 
 def _columns(names: Sequence[str], rows: list[list[str]], keep: set[str],
              label: Callable[[str], str]) -> list[Column]:
     columns = [Column(name.replace("_", " "), keep=name in keep,
-                      whole=name not in ("rate", "loss_stack", "beta"),
+                      whole=name not in ("loss_stack", "beta"), rank=_RANK.get(name, 0),
                       justify="right" if name == "alpha" else "left") for name in names]
     stack = list(names).index("loss_stack")
     for row in rows:

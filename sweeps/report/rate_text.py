@@ -35,7 +35,7 @@ def _beta(entry: Mapping[str, Any]) -> str:
 def _flag(row: Mapping[str, Any]) -> str:
     if row["off_target"] is None:
         return "no rate logged"
-    seeds = f"{row['seeds_off_target']} of {row['seeds']} seeds off"
+    seeds = f"{row['seeds_off_target']}/{row['seeds']} seeds off"
     return f"OFF TARGET ({seeds})" if row["off_target"] else f"on target ({seeds})"
 
 

@@ -148,12 +148,12 @@ def test_each_cell_shows_its_achieved_rate_against_its_target_and_the_flag(rated
     text = report_markdown(report)
     assert "## Achieved rate against target" in text
     assert "OFF TARGET: more than x1.15 off either way" in text
-    flagged = [line for line in text.splitlines() if "OFF TARGET (3 of 3 seeds off)" in line]
+    flagged = [line for line in text.splitlines() if "OFF TARGET (3/3 seeds off)" in line]
     assert len(flagged) == 1 and "| uniform | 1 | 0.5 | 0.430" in flagged[0]
     assert "| 0.344 [0.344, 0.344] | 1.100 | OFF TARGET" in flagged[0]
-    assert text.count("on target (0 of 3 seeds off)") == 3
+    assert text.count("on target (0/3 seeds off)") == 3
     terminal = _terminal(report)
-    assert "OFF TARGET" in terminal and "Achieved rate against target" in terminal
+    assert terminal.count("OFF TARGET (3/3 seeds off)") == 1 and "Achieved rate against" in terminal
 
 
 def test_contrasts_pair_cells_of_one_target_rate_and_never_across(rated):
