@@ -60,6 +60,9 @@ def _axis_problems(spec: SweepSpec) -> list[LocatedProblem]:
         if isinstance(value, ValueRange) and kind == "grid":
             problems.append(((axis,), f"{axis}: a range needs search.kind random or optuna (got "
                              f"search.kind={kind}); or give {axis} as a list of values for a grid"))
+    if isinstance(spec.target_rate, list) and 0 in spec.target_rate:
+        problems.append((("target_rate",), "target_rate: 0 is not a rate; list target rates > 0 "
+                         "nats (leave target_rate unset for no rate control)"))
     return problems
 
 

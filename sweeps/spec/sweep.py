@@ -228,14 +228,6 @@ class SweepSpec(BaseModel):
                     for k, v in value.items()}
         return value
 
-    @field_validator("target_rate")
-    @classmethod
-    def _positive_rates(cls, value: Any) -> Any:
-        if isinstance(value, list) and any(rate <= 0 for rate in value):
-            raise ValueError("target_rate: 0 is not a rate; list target rates > 0 nats (leave "
-                             "target_rate unset for no rate control)")
-        return value
-
     @field_validator("alpha", "beta", "free_bits", "target_rate")
     @classmethod
     def _distinct_values(cls, value: Any, info: Any) -> Any:
