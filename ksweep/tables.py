@@ -2,7 +2,9 @@
 answers (:meth:`ksweep.Client.frames`) and from MLflow alone (:func:`ksweep.frames.from_mlflow`).
 
 - ``trials``: one row per trial: ``trial_id``, every swept value (alpha, loss_stack, model,
-  seed, and beta / free_bits when swept), ``state``, ``epochs``, ``selected_epoch``,
+  seed, and beta / free_bits / target_rate when swept), what it trained with (``kl_weight``,
+  ``kl_scale``, ... ``kl_target_rate``, ``prior``, ``latent_estimator``, ``selection``:
+  :data:`sweeps.report.rates.TRAINED_OPTIONS`), ``state``, ``epochs``, ``selected_epoch``,
   ``error``, ``mlflow_run_id``, ``trial_hash`` (its content hash), ``reused_from`` (the sweep
   whose run it is, for a trial reused from another sweep; else empty), ``shared_by`` (the rows
   a deduplicated trial stands in, comma-separated), then the run's final value of every metric it logged, one column each

@@ -48,7 +48,7 @@ def render_extension_plan(plan: ExtensionPlan, sweep_id: str) -> None:
     new_rows = [row for row in rows if row.get("new")]
     table = Table(title=f"sweep {sweep_id} extended: its {len(new_rows)} new rows",
                   title_justify="left")
-    swept = [a for a in ("beta", "free_bits") if any(a in row for row in rows)]
+    swept = [a for a in ("beta", "free_bits", "target_rate") if any(a in row for row in rows)]
     for column in ("alpha", "loss stack", "model", *swept, "seed", "trial"):
         table.add_column(column, no_wrap=True)
     for row in new_rows[:SHOWN_NEW_ROWS]:

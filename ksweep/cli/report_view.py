@@ -17,7 +17,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ksweep.cli.fitted_table import Column, fit_table, short_labels
+from ksweep.cli.rate_view import rate_tables
 from sweeps.report.growth import describe_extensions
+from sweeps.report.rate_text import credit_notes
 from sweeps.report.text import (
     ALL,
     LATENT_COLUMNS,
@@ -135,7 +137,8 @@ def _tables(report: Mapping[str, Any], width: int, label: Label
               ] if report["cells"] else []
     if latent_rows(report):
         tables.append((*fit_table(latent_title(report), _latent_columns(report, label), width),
-                       [latent_note(report)]))
+                       [latent_note(report), *credit_notes(report)]))
+    tables += rate_tables(report, width, label)
     primary = [c for c in report["contrasts"] if c["family"] == "primary"]
     if primary:
         tables.append((*fit_table("Primary contrasts, Holm within the family",

@@ -213,7 +213,8 @@ class History(BaseModel):
 
 
 class ReportCell(BaseModel):
-    """One (alpha, stack, model, beta, free_bits, kind, metric, split) over the seeds."""
+    """One (alpha, stack, model, beta, free_bits, target_rate, kind, metric, split) over the
+    seeds; what its trials trained with (``kl_scale``, ..., ``selection``) as extra keys."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -222,6 +223,9 @@ class ReportCell(BaseModel):
     model: str
     beta: float | None = None
     free_bits: float | None = None
+    target_rate: float | None = Field(
+        None, description="The rate in nats of E[KL] per example its trials trained to (None: no "
+        "rate control); cells of different target rates are never paired.")
     beta_effective: float | None = None
     beta_elbo: float | None = Field(
         None, description="beta in ELBO units: effective beta x the train split's mean target "

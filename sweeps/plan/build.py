@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from sweeps.plan.equivalence import objective_signature
 from sweeps.plan.units import annotate_trials, default_facts, schedule_warnings
 from sweeps.spec import SweepSpec, ValueRange
+from sweeps.spec.checks import KL_AXES
 from workers.cohort.grouping import group_cohorts
 from workers.datasets.train_facts import TrainFacts
 
@@ -28,9 +29,9 @@ if TYPE_CHECKING:  # numpy (random search) and rich (render_plan) load where use
 __all__ = ["SEARCH_AXES", "SweepPlan", "build_plan", "cohort_size_for", "render_plan", "row_label",
            "subplan", "trial_key"]
 
-# The search axes of a sweep, in this order: every trial's params (beta and free bits only
-# when the sweep sweeps them), its progress record's config and its report row.
-SEARCH_AXES: tuple[str, ...] = ("alpha", "loss_stack", "model", "seed", "beta", "free_bits")
+# The search axes of a sweep, in this order: every trial's params (beta, free bits and target
+# rate only when the sweep sweeps them), its progress record's config and its report row.
+SEARCH_AXES: tuple[str, ...] = ("alpha", "loss_stack", "model", "seed", *KL_AXES)
 SHOWN_ROWS = 50
 SHOWN_COHORTS = 20
 AUTO_COHORT_MAX = 32
@@ -46,11 +47,12 @@ def row_label(row: dict[str, Any]) -> str:
 
 def trial_key(params: dict[str, Any]) -> tuple:
     """The identity of a trial from its params (Tune config or MLflow params)."""
-    def number(value: Any) -> float | None:
-        return None if value in (None, "", "None") else float(value)
+    def number(value: Any) -> float | None:  # NaN: an axis that is off (a run's target_rate)
+        number = None if value in (None, "", "None") else float(value)
+        return None if number is None or math.isnan(number) else number
 
     return (number(params["alpha"]), str(params["loss_stack"]), str(params["model"]),
-            int(params["seed"]), number(params.get("beta")), number(params.get("free_bits")))
+            int(params["seed"]), *(number(params.get(axis)) for axis in KL_AXES))
 
 
 @dataclass
@@ -134,16 +136,15 @@ def _choice(options: list[str]) -> str:
 
 def _grid_rows(spec: SweepSpec) -> list[dict[str, Any]]:
     rows = []
-    for model, stack, alpha, beta, free_bits, seed in itertools.product(
+    for model, stack, alpha, beta, free_bits, rate, seed in itertools.product(
         spec.models, spec.stack_labels(), spec.alpha_values(), spec.beta_values(),
-        spec.free_bits_values(), spec.seed_list(),
+        spec.free_bits_values(), spec.target_rate_values(), spec.seed_list(),
     ):
         row: dict[str, Any] = {"alpha": float(alpha), "loss_stack": stack, "model": model,
                                "seed": seed}
-        if beta is not None:
-            row["beta"] = float(beta)
-        if free_bits is not None:
-            row["free_bits"] = float(free_bits)
+        for axis, value in zip(KL_AXES, (beta, free_bits, rate), strict=True):
+            if value is not None:
+                row[axis] = float(value)
         rows.append(row)
     return rows
 
@@ -154,11 +155,11 @@ def _dedup(spec: SweepSpec, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     index_of: dict[tuple, int] = {}
     signatures: dict[tuple, str] = {}
     for row in rows:
-        point = (row["loss_stack"], row["alpha"], row.get("beta"), row.get("free_bits"))
+        point = (row["loss_stack"], row["alpha"], *(row.get(axis) for axis in KL_AXES))
         if point not in signatures:
             signatures[point] = objective_signature(
-                spec.stack_spec(row["loss_stack"], row["alpha"], row.get("beta"),
-                                row.get("free_bits")))
+                spec.stack_spec(row["loss_stack"], row["alpha"],
+                                *(row.get(axis) for axis in KL_AXES)))
         key = (signatures[point], row["model"], row["seed"])
         if key not in index_of:
             index_of[key] = len(trials)
@@ -192,7 +193,7 @@ def _distribution_rows(spec: SweepSpec) -> list[dict[str, Any]]:
         "loss_stack": _choice(spec.stack_labels()),
         "model": _choice(list(spec.models)),
     }
-    for axis in ("beta", "free_bits"):
+    for axis in KL_AXES:
         if getattr(spec, axis) is not None:
             sampled[axis] = _describe(getattr(spec, axis))
     # One configuration per trial: the spec's single seed.
@@ -218,7 +219,7 @@ def _random_rows(spec: SweepSpec) -> list[dict[str, Any]]:
         point: dict[str, Any] = {"alpha": _draw(rng, spec.alpha),
                                  "loss_stack": stacks[int(rng.integers(len(stacks)))],
                                  "model": models[int(rng.integers(len(models)))]}
-        for axis in ("beta", "free_bits"):
+        for axis in KL_AXES:
             if getattr(spec, axis) is not None:
                 point[axis] = _draw(rng, getattr(spec, axis))
         rows += [{**point, "seed": seed} for seed in spec.seed_list()]
@@ -314,7 +315,7 @@ def render_plan(plan: SweepPlan, console: Console | None = None) -> None:
 
     console = console or Console()
     table = Table(title=f"sweep {plan.name}" if plan.name else "sweep plan")
-    swept = [axis for axis in ("beta", "free_bits") if any(axis in row for row in plan.rows)]
+    swept = [axis for axis in KL_AXES if any(axis in row for row in plan.rows)]
     columns = ["alpha", "loss_stack", "model", *swept, "seed"]
     cohort_of = {trial: number for number, members in enumerate(plan.cohorts, 1) for trial in members}
     extra = ["trial", "cohort"] if plan.cohort_size > 1 else ["trial"]

@@ -31,7 +31,7 @@ __all__ = ["GROWABLE_AXES", "ExtensionRequest", "MarkedPlan", "added_values", "e
 GROWABLE_AXES: tuple[str, ...] = ("seeds", "alpha", "loss_stacks", "models", "beta", "free_bits")
 """The spec fields an extension may add values to (every other field is fixed)."""
 _OPTIONS = ("primary", "allow_cancelled")
-_ROW_AXES = ("alpha", "loss_stack", "model", "seed", "beta", "free_bits")
+_ROW_AXES = ("alpha", "loss_stack", "model", "seed", "beta", "free_bits", "target_rate")
 
 
 def _stack_kind(value: Any) -> str:

@@ -16,6 +16,7 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any
 
 from sweeps.plan.equivalence import objective_signature
 from sweeps.spec import SweepSpec
+from sweeps.spec.checks import KL_AXES
 from workers.contract import TRAINING_COMPAT_VERSION
 
 __all__ = ["NOT_TRAINING_CODE", "TRAINING_CODE", "TRIAL_HASH", "TrainingEnvironment", "code_digest",
@@ -100,21 +102,22 @@ def training_environment(spec: SweepSpec) -> TrainingEnvironment:
 
 
 def _number(value: Any) -> float | None:
-    return None if value in (None, "", "None") else float(value)
+    number = None if value in (None, "", "None") else float(value)
+    return None if number is None or math.isnan(number) else number  # NaN: off (target_rate)
 
 
 def _point(params: Mapping[str, Any]) -> dict[str, Any]:
     """A trial's params as numbers (a run's ``ksweep.*`` tags hold them as text)."""
     return {"alpha": float(params["alpha"]), "loss_stack": str(params["loss_stack"]),
             "model": str(params["model"]), "seed": int(params["seed"]),
-            "beta": _number(params.get("beta")), "free_bits": _number(params.get("free_bits"))}
+            **{axis: _number(params.get(axis)) for axis in KL_AXES}}
 
 
 def objective_key(spec: SweepSpec, params: Mapping[str, Any]) -> tuple[str, str, int]:
     """``(objective signature, model, seed)`` of a trial's params (a plan row or trial, Tune's
     config, or a run's ``ksweep.*`` tags: numbers may come as text)."""
     point = _point(params)
-    stack = spec.stack_spec(point["loss_stack"], point["alpha"], point["beta"], point["free_bits"])
+    stack = spec.stack_spec(point["loss_stack"], point["alpha"], *(point[axis] for axis in KL_AXES))
     return objective_signature(stack), point["model"], point["seed"]
 
 
@@ -124,8 +127,7 @@ def trial_identity(spec: SweepSpec, params: Mapping[str, Any]) -> tuple:
     if spec.search.kind == "grid" and spec.search.dedup:
         return objective_key(spec, params)
     point = _point(params)
-    return tuple(point[axis] for axis in ("alpha", "loss_stack", "model", "seed", "beta",
-                                          "free_bits"))
+    return tuple(point[axis] for axis in ("alpha", "loss_stack", "model", "seed", *KL_AXES))
 
 
 def hashed_content(spec: SweepSpec, params: Mapping[str, Any],

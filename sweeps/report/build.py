@@ -35,6 +35,16 @@ from sweeps.report.latent_use import USE_READOUTS, latent_limitations, latent_us
 from sweeps.report.plots import write_report_plots
 from sweeps.report.power import power_section
 from sweeps.report.predictions import mark_changed_predictions, prediction_section
+from sweeps.report.rates import (
+    RATE_READOUTS,
+    SELECTED_MULTIPLIER,
+    annotate_credit,
+    credit_words,
+    rate_limitations,
+    rate_table,
+    rd_plane,
+    trained_options,
+)
 from sweeps.report.readout_table import (
     ALL_KINDS,
     UNFINISHED,
@@ -124,15 +134,17 @@ def choose_best(cells: Sequence[dict[str, Any]], metric: str, split: str) -> lis
     for cell in cells:
         if cell["split"] == "val" and cell["kind"] == ALL_KINDS and cell["metric"] == metric \
                 and cell["mean"] is not None:
-            groups[(cell["model"], cell["beta"], cell["free_bits"])].append(cell)
+            groups[(cell["model"], cell["beta"], cell["free_bits"], cell["target_rate"])].append(cell)
     best = []
-    for (model, beta, free_bits), members in sorted(groups.items(), key=lambda i: _sort_key(i[0])):
+    for (model, beta, free_bits, rate), members in sorted(groups.items(),
+                                                          key=lambda i: _sort_key(i[0])):
         pick = (max if mode == "max" else min)(members, key=lambda c: c["mean"])
         ties = [f"{c['loss_stack']}@alpha={c['alpha']:g}" for c in members
                 if c is not pick and c["mean"] == pick["mean"]]
         config = tuple(pick[k] for k in _CONFIG)
         best.append({
-            "model": model, "beta": beta, "free_bits": free_bits, "metric": metric, "mode": mode,
+            "model": model, "beta": beta, "free_bits": free_bits, "target_rate": rate,
+            "metric": metric, "mode": mode,
             "selected": {"alpha": pick["alpha"], "loss_stack": pick["loss_stack"]},
             "val": {"mean": pick["mean"], "n": pick["n"]}, "ties_on_val": ties,
             "split": split, "test": _test_beside(index, config, metric, split),
@@ -149,10 +161,11 @@ def collapse_betas(cells: Sequence[dict[str, Any]], threshold: float, split: str
     for cell in cells:
         if cell["split"] == "val" and cell["kind"] == ALL_KINDS and cell["metric"] == \
                 COLLAPSE_METRIC and cell["beta"] is not None:
-            curves[(cell["loss_stack"], cell["alpha"], cell["model"], cell["free_bits"])].append(cell)
+            curves[(cell["loss_stack"], cell["alpha"], cell["model"], cell["free_bits"],
+                    cell["target_rate"])].append(cell)
     out = []
-    for (stack, alpha, model, free_bits), members in sorted(curves.items(),
-                                                            key=lambda i: _sort_key(i[0])):
+    for (stack, alpha, model, free_bits, rate), members in sorted(curves.items(),
+                                                                  key=lambda i: _sort_key(i[0])):
         if len({c["beta"] for c in members}) < 2:
             continue
         members.sort(key=lambda c: c["beta"])
@@ -167,6 +180,7 @@ def collapse_betas(cells: Sequence[dict[str, Any]], threshold: float, split: str
         config = None if chosen is None else tuple(chosen[k] for k in _CONFIG)
         out.append({
             "loss_stack": stack, "alpha": alpha, "model": model, "free_bits": free_bits,
+            "target_rate": rate,
             "threshold": threshold, "collapse_beta": None if chosen is None else chosen["beta"],
             "collapse_beta_effective": None if chosen is None else chosen["beta_effective"],
             "collapse_beta_elbo": None if chosen is None else chosen["beta_elbo"],
@@ -282,6 +296,18 @@ def context_free_prior(spec: SweepSpec) -> list[str]:
             "standard keeps the KL a penalty."]
 
 
+def _multipliers(rows: Sequence[RowResult], outcomes: Sequence[TrialOutcome]
+                 ) -> dict[tuple, list[float]]:
+    """Per configuration, each seed's rate-control multiplier at its selected checkpoint."""
+    final = {o.trial_id: o.final for o in outcomes}
+    out: dict[tuple, list[float]] = defaultdict(list)
+    for row in rows:
+        value = final.get(row.trial_id, {}).get(SELECTED_MULTIPLIER)
+        if isinstance(value, int | float) and math.isfinite(value):
+            out[tuple(getattr(row, key) for key in _CONFIG)].append(float(value))
+    return out
+
+
 def build_report(spec: SweepSpec, sweep_id: str, outcomes: Iterable[TrialOutcome],
                  plan: SweepPlan | None = None,
                  extensions: Sequence[dict[str, Any]] = (),
@@ -293,11 +319,17 @@ def build_report(spec: SweepSpec, sweep_id: str, outcomes: Iterable[TrialOutcome
     outcomes = list(outcomes)
     plan = plan or build_plan(spec)
     # The latent-use read-outs are read whatever analysis.metrics lists: the gate needs them.
-    read = list(dict.fromkeys((*spec.analysis.metrics, *USE_READOUTS)))
+    read = list(dict.fromkeys((*spec.analysis.metrics, *USE_READOUTS, *RATE_READOUTS)))
     rows, excluded = expand_outcomes(spec, plan, outcomes, read)
     source = "selected" if rows and all(r.source == "selected" for r in rows) else "final_epoch"
     split = "test" if any(key[0] == "test" for r in rows for key in r.values) else "val"
     cells = build_cells(rows)
+    trained: dict[tuple, dict[str, Any]] = {}
+    for cell in cells:  # what each cell trained with: the same for every kind, metric, split
+        config = tuple(cell[key] for key in _CONFIG)
+        if config not in trained:
+            trained[config] = trained_options(spec, cell)
+        cell.update(trained[config])
     contrasts = build_contrasts(spec, rows, split, primary_eligibility(extensions))
     declared = prediction_section(spec, predictions)
     changed = mark_changed_predictions(contrasts, declared, spec.analysis.metric)
@@ -308,6 +340,8 @@ def build_report(spec: SweepSpec, sweep_id: str, outcomes: Iterable[TrialOutcome
         counts[outcome.state] += 1
     seeds = len({r.seed for r in rows})
     use = latent_use(cells, split, spec.analysis.latent_in_use_nats)
+    annotate_credit(use, cells)
+    rates = rate_table(cells, split, _multipliers(rows, outcomes))
     return {
         "sweep_id": sweep_id, "name": spec.name,
         "objective": {"metric": spec.primary_metric, "mode": spec.primary_mode},
@@ -323,8 +357,11 @@ def build_report(spec: SweepSpec, sweep_id: str, outcomes: Iterable[TrialOutcome
         "limitations": schedule_overruns(spec, plan, outcomes)
         + _limitations(rows, cells, contrasts, excluded, source, split, seeds, spec.epochs_per_trial())
         + latent_limitations(cells, use) + context_free_prior(spec)
-        + growth_limitations(contrasts, extensions) + changed,
+        + growth_limitations(contrasts, extensions) + changed + rate_limitations(rates)
+        + credit_words(cells),
         "latent_use": use,
+        "rates": rates,
+        "rd_plane": rd_plane(cells, split),
         "predictions": declared,
         "power": power_section(contrasts, spec.analysis.resolved_min_effect(),
                                {sweep_id: spec.seed_list()}, extendable(spec)),
@@ -333,7 +370,8 @@ def build_report(spec: SweepSpec, sweep_id: str, outcomes: Iterable[TrialOutcome
         "reused": [{"trial_id": o.trial_id, "sweep_id": o.reused_from, "mlflow_run_id": o.run_id,
                     "trial_hash": o.trial_hash} for o in sorted(reused, key=lambda o: o.trial_id)],
         "trials": [
-            {"trial_id": o.trial_id, **o.params, "state": o.state, "epochs": o.epochs,
+            {"trial_id": o.trial_id, **o.params, **trained_options(spec, o.params),
+             "state": o.state, "epochs": o.epochs,
              "error": o.error, "mlflow_run_id": o.run_id, "trial_hash": o.trial_hash,
              "reused_from": o.reused_from}
             for o in sorted(outcomes, key=lambda o: o.trial_id)
@@ -348,11 +386,13 @@ def summary_metrics(report: dict[str, Any]) -> dict[str, float]:
     for best in report["best"]:
         if best["test"] and best["test"]["mean"] is not None:
             beta = "" if best["beta"] is None else f"/beta_{best['beta']:g}"
+            beta += "" if best.get("target_rate") is None else f"/rate_{best['target_rate']:g}"
             values[f"{BEST_METRIC_PREFIX}{split}/{metric}/{best['model']}{beta}"] = best["test"]["mean"]
     for cell in report["cells"]:
         if (cell["split"], cell["kind"], cell["metric"]) == (split, ALL_KINDS, metric) and \
                 cell["mean"] is not None:
             beta = "" if cell["beta"] is None else f"/beta_{cell['beta']:g}"
+            beta += "" if cell.get("target_rate") is None else f"/rate_{cell['target_rate']:g}"
             values[f"final/{split}/{metric}/{cell['loss_stack']}/{cell['model']}"
                    f"/alpha_{cell['alpha']:g}{beta}"] = cell["mean"]
     return values

@@ -21,11 +21,12 @@ from sweeps.report.build import build_report, extendable
 from sweeps.report.power import power_section
 from sweeps.report.readout_table import TrialOutcome
 from sweeps.spec import SweepSpec
+from sweeps.spec.checks import KL_AXES
 
 __all__ = ["COMPARED_AXES", "IncompatibleSweeps", "compare_report", "joined_spec",
            "outcomes_of"]
 
-COMPARED_AXES = ("alpha", "loss_stacks", "models", "seeds", "beta", "free_bits")
+COMPARED_AXES = ("alpha", "loss_stacks", "models", "seeds", *KL_AXES)
 # Fields that do not change what a trial computes (or that the joined spec sets itself).
 _BOOKKEEPING = ("name", "description", "tags", "reuse", "budget", "resources", "tracking")
 _SEARCH_KEPT = ("kind", "dedup")  # random/optuna draws (num_samples, seed) do not apply to grids
@@ -87,7 +88,7 @@ def joined_spec(specs: Mapping[str, SweepSpec]) -> SweepSpec:
     if kinds != {"grid"} and not any(field == "search.kind" for field, _ in problems):
         problems.append(("search.kind", f"{', '.join(sorted(kinds))}: only grid sweeps are "
                                         "compared (their rows are points of one grid)"))
-    for axis in ("beta", "free_bits"):
+    for axis in KL_AXES:
         swept = {sweep_id: getattr(spec, axis) is not None for sweep_id, spec in specs.items()}
         if len(set(swept.values())) > 1:
             problems.append((axis, "swept in " + ", ".join(s for s, v in swept.items() if v)
@@ -103,7 +104,7 @@ def joined_spec(specs: Mapping[str, SweepSpec]) -> SweepSpec:
     data["budget"]["max_trials"] = 10_000
     data["seeds"] = _union(spec.seed_list() for spec in specs.values())
     data["models"] = _union(spec.models for spec in specs.values())
-    for axis in ("alpha", "beta", "free_bits"):
+    for axis in ("alpha", *KL_AXES):
         if data[axis] is not None:
             data[axis] = _union(getattr(spec, axis) for spec in specs.values())
     return SweepSpec.model_validate(data)
@@ -125,7 +126,7 @@ def outcomes_of(report: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) ->
         if run.get("c_base") is not None:
             final.setdefault("c_base", run["c_base"])
         params = {k: v for k, v in trial.items() if k in
-                  ("alpha", "loss_stack", "model", "seed", "beta", "free_bits")}
+                  ("alpha", "loss_stack", "model", "seed", *KL_AXES)}
         outcomes.append(TrialOutcome(
             trial_id=trial["trial_id"], params=params, state=trial["state"], final=final,
             history={}, epochs=trial["epochs"], error=trial.get("error"),

@@ -1,4 +1,5 @@
-"""Paired contrasts between stacks at matched effective beta, the caveat contrasts, Holm.
+"""Paired contrasts between stacks at matched effective beta (or matched target rate), the
+caveat contrasts, Holm.
 
 How rows are matched, which contrasts form the primary family and how each side's latent use
 gates the wording: on :func:`build_contrasts`.
@@ -30,6 +31,8 @@ from workers.contract import LATENT_AMI, MUTUAL_INFO
 __all__ = ["SIGNIFICANCE", "build_contrasts", "claim_words", "default_pairs"]
 
 SIGNIFICANCE = 0.05
+MATCHED_RATE = "target rate"
+"""What a contrast between rate-controlled trials is matched on: the target rate both trained to."""
 EXTRA_CONTRAST_METRICS = ("nmi_auc", "latent_ari")
 # The caveat's other side: where z spends its capacity. R~ - R_tok per kind (and the
 # interaction) on the rate E[KL] and on the estimate of I(z; s), always exploratory.
@@ -60,9 +63,10 @@ class Point(NamedTuple):
 
 
 def _index(rows: Sequence[RowResult], split: str) -> tuple[dict, Curves, str]:
-    """(stack, alpha, model, free_bits, beta, kind, metric) -> seed -> Point,
-    (stack, alpha, model, free_bits, kind, metric) -> seed -> [(matched beta, value)] curves,
-    and the beta they are matched on, in words."""
+    """(stack, alpha, model, free_bits, target_rate, beta, kind, metric) -> seed -> Point,
+    (stack, alpha, model, free_bits, target_rate, kind, metric) -> seed -> [(matched beta,
+    value)] curves, and the beta they are matched on, in words. The target rate is part of
+    every key: nothing pairs across target rates."""
     points: dict[tuple, dict[int, Point]] = defaultdict(dict)
     curves: Curves = defaultdict(lambda: defaultdict(list))
     in_elbo_units = all(row.beta_elbo is not None for row in rows if row.beta_effective is not None)
@@ -71,7 +75,7 @@ def _index(rows: Sequence[RowResult], split: str) -> tuple[dict, Curves, str]:
         for (row_split, kind, metric), value in row.values.items():
             if row_split != split:
                 continue
-            base = (row.loss_stack, row.alpha, row.model, row.free_bits)
+            base = (row.loss_stack, row.alpha, row.model, row.free_bits, row.target_rate)
             points[(*base, row.beta, kind, metric)][row.seed] = Point(
                 match, value, row.trial_id, row.beta_effective, row.beta_elbo)
             if match is not None and match > 0:
@@ -101,6 +105,15 @@ def _matched(curve: dict[int, list], baseline: dict[int, tuple]):
     return treated, base_values, n_unmatched, "interpolated (log beta)" if interpolated else "exact"
 
 
+def _at_rate(twin: dict[int, Point], baseline: dict[int, Point]):
+    """Per seed: the treated value at the baseline's own target rate, the baseline value (rate
+    control on: both trained to the same rate, so they pair as they are; no beta is matched)."""
+    common = sorted(set(twin) & set(baseline))
+    return ({seed: twin[seed].value for seed in common},
+            {seed: baseline[seed].value for seed in common},
+            len(set(baseline) - set(twin)), "matched rate (same target rate)")
+
+
 def _entry(key: dict[str, Any], treated: dict, baseline: dict, metric: str) -> dict[str, Any]:
     diff = paired_difference(treated, baseline, metric_range(metric))
     return {**key, "metric": metric, "mean_diff": diff.mean_diff, "ci_low": diff.ci_low,
@@ -113,15 +126,17 @@ def _latent(spec: SweepSpec, entry: dict[str, Any], points, curves, stack: str, 
             base_values: dict[int, float | None], matched: bool) -> dict[str, Any]:
     """The contrast's latent-use keys over its paired seeds (all when it has none; build_contrasts)."""
     alpha, model, free_bits, beta = entry["alpha"], entry["model"], entry["free_bits"], entry["beta"]
+    rate = entry.get("target_rate")
     seeds = set(entry["seeds"]) or set(base_values)
     threshold = spec.analysis.latent_in_use_nats
     sides: dict[str, dict[str, dict[int, float | None]]] = {"treated": {}, "baseline": {}}
     for metric in (MUTUAL_INFO, LATENT_AMI):
-        base = points.get((baseline, alpha, model, free_bits, beta, ALL_KINDS, metric), {})
+        base = points.get((baseline, alpha, model, free_bits, rate, beta, ALL_KINDS, metric), {})
         if matched:
-            treated = _matched(curves.get((stack, alpha, model, free_bits, ALL_KINDS, metric), {}), base)[0]
+            treated = _matched(curves.get((stack, alpha, model, free_bits, rate, ALL_KINDS, metric), {}),
+                               base)[0]
         else:
-            twin = points.get((stack, alpha, model, free_bits, beta, ALL_KINDS, metric), {})
+            twin = points.get((stack, alpha, model, free_bits, rate, beta, ALL_KINDS, metric), {})
             treated = {seed: point.value for seed, point in twin.items()}
         sides["treated"][metric] = treated
         sides["baseline"][metric] = {seed: point.value for seed, point in base.items()}
@@ -147,12 +162,15 @@ def _stack_contrasts(spec, points, curves, split, metrics, matched_on: str) -> l
     for stack, baseline in default_pairs(spec):
         declared = _declared(spec, stack, baseline)
         for key, base in points.items():
-            b_stack, alpha, model, free_bits, beta, kind, metric = key
+            b_stack, alpha, model, free_bits, rate, beta, kind, metric = key
             if b_stack != baseline or metric not in metrics:
                 continue
-            curve = curves.get((stack, alpha, model, free_bits, kind, metric), {})
-            treated, base_values, n_unmatched, how = _matched(curve, base)
-            twin = points.get((stack, alpha, model, free_bits, beta, kind, metric), {})
+            twin = points.get((stack, alpha, model, free_bits, rate, beta, kind, metric), {})
+            if rate is None:
+                curve = curves.get((stack, alpha, model, free_bits, rate, kind, metric), {})
+                treated, base_values, n_unmatched, how = _matched(curve, base)
+            else:
+                treated, base_values, n_unmatched, how = _at_rate(twin, base)
             identical = bool(twin) and {s: p.trial_id for s, p in twin.items()} == {
                 s: p.trial_id for s, p in base.items()}
             entry = _entry({
@@ -161,13 +179,15 @@ def _stack_contrasts(spec, points, curves, split, metrics, matched_on: str) -> l
                 "free_bits": free_bits,
                 "beta_effective": _mean([p.effective for p in base.values()]),
                 "beta_elbo": _mean([p.elbo for p in base.values()]),
+                "target_rate": rate,
                 "beta_matching": how if treated else "unmatched", "n_unmatched": n_unmatched,
-                "matched_on": matched_on, "identical_objective": identical,
+                "matched_on": matched_on if rate is None else MATCHED_RATE,
+                "identical_objective": identical,
                 "declared_primary": declared is None or declared.primary,
                 "predicted": None if declared is None or metric != spec.analysis.metric else declared.predicted,
             }, treated, base_values, metric)
             entry.update(_latent(spec, entry, points, curves, stack, baseline, base_values,
-                                 matched=True))
+                                 matched=rate is None))
             out.append(entry)
     return out
 
@@ -183,24 +203,25 @@ def _caveat_contrasts(spec, points, split) -> list[dict[str, Any]]:
     out = []
     by_config: dict[tuple, dict[str, dict[int, float | None]]] = defaultdict(dict)
     for key, base in points.items():
-        stack, alpha, model, free_bits, beta, kind, metric = key
+        stack, alpha, model, free_bits, rate, beta, kind, metric = key
         if stack != control or metric not in metrics or alpha == 0:
             continue
-        other = points.get((treated, alpha, model, free_bits, beta, kind, metric), {})
+        other = points.get((treated, alpha, model, free_bits, rate, beta, kind, metric), {})
         t_values = {seed: p.value for seed, p in other.items()}
         c_values = {seed: p.value for seed, p in base.items()}
         common = {"alpha": alpha, "loss_stack": treated, "model": model, "baseline": control,
-                  "split": split, "beta": beta, "free_bits": free_bits,
+                  "split": split, "beta": beta, "free_bits": free_bits, "target_rate": rate,
                   "beta_elbo": _mean([p.elbo for p in base.values()]),
-                  "beta_matching": "exact (same beta; both stacks undivided)", "n_unmatched": 0,
+                  "beta_matching": "exact (same beta; both stacks undivided)" if rate is None
+                  else "matched rate (same target rate)", "n_unmatched": 0,
                   "identical_objective": False}
         entry = _entry({"contrast": "caveat", "kind": kind, **common}, t_values, c_values, metric)
         entry.update(_latent(spec, entry, points, {}, treated, control, c_values, matched=False))
         out.append(entry)
         diffs = {seed: None if t_values.get(seed) is None or c_values.get(seed) is None
                  else t_values[seed] - c_values[seed] for seed in set(t_values) & set(c_values)}
-        by_config[(alpha, model, free_bits, beta, metric)][kind] = diffs
-        by_config[(alpha, model, free_bits, beta, metric)]["_common"] = common
+        by_config[(alpha, model, free_bits, rate, beta, metric)][kind] = diffs
+        by_config[(alpha, model, free_bits, rate, beta, metric)]["_common"] = common
     for config, kinds in by_config.items():
         if "prefix" in kinds and "private" in kinds:
             out.append(_entry({"contrast": "interaction", "kind": "prefix-private",
@@ -279,6 +300,12 @@ def build_contrasts(spec: SweepSpec, rows: Sequence[RowResult], split: str,
     instead: it is effective beta times a factor every stack shares at one seed (the mean
     length, or 1 under the per-token KL), so it matches exactly as before between stacks of one
     KL scale, and correctly between a per-example and a per-token KL.
+
+    Matched rate. Where rate control is on (a row's ``target_rate``: swept, or the stacks' own
+    kl option), the rate is the matched quantity: the treated row pairs with the baseline row of
+    the same target rate (and alpha, model, free bits, beta) seed by seed, as it is
+    (``beta_matching = matched rate``, ``matched_on = target rate``); beta is not interpolated,
+    since the trials' multipliers moved the weight. Rows of different target rates never pair.
 
     Families. The spec's ``analysis.primary`` names the primary family: the stack contrasts on
     ``analysis.metric`` over all examples (default), or the caveat family (R~ - R_tok on the

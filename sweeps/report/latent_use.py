@@ -46,7 +46,7 @@ ESTIMATORS = {
                   "seeded z_n ~ q(z|x_n) per example; in [0, log N], exactly 0 when no "
                   "posterior depends on x",
 }
-_CONFIG = ("alpha", "loss_stack", "model", "beta", "free_bits")
+_CONFIG = ("alpha", "loss_stack", "model", "beta", "free_bits", "target_rate")
 
 
 def _finite(values: Sequence[float | None]) -> list[float]:
@@ -123,7 +123,7 @@ def latent_use(cells: Sequence[Mapping[str, Any]], split: str, threshold: float)
     for cell in cells:
         if cell["split"] != split or cell["kind"] != ALL_KINDS or cell["metric"] not in USE_READOUTS:
             continue
-        config = tuple(cell[key] for key in _CONFIG)
+        config = tuple(cell.get(key) for key in _CONFIG)
         row = rows.setdefault(config, {**dict(zip(_CONFIG, config, strict=True)),
                                        "beta_effective": cell.get("beta_effective"),
                                        "beta_elbo": cell.get("beta_elbo")})
@@ -143,7 +143,7 @@ def latent_use(cells: Sequence[Mapping[str, Any]], split: str, threshold: float)
 def latent_limitations(cells: Sequence[Mapping[str, Any]], use: Mapping[str, Any]) -> list[str]:
     """The report's words on chance-level NMI and on collapsed latents (the latent-use table)."""
     split, threshold = use["split"], use["in_use_nats"]
-    own = {(tuple(c[k] for k in _CONFIG), c["metric"]): c for c in cells
+    own = {(tuple(c.get(k) for k in _CONFIG), c["metric"]): c for c in cells
            if c["split"] == split and c["kind"] == ALL_KINDS and c["mean"] is not None
            and math.isfinite(c["mean"])}
     words = []

@@ -7,6 +7,9 @@
 - ``contrasts.png``: the primary contrasts with their intervals (a forest plot).
 - ``interaction.png``: the caveat interaction per alpha with its interval, when present.
 - ``curves_per_alpha.png``: the objective metric per epoch for every trial.
+- ``rate_distortion.png`` (:data:`RD_PLANE_PNG`): the rate-distortion plane (Alemi et al.
+  2018), each cell's rate (test KL, and I(x; z)) against its distortion (test NLL per token,
+  unweighted), one line per stack, alpha and model through its betas or target rates.
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["prepare_plotting", "write_report_plots"]
+__all__ = ["RD_PLANE_PNG", "prepare_plotting", "rd_plane_figure", "write_report_plots"]
 
 ALPHA_METRICS = ("latent_nmi", "nmi_auc")
+RD_PLANE_PNG = "rate_distortion.png"
 
 
 def _pyplot():
@@ -110,6 +114,37 @@ def _curves(outcomes: Sequence[Any], metric: str, path: Path) -> Path:
     return path
 
 
+def rd_plane_figure(rows: Sequence[Mapping[str, Any]], split: str, path: Path) -> Path:
+    """The rate-distortion plane of ``rows`` (report.json's ``rd_plane``): two panels, rate as
+    KL and as I(x; z) on x, distortion on y; a line per (stack, alpha, model) through its
+    cells in order of rate, a colour per stack."""
+    plt = _pyplot()
+    figure, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharey=True)
+    stacks = sorted({r["loss_stack"] for r in rows})
+    colours = dict(zip(stacks, plt.cm.tab10(range(len(stacks))), strict=True))
+    lines: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
+    for row in rows:
+        if row["distortion"] is not None:
+            lines[(row["loss_stack"], row["alpha"], row["model"])].append(row)
+    for axis, rate, name in zip(axes, ("rate_kl", "rate_mutual_info"),
+                                ("rate: E[KL] (nats per example)", "rate: I(x; z) (nats)"),
+                                strict=True):
+        for (stack, alpha, model), members in sorted(lines.items(), key=str):
+            shown = sorted((r for r in members if r[rate] is not None), key=lambda r: r[rate])
+            if shown:
+                axis.plot([r[rate] for r in shown], [r["distortion"] for r in shown], marker="o",
+                          color=colours[stack], label=f"{stack} a={alpha:g} {model}")
+        axis.set_xlabel(name)
+        axis.grid(alpha=0.3)
+    axes[0].set_ylabel(f"distortion: {split} NLL per token (unweighted)")
+    if lines:
+        axes[1].legend(fontsize=7)
+    figure.suptitle(f"{split} rate-distortion plane, one point per cell (mean over seeds)")
+    figure.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(figure)
+    return path
+
+
 def write_report_plots(report: Mapping[str, Any], outcomes: Sequence[Any], folder: Path) -> list[Path]:
     """Every PNG of the report into ``folder``; returns their paths."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -117,13 +152,16 @@ def write_report_plots(report: Mapping[str, Any], outcomes: Sequence[Any], folde
     groups: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
     for cell in report["cells"]:
         if cell["split"] == split and cell["metric"] in ALPHA_METRICS:
-            groups[(cell["metric"], cell["model"], cell["beta"], cell["free_bits"])].append(cell)
-    for (metric, model, beta, free_bits), cells in sorted(groups.items(), key=str):
+            groups[(cell["metric"], cell["model"], cell["beta"], cell["free_bits"],
+                    cell.get("target_rate"))].append(cell)
+    for (metric, model, beta, free_bits, rate), cells in sorted(groups.items(), key=str):
         beta_text = "own" if beta is None else f"{beta:g}"
         name = f"{metric}_vs_alpha__{model}__beta_{beta_text}"
         name += "" if free_bits is None else f"__fb_{free_bits:g}"
+        name += "" if rate is None else f"__rate_{rate:g}"
         title = (f"{split} {metric} vs alpha ({model}, beta {beta_text}, free bits "
-                 f"{'-' if free_bits is None else f'{free_bits:g}'}); 95% t bands over seeds")
+                 f"{'-' if free_bits is None else f'{free_bits:g}'}"
+                 f"{'' if rate is None else f', target rate {rate:g} nats'}); 95% t bands over seeds")
         paths.append(_alpha_figure(cells, metric, title, folder / f"{name}.png"))
     primary = [c for c in report["contrasts"] if c["family"] == "primary"]
     if primary:
@@ -132,5 +170,7 @@ def write_report_plots(report: Mapping[str, Any], outcomes: Sequence[Any], folde
     if interaction:
         paths.append(_forest(interaction, "caveat interaction: (R~ - R_tok) prefix - private",
                              folder / "interaction.png"))
+    if report.get("rd_plane"):
+        paths.append(rd_plane_figure(report["rd_plane"], split, folder / RD_PLANE_PNG))
     paths.append(_curves(outcomes, report["objective"]["metric"], folder / "curves_per_alpha.png"))
     return paths

@@ -55,7 +55,7 @@ class TrialOutcome:
     """One trial's final state as the report needs it."""
 
     trial_id: str
-    params: dict[str, Any]  # alpha, loss_stack, model, seed (+ beta, free_bits when swept)
+    params: dict[str, Any]  # alpha, loss_stack, model, seed (+ beta, free_bits, target_rate when swept)
     state: str  # done | failed | stopped | running | pending
     final: dict[str, float]  # last reported metrics (selected/* among them once logged)
     history: dict[str, list[float]]  # per-epoch values of the report metrics
@@ -72,6 +72,8 @@ class RowResult:
 
     ``values`` maps ``(split, kind, metric)`` to the value (None when missing or not finite);
     ``beta`` and ``free_bits`` are always numbers (the stack's own kl values when not swept);
+    ``target_rate`` is the swept target rate, else the stack's own kl ``target_rate`` (None: no
+    rate control);
     ``beta_elbo`` is the row's beta in ELBO units, from the trial's c_base and train mean
     target length (None for a trial that did not log them).
     """
@@ -89,11 +91,12 @@ class RowResult:
     selected_epoch: int | None = None
     shared_with: list[str] = field(default_factory=list)
     beta_elbo: float | None = None  # beta in ELBO units (objectives.units); None when not logged
+    target_rate: float | None = None  # nats of E[KL] per example the trial trained to (None: off)
 
     def config(self) -> dict[str, Any]:
         """Everything that identifies the row except its seed."""
         return {"alpha": self.alpha, "loss_stack": self.loss_stack, "model": self.model,
-                "beta": self.beta, "free_bits": self.free_bits}
+                "beta": self.beta, "free_bits": self.free_bits, "target_rate": self.target_rate}
 
 
 def _finite(value: Any) -> float | None:
@@ -124,11 +127,12 @@ def trial_readouts(final: dict[str, Any], metrics: Sequence[str]
 
 
 def _kl_values(spec: SweepSpec, alpha: float, stack: str, beta: float | None,
-               free_bits: float | None):
-    resolved = spec.stack_spec(stack, alpha, beta, free_bits)
+               free_bits: float | None, target_rate: float | None):
+    resolved = spec.stack_spec(stack, alpha, beta, free_bits, target_rate)
     kl = resolved.resolved_terms().get("kl")
     own_fb = None if kl is None else float(kl.options.get("free_bits", 0.0))
-    return resolved, kl_weight(resolved), own_fb
+    rate = None if kl is None else _finite(kl.options.get("target_rate"))
+    return resolved, kl_weight(resolved), own_fb, rate
 
 
 def _usable(outcome: TrialOutcome) -> bool:
@@ -181,7 +185,10 @@ def expand_outcomes(spec: SweepSpec, plan: SweepPlan, outcomes: Iterable[TrialOu
             alpha, stack = float(row["alpha"]), str(row["loss_stack"])
             beta = None if row.get("beta") is None else float(row["beta"])
             free_bits = None if row.get("free_bits") is None else float(row["free_bits"])
-            resolved, nominal_beta, own_fb = _kl_values(spec, alpha, stack, beta, free_bits)
+            rate = _finite(None if row.get("target_rate") in (None, "", "None")
+                           else float(row["target_rate"]))  # a tag's text, or NaN when off
+            resolved, nominal_beta, own_fb, own_rate = _kl_values(spec, alpha, stack, beta,
+                                                                  free_bits, rate)
             results.append(RowResult(
                 alpha=alpha, loss_stack=stack, model=str(row["model"]), seed=int(row["seed"]),
                 beta=nominal_beta, free_bits=free_bits if free_bits is not None else own_fb,
@@ -191,5 +198,6 @@ def expand_outcomes(spec: SweepSpec, plan: SweepPlan, outcomes: Iterable[TrialOu
                 shared_with=[label for label in labels if label != row_label(row)],
                 beta_elbo=None if c_base is None or length is None
                 else elbo_beta(resolved, c_base, length),
+                target_rate=own_rate,
             ))
     return results, excluded

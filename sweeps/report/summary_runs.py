@@ -52,13 +52,15 @@ def runs_page_url(base_url: str, experiment_id: str, share_key: str | None = Non
 
 
 def _series(report: Mapping[str, Any]) -> dict[tuple, dict[float, dict[str, float]]]:
-    """(stack, model, beta, free_bits) -> alpha -> metric key -> value (report split only)."""
+    """(stack, model, beta, free_bits, target_rate) -> alpha -> metric key -> value (report
+    split only)."""
     split = report["split"]
     series: dict[tuple, dict[float, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
     for cell in report["cells"]:
         if cell["split"] != split or cell["mean"] is None:
             continue
-        key = (cell["loss_stack"], cell["model"], cell["beta"], cell["free_bits"])
+        key = (cell["loss_stack"], cell["model"], cell["beta"], cell["free_bits"],
+               cell.get("target_rate"))
         path = "" if cell["kind"] == "all" else f"{cell['kind']}/"
         name = f"{split}/{path}{cell['metric']}"
         values = series[key][cell["alpha"]]
@@ -79,19 +81,19 @@ def _delete_old(client: MlflowClient, experiment_id: str, sweep_id: str) -> None
 
 def log_summary_runs(tracking_uri: str, experiment_name: str, parent_run_id: str, sweep_id: str,
                      report: Mapping[str, Any]) -> list[str]:
-    """One summary run per (stack, model, beta, free bits); returns their run ids."""
+    """One summary run per (stack, model, beta, free bits, target rate); returns their run ids."""
     client = MlflowClient(tracking_uri=tracking_uri)
     experiment_id = client.get_run(parent_run_id).info.experiment_id
     _delete_old(client, experiment_id, sweep_id)
     run_ids = []
-    for (stack, model, beta, free_bits), by_alpha in sorted(_series(report).items(), key=str):
-        beta_text = "" if beta is None else f"-b{beta:g}"
+    for (stack, model, beta, free_bits, rate), by_alpha in sorted(_series(report).items(), key=str):
+        beta_text = ("" if beta is None else f"-b{beta:g}") + ("" if rate is None else f"-r{rate:g}")
         logger = RunLogger.start(
             tracking_uri, experiment_name, f"summary-{model}-{stack}{beta_text}",
             tags={SWEEP_ID_TAG: sweep_id, RUN_KIND_TAG: RUN_KIND_SUMMARY},
             parent_run_id=parent_run_id)
         logger.log_params({"loss_stack": stack, "model": model, "beta": beta,
-                           "free_bits": free_bits, "summary_of": "alpha",
+                           "free_bits": free_bits, "target_rate": rate, "summary_of": "alpha",
                            "alphas": [float(a) for a in sorted(by_alpha)]})
         for step, alpha in enumerate(sorted(by_alpha)):
             logger.log_metrics({"alpha": float(alpha), **by_alpha[alpha]}, step=step)

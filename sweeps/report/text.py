@@ -1,12 +1,13 @@
-"""report.md from report.json: the headline, the per-alpha table, the latent-use table,
-contrasts, best, collapse, and the words on what the report cannot claim. Nothing here
-computes a statistic."""
+"""report.md from report.json: the headline, the per-alpha table, the latent-use table, the
+rate sections (:mod:`sweeps.report.rate_text`), contrasts, best, collapse, and the words on
+what the report cannot claim. Nothing here computes a statistic."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sweeps.report.rate_text import credit_notes, rate_markdown, unpriced_words
 from workers.contract import (
     ACTIVE_UNITS,
     KL,
@@ -40,10 +41,12 @@ def interval_text(entry: Mapping[str, Any], key: str = "mean") -> str:
 
 
 def beta_text(entry: Mapping[str, Any]) -> str:
-    """The raw beta, with its effective beta and its beta in ELBO units beside it when known."""
+    """The raw beta, with its effective beta, its beta in ELBO units and the target rate the
+    trial trained to (rate control: the weight then moves) beside it when known."""
     beta = "-" if entry.get("beta") is None else f"{entry['beta']:g}"
     beside = [f"{name} {entry[key]:.3g}" for key, name in (("beta_effective", "eff"),
-                                                           ("beta_elbo", "ELBO units"))
+                                                           ("beta_elbo", "ELBO units"),
+                                                           ("target_rate", "target rate"))
               if entry.get(key) is not None]
     return f"{beta} ({', '.join(beside)})" if beside else beta
 
@@ -85,7 +88,8 @@ def alpha_rows(report: Mapping[str, Any], metric: str) -> tuple[list[str], list[
     rows: dict[tuple, dict[str, Any]] = {}
     for cell in cells:
         key = (cell["model"], cell["beta"] if cell["beta"] is not None else -1,
-               cell["free_bits"] or 0, cell["loss_stack"], cell["alpha"])
+               cell["free_bits"] or 0, cell.get("target_rate") or 0, cell["loss_stack"],
+               cell["alpha"])
         rows.setdefault(key, {"cell": cell})[cell["kind"]] = cell
     return kinds, [rows[key] for key in sorted(rows)]
 
@@ -118,13 +122,15 @@ def latent_rows(report: Mapping[str, Any]) -> list[list[str]]:
     cells = (report.get("latent_use") or {}).get("cells") or []
     out = []
     for row in sorted(cells, key=lambda r: (r["model"], r["beta"] if r["beta"] is not None else -1,
-                                            r["free_bits"] or 0, r["loss_stack"], r["alpha"])):
+                                            r["free_bits"] or 0, r.get("target_rate") or 0,
+                                            r["loss_stack"], r["alpha"])):
         if row["in_use"] is None:
             verdict = "-"
         else:
             state = "in use" if row["in_use"] else "collapsed"
             chance = "; AMI at chance" if row.get("at_chance") else ""
             verdict = f"{state} ({row['seeds_in_use']} of {row['seeds']} seeds in use){chance}"
+        verdict += unpriced_words(row)
         shown = [interval_text(row[name]) if name in row else "-" for name in _USE_COLUMNS]
         out.append([row["model"], beta_text(row), row["loss_stack"], f"{row['alpha']:g}", *shown, verdict])
     return out
@@ -151,7 +157,8 @@ def _latent_table(report: Mapping[str, Any]) -> list[str]:
     lines = [f"## {latent_title(report)}", "", "| " + " | ".join(LATENT_COLUMNS) + " |",
              "|" + "---|" * len(LATENT_COLUMNS)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return lines + ["", latent_note(report), ""]
+    return lines + ["", latent_note(report), "", *(f"**{words}**" for words in credit_notes(report)),
+                    *([""] if credit_notes(report) else [])]
 
 
 def _contrast_table(contrasts: Sequence[Mapping[str, Any]], title: str) -> list[str]:
@@ -270,6 +277,7 @@ def report_markdown(report: Mapping[str, Any], metrics: Sequence[str] | None = N
     for name in metrics or (metric,):
         lines += _alpha_table(report, name) + [""]
     lines += _latent_table(report)
+    lines += rate_markdown(report)
     primary = [c for c in report["contrasts"] if c["family"] == "primary"]
     lines += _contrast_table(primary, "Primary contrasts (Holm within this family)")
     predicted = prediction_lines(report)

@@ -14,6 +14,7 @@ from sweeps.spec.sections import (
     ResourcesSpec,
     SchedulerSpec,
     SearchSpec,
+    TargetRateRange,
     TrackingSpec,
     ValueRange,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "SchedulerSpec",
     "SearchSpec",
     "SweepSpec",
+    "TargetRateRange",
     "TrackingSpec",
     "ValueRange",
     "load_sweep_spec",

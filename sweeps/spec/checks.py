@@ -52,7 +52,7 @@ def stack_problems(stacks: list[str | LossStackSpec]) -> list[LocatedProblem]:
 def _axis_problems(spec: SweepSpec) -> list[LocatedProblem]:
     problems = []
     kind = spec.search.kind
-    for axis in ("alpha", "beta", "free_bits"):
+    for axis in ("alpha", "beta", "free_bits", "target_rate"):
         value = getattr(spec, axis)
         if isinstance(value, list) and kind != "grid":
             problems.append(((axis,), f"{axis}: a list of values is a grid; use search.kind=grid, "
@@ -60,13 +60,21 @@ def _axis_problems(spec: SweepSpec) -> list[LocatedProblem]:
         if isinstance(value, ValueRange) and kind == "grid":
             problems.append(((axis,), f"{axis}: a range needs search.kind random or optuna (got "
                              f"search.kind={kind}); or give {axis} as a list of values for a grid"))
+    if isinstance(spec.target_rate, list) and 0 in spec.target_rate:
+        problems.append((("target_rate",), "target_rate: 0 is not a rate; list target rates > 0 "
+                         "nats (leave target_rate unset for no rate control)"))
     return problems
 
 
+KL_AXES = ("beta", "free_bits", "target_rate")
+"""The swept axes a trial applies to its stack's kl term (weight, free bits, target rate)."""
+
+
 def _kl_problems(spec: SweepSpec) -> list[LocatedProblem]:
-    """beta/free_bits need a kl term; free bits must stay below log K (else KL has no pressure)."""
+    """beta/free_bits/target_rate need a kl term; free bits must stay below log K (else KL has
+    no pressure)."""
     problems = []
-    swept = [axis for axis in ("beta", "free_bits") if getattr(spec, axis) is not None]
+    swept = [axis for axis in KL_AXES if getattr(spec, axis) is not None]
     k = getattr(spec.template.data, "num_strategies", None)
     if k is None:  # a dataset: K is its label count, checked per trial (TrialConfig, Trainer)
         return problems

@@ -35,6 +35,7 @@ __all__ = [
     "BudgetSpec",
     "ContrastSpec",
     "FreeBitsRange",
+    "TargetRateRange",
     "ObjectiveSpec",
     "ResourcesSpec",
     "SchedulerSpec",
@@ -97,6 +98,19 @@ class FreeBitsRange(ValueRange):
     """A continuous range of free bits (nats) for random or Optuna search."""
 
     axis: ClassVar[str] = "free_bits"
+
+
+class TargetRateRange(ValueRange):
+    """A continuous range of target rates (nats of E[KL] per example) for random or Optuna search."""
+
+    axis: ClassVar[str] = "target_rate"
+
+    @model_validator(mode="after")
+    def _positive(self) -> TargetRateRange:
+        if self.low <= 0:
+            raise ValueError(f"target_rate.low must be > 0 (got {self.low:g}): a target rate is a "
+                             "positive number of nats; leave target_rate unset for no rate control")
+        return self
 
 
 class SearchSpec(BaseModel):

@@ -44,6 +44,7 @@ from sweeps.spec.sections import (
     ResourcesSpec,
     SchedulerSpec,
     SearchSpec,
+    TargetRateRange,
     TrackingSpec,
     ValueRange,
 )
@@ -134,6 +135,13 @@ class SweepSpec(BaseModel):
         description="Free bits of the kl term in nats (below log K, or 0): a list (grid) or a "
         "range. Replaces every stack's kl free_bits. Unset: each stack's own.",
     )
+    target_rate: _axis(TargetRateRange) | None = Field(
+        None,
+        description="Target rate in nats of E[KL] per example (> 0): a list (grid) or a range. "
+        "Sets every stack's kl target_rate, so each trial trains to that rate (its KL weight "
+        "adjusted as it trains) and the report compares stacks at the same target rate "
+        "(docs/concepts/rates.md). Unset: each stack's own (none: no rate control).",
+    )
     loss_stacks: list[
         Annotated[
             Annotated[str, Tag("preset")] | Annotated[LossStackSpec, Tag("inline")],
@@ -220,7 +228,7 @@ class SweepSpec(BaseModel):
                     for k, v in value.items()}
         return value
 
-    @field_validator("alpha", "beta", "free_bits")
+    @field_validator("alpha", "beta", "free_bits", "target_rate")
     @classmethod
     def _distinct_values(cls, value: Any, info: Any) -> Any:
         if isinstance(value, list):
@@ -319,6 +327,12 @@ class SweepSpec(BaseModel):
             raise ValueError("free_bits is a range; it has no list of values")
         return [None] if self.free_bits is None else list(self.free_bits)
 
+    def target_rate_values(self) -> list[float | None]:
+        """The grid of target rates; ``[None]`` (each stack's own) when not swept."""
+        if isinstance(self.target_rate, ValueRange):
+            raise ValueError("target_rate is a range; it has no list of values")
+        return [None] if self.target_rate is None else list(self.target_rate)
+
     def trial_configs(self) -> TrialConfigs:
         """What a trial needs to build its configuration from its params (not the whole spec)."""
         return TrialConfigs(self.template, tuple(self.models), tuple(self.loss_stacks),
@@ -329,9 +343,9 @@ class SweepSpec(BaseModel):
         return self.trial_configs().stack_labels()
 
     def stack_spec(self, label: str, alpha: float, beta: float | None = None,
-                   free_bits: float | None = None) -> LossStackSpec:
+                   free_bits: float | None = None, target_rate: float | None = None) -> LossStackSpec:
         """:meth:`TrialConfigs.stack_spec <sweeps.spec.trials.TrialConfigs.stack_spec>`."""
-        return self.trial_configs().stack_spec(label, alpha, beta, free_bits)
+        return self.trial_configs().stack_spec(label, alpha, beta, free_bits, target_rate)
 
     def seed_list(self) -> list[int]:
         """The trial seeds: ``0..n-1`` for a count, else the list as given."""
@@ -344,9 +358,11 @@ class SweepSpec(BaseModel):
         return self.template.training.epochs
 
     def trial_config(self, alpha: float, loss_stack: str, model: str, seed: int,
-                     beta: float | None = None, free_bits: float | None = None) -> TrialConfig:
+                     beta: float | None = None, free_bits: float | None = None,
+                     target_rate: float | None = None) -> TrialConfig:
         """:meth:`TrialConfigs.trial_config <sweeps.spec.trials.TrialConfigs.trial_config>`."""
-        return self.trial_configs().trial_config(alpha, loss_stack, model, seed, beta, free_bits)
+        return self.trial_configs().trial_config(alpha, loss_stack, model, seed, beta, free_bits,
+                                                 target_rate)
 
     def trial_config_for(self, params: Mapping[str, Any]) -> TrialConfig:
         """:meth:`TrialConfigs.trial_config_for <sweeps.spec.trials.TrialConfigs.trial_config_for>`."""

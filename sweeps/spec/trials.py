@@ -32,9 +32,10 @@ class TrialConfigs:
         return [s if isinstance(s, str) else str(s.name) for s in self.loss_stacks]
 
     def stack_spec(self, label: str, alpha: float, beta: float | None = None,
-                   free_bits: float | None = None) -> LossStackSpec:
+                   free_bits: float | None = None, target_rate: float | None = None
+                   ) -> LossStackSpec:
         """The stack called ``label`` at ``alpha``, with the common terms it lacks merged in,
-        and ``beta``/``free_bits`` (when given) applied to its kl term.
+        and ``beta``/``free_bits``/``target_rate`` (when given) applied to its kl term.
 
         Raises:
             KeyError: no stack has that label.
@@ -46,17 +47,21 @@ class TrialConfigs:
         base = LossStackSpec(preset=entry) if isinstance(entry, str) else entry
         own = base.resolved_terms()
         terms = {**base.terms, **{k: v for k, v in self.common_terms.items() if k not in own}}
-        if (beta is not None or free_bits is not None) and "kl" in {**own, **terms}:
+        swept = (beta, free_bits, target_rate)
+        if any(value is not None for value in swept) and "kl" in {**own, **terms}:
             kl = {**own, **terms}["kl"]
             options = dict(kl.options)
             if free_bits is not None:
                 options["free_bits"] = float(free_bits)
+            if target_rate is not None:
+                options["target_rate"] = float(target_rate)
             terms["kl"] = TermSpec(weight=kl.weight if beta is None else float(beta),
                                    options=options)
         return LossStackSpec(name=label, preset=base.preset, alpha=alpha, terms=terms)
 
     def trial_config(self, alpha: float, loss_stack: str, model: str, seed: int,
-                     beta: float | None = None, free_bits: float | None = None) -> TrialConfig:
+                     beta: float | None = None, free_bits: float | None = None,
+                     target_rate: float | None = None) -> TrialConfig:
         """The template with one point of the axes applied (and a run name that says which).
 
         Raises:
@@ -64,11 +69,12 @@ class TrialConfigs:
         """
         if model not in self.models:
             raise ValueError(f"model {model!r} is not swept; models: {', '.join(self.models)}")
-        stack = self.stack_spec(loss_stack, alpha, beta, free_bits)
+        stack = self.stack_spec(loss_stack, alpha, beta, free_bits, target_rate)
         family = ModelConfig.model_validate({**self.template.model.model_dump(), "family": model})
         name = f"{model}-{loss_stack}-a{alpha:g}"
         name += "" if beta is None else f"-b{beta:g}"
         name += "" if free_bits is None else f"-fb{free_bits:g}"
+        name += "" if target_rate is None else f"-r{target_rate:g}"
         return TrialConfig.model_validate(
             {**dict(self.template), "name": f"{name}-s{seed}", "seed": seed, "model": family,
              "loss_stack": stack}
@@ -76,8 +82,8 @@ class TrialConfigs:
 
     def trial_config_for(self, params: Mapping[str, Any]) -> TrialConfig:
         """:meth:`trial_config` from a trial's params (Tune's config: alpha, loss_stack, model,
-        seed, and beta/free_bits when swept)."""
+        seed, and beta/free_bits/target_rate when swept)."""
         optional = {key: None if params.get(key) is None else float(params[key])
-                    for key in ("beta", "free_bits")}
+                    for key in ("beta", "free_bits", "target_rate")}
         return self.trial_config(float(params["alpha"]), str(params["loss_stack"]),
                                  str(params["model"]), int(params["seed"]), **optional)

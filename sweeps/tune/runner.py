@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import tempfile
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -32,7 +33,7 @@ from sweeps.report.build import (
     summary_metrics,
     write_report_plots,
 )
-from sweeps.report.plots import prepare_plotting
+from sweeps.report.plots import RD_PLANE_PNG, prepare_plotting
 from sweeps.report.predictions import record_predictions
 from sweeps.report.summary_runs import publish_summary
 from sweeps.spec import SweepSpec
@@ -138,6 +139,8 @@ def _log_report(parent: RunLogger, report: dict[str, Any], outcomes: list[TrialO
         parent.log_artifact(Path(tmp) / "report.md")
         for path in write_report_plots(report, outcomes, Path(tmp) / "plots"):
             parent.log_png(path)
+            if path.name == RD_PLANE_PNG:  # the rate-distortion plane also lies beside report.json
+                shutil.copyfile(path, folder / RD_PLANE_PNG)
     (folder / "report.json").write_text(json.dumps(report, indent=2, allow_nan=False))
     parent.log_metrics(summary_metrics(report), step=0)
 

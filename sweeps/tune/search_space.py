@@ -16,6 +16,7 @@ from ray import tune
 from sweeps.plan.build import SEARCH_AXES, SweepPlan
 from sweeps.plan.identity import TRIAL_HASH
 from sweeps.spec import SweepSpec, ValueRange
+from sweeps.spec.checks import KL_AXES
 
 __all__ = ["COHORT_INDEX", "MEMBERS", "TRIAL_INDEX", "is_cohort", "lone_params", "param_space"]
 
@@ -60,7 +61,7 @@ def lone_params(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def param_space(spec: SweepSpec, plan: SweepPlan) -> dict[str, Any]:
-    """The Tune param space: ``alpha, loss_stack, model, seed`` (+ ``beta, free_bits`` when
+    """The Tune param space: ``alpha, loss_stack, model, seed`` (+ ``beta, free_bits, target_rate`` when
     swept) and, for grid and random search (whose points the plan holds), ``trial_index`` and
     ``shared_by`` (the rows a shared trial stands for, comma-separated; empty when it stands
     for one), and ``trial_hash`` when the driver hashed the plan (every run is tagged with it). With cohorts (``plan.cohort_size > 1``): ``cohort_index`` and ``members``
@@ -84,7 +85,7 @@ def param_space(spec: SweepSpec, plan: SweepPlan) -> dict[str, Any]:
         "loss_stack": tune.choice(stacks) if len(stacks) > 1 else stacks[0],
         "model": tune.choice(models) if len(models) > 1 else models[0],
     }
-    for axis in ("beta", "free_bits"):
+    for axis in KL_AXES:
         if getattr(spec, axis) is not None:
             space[axis] = _distribution(getattr(spec, axis))
     space["seed"] = spec.seed_list()[0]  # one configuration per trial

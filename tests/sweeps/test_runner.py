@@ -116,7 +116,13 @@ def test_quickstart_sweep_end_to_end(tmp_path):
     plots = {a.path for a in client.list_artifacts(parent.info.run_id, "plots")}
     assert {"plots/contrasts.png", "plots/curves_per_alpha.png"} <= plots
     assert any(p.startswith("plots/latent_nmi_vs_alpha__discrete") for p in plots)
+    # The rate-distortion plane: on the parent run and beside report.json, one row per cell.
+    assert "plots/rate_distortion.png" in plots
+    assert (tmp_path / "root" / "qs1" / "rate_distortion.png").read_bytes()[:4] == b"\x89PNG"
     report = json.loads((tmp_path / "root" / "qs1" / "report.json").read_text())
+    assert len(report["rd_plane"]) == 9 and report["rates"] == []  # no rate control
+    assert all(row["distortion"] > 0 and row["rate_kl"] >= 0 for row in report["rd_plane"])
+    assert {t["selection"] for t in report["trials"]} == {"val/loss"}
     assert report["dedup"] == {"trials_requested": 27, "trials_run": 15,
                                "trials_saved_by_dedup": 12, "trials_reused": 0}
     assert report["counts"] == {"done": 15}
