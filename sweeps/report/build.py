@@ -69,9 +69,11 @@ def _sort_key(config: tuple) -> tuple:
                  for v in config)
 
 
-def build_cells(rows: Sequence[RowResult]) -> list[dict[str, Any]]:
-    """One cell per configuration, kind, metric and split, over the seeds."""
+def build_cells(rows: Sequence[RowResult], epochs: int | None = None) -> list[dict[str, Any]]:
+    """One cell per configuration, kind, metric and split, over the seeds; ``last_epoch``: how
+    many of the cell's seeds chose their last epoch (the ``epochs`` budget; None if not given)."""
     groups: dict[tuple, dict[int, float | None]] = defaultdict(dict)
+    last: dict[tuple, set[int]] = defaultdict(set)
     effective: dict[tuple, list[float]] = defaultdict(list)
     in_elbo_units: dict[tuple, list[float]] = defaultdict(list)
     shared: dict[tuple, list[str]] = {}
@@ -83,6 +85,8 @@ def build_cells(rows: Sequence[RowResult]) -> list[dict[str, Any]]:
             in_elbo_units[config].append(row.beta_elbo)
         if row.shared_with:
             shared[config] = row.shared_with
+        if epochs is not None and row.selected_epoch is not None and row.selected_epoch >= epochs:
+            last[config].add(row.seed)
         for (split, kind, metric), value in row.values.items():
             groups[(config, split, kind, metric)][row.seed] = value
     cells = []
@@ -99,8 +103,24 @@ def build_cells(rows: Sequence[RowResult]) -> list[dict[str, Any]]:
             "mean": interval.mean, "ci_low": interval.ci_low, "ci_high": interval.ci_high,
             "n": interval.n, "n_nan": interval.n_nan, "seeds": seeds, "values": interval.values,
             "shared_with": shared.get(config, []),
+            "last_epoch": None if epochs is None else len(last[config]),
         })
     return cells
+
+
+def selection_section(spec: SweepSpec) -> dict[str, Any]:
+    """How every trial's checkpoint was chosen, as the code does it (one line in the report)."""
+    training = spec.template.training
+    stopping = (f"early stopping after {training.patience} epoch(s) without val/loss improving by "
+                f"more than {training.min_delta:g}, from epoch {training.min_epochs}"
+                if training.patience is not None else f"no early stopping (all {training.epochs} "
+                "epochs run)")
+    pretraining = (f"; epochs 1-{training.autoencoder_epochs} (autoencoder pre-training) never "
+                   "chosen" if training.autoencoder_epochs else "")
+    return {"selection": training.selection, "metric": training.selection_metric or "val/loss",
+            "rule": training.selection_rule,
+            "words": f"each trial's checkpoint is the epoch of {training.selection_rule} (ties: "
+                     f"the earlier epoch); {stopping}{pretraining}; test is read there."}
 
 
 def _cell_index(cells: Sequence[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
@@ -287,7 +307,7 @@ def build_report(spec: SweepSpec, sweep_id: str, outcomes: Iterable[TrialOutcome
     rows, excluded = expand_outcomes(spec, plan, outcomes, read)
     source = "selected" if rows and all(r.source == "selected" for r in rows) else "final_epoch"
     split = "test" if any(key[0] == "test" for r in rows for key in r.values) else "val"
-    cells = build_cells(rows)
+    cells = build_cells(rows, spec.epochs_per_trial())
     contrasts = build_contrasts(spec, rows, split, primary_eligibility(extensions))
     mark_growth(contrasts, extensions)
     reused = [o for o in outcomes if o.reused_from]
@@ -313,6 +333,7 @@ def build_report(spec: SweepSpec, sweep_id: str, outcomes: Iterable[TrialOutcome
         + latent_limitations(cells, use) + context_free_prior(spec)
         + growth_limitations(contrasts, extensions),
         "latent_use": use,
+        "selection": selection_section(spec),
         "data": data_section(spec),
         "extensions": report_extensions(extensions),
         "reused": [{"trial_id": o.trial_id, "sweep_id": o.reused_from, "mlflow_run_id": o.run_id,

@@ -169,6 +169,20 @@ def _contrast_table(contrasts: Sequence[Mapping[str, Any]], title: str) -> list[
     return lines + [""]
 
 
+def _selection_lines(report: Mapping[str, Any]) -> list[str]:
+    """How the checkpoints were chosen, and per cell how many seeds chose their last epoch."""
+    selection = report.get("selection")
+    if not selection:
+        return []
+    counts = [c for c in report["cells"] if c.get("last_epoch") and c["kind"] == ALL
+              and c["metric"] == report["analysis"]["metric"] and c["split"] == report["split"]]
+    words = "; ".join(f"{c['loss_stack']} alpha {c['alpha']:g} {c['model']}"
+                      + (f" beta {c['beta']:g}" if c.get("beta") is not None else "")
+                      + f" {c['last_epoch']}/{c['n'] + c['n_nan']}" for c in counts)
+    return [f"Checkpoint: {selection['words']}", "",
+            f"Chose their last epoch, per cell: {words or 'none'}.", ""]
+
+
 def report_markdown(report: Mapping[str, Any], metrics: Sequence[str] | None = None) -> str:
     """The report as Markdown (what ``ksweep report`` prints and report.md holds)."""
     metric = report["analysis"]["metric"]
@@ -180,6 +194,7 @@ def report_markdown(report: Mapping[str, Any], metrics: Sequence[str] | None = N
              f"({dedup['trials_saved_by_dedup']} saved by dedup). Tables: {report['split']} "
              f"split, read at {report['readout_source']}. Selection (best, collapse beta) reads "
              "val only.", ""]
+    lines += _selection_lines(report)
     for entry in report.get("compared") or []:
         lines += [f"- compared: {entry['sweep_id']} ({entry['name']}), {entry['trials']} trials, "
                   f"seeds {', '.join(str(s) for s in entry['seeds'])}"]
