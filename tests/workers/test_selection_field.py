@@ -71,3 +71,26 @@ def test_an_old_checkpoint_without_a_best_score_resumes_on_its_best_loss():
                                "stopped": False, "best_model": None})
     selection.update(5, {"val/loss": 2.1}, torch.nn.Linear(1, 1))
     assert selection.best_epoch == 4
+
+
+def test_a_trainer_reads_the_epoch_its_selection_metric_chose(tmp_path) -> None:
+    from pathlib import Path
+
+    from workers.data import KindProportions
+    from workers.train import Trainer, load_trial_config
+
+    config = load_trial_config(Path(__file__).resolve().parents[2] / "workers/examples/discrete.yaml")
+    data = config.data.model_copy(update={
+        "train_size": 128, "val_size": 64, "test_size": 64, "seed": None,
+        "kind_proportions": KindProportions(prefix=1.0, diffuse=1.0, private=1.0)})
+    training = TrainingConfig.model_validate({
+        **config.training.model_dump(), "epochs": 4, "selection": "val_metric",
+        "selection_metric": "val/latent_nmi"})
+    trainer = Trainer.create(config.model_copy(update={
+        "data": data, "training": training,
+        "readouts": config.readouts.model_copy(update={"train_subset": 64, "gradient_batch": 0})}),
+        tmp_path)
+    trainer.run()
+    curve = trainer.history["val/latent_nmi"]
+    assert trainer.final_metrics["selected/epoch"] == 1 + curve.index(max(curve))
+    assert trainer.final_metrics["selected/val/latent_nmi"] == max(curve)
