@@ -20,10 +20,13 @@ from rich.table import Table
 
 from ksweep.cli import dataset_local
 from ksweep.cli.client import console, request_or_exit
+from ksweep.cli.planted import plant_command
 from workers.datasets.formats import BY_NAME, SUFFIX_FORMATS
 
-data_app = typer.Typer(help="Register, list, show and remove datasets (docs/guide/datasets.md).",
+data_app = typer.Typer(help="Register, list, show and remove datasets (docs/guide/datasets.md); "
+                       "plant a positive control (docs/guide/planted-control.md).",
                        no_args_is_help=True)
+data_app.command("plant")(plant_command)
 CHUNK = 1 << 20
 
 
