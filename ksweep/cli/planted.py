@@ -87,6 +87,9 @@ def plant_command(
                                       "label 1, 'A,B' (default: the source's two rarest ids)."),
     position: str = typer.Option("random", "--position", help="Where the evidence goes in y: "
                                  "start, end or random (seeded, the same in every variant)."),
+    surprisal: str = typer.Option("matched", "--surprisal", help="The planted token's b_t: "
+                                  "matched (the value that leaves the row's kappa unchanged; "
+                                  "train with base.kind: precomputed) or base (the base scores it)."),
     model: str | None = typer.Option(None, "--model", help="b_t from this registered causal LM "
                                      "(`ksweep model add`); default: a unigram of the train split."),
     prefix: str | None = typer.Option(None, "--prefix", help="Names <prefix>-concentrated, "
@@ -104,6 +107,8 @@ def plant_command(
 
     if position not in ("start", "end", "random"):
         raise _refuse(f"--position {position!r}: use start, end or random")
+    if surprisal not in ("matched", "base"):
+        raise _refuse(f"--surprisal {surprisal!r}: use matched or base")
     try:
         pair = tuple(int(t) for t in tokens.split(",")) if tokens else None
     except ValueError:
@@ -122,7 +127,7 @@ def plant_command(
     base = lm_base(model, record) if model else unigram_base
     try:
         planted = plant(xs, ys, split, alpha=alpha, fraction=fraction, seed=seed, tokens=pair,  # type: ignore[arg-type]
-                        position=position, base=base)  # type: ignore[arg-type]
+                        position=position, surprisal=surprisal, base=base)  # type: ignore[arg-type]
     except ValueError as error:
         raise _refuse(f"{source}: {error}") from None
     names = {v: f"{prefix or source + '-planted'}-{v}" for v in VARIANTS}
@@ -145,8 +150,8 @@ def plant_command(
         print(json.dumps(result, indent=1))
         return
     print_table(summaries, names, planted.config["tokens"])
-    console.print(f"base: {result['base']}; alpha {alpha:g}; fraction {fraction:g}; seed {seed}; "
-                  f"position {position}. Registered in the local store {default_data_root()} "
+    console.print(f"base: {result['base']}; planted token's b_t: {surprisal}; alpha {alpha:g}; "
+                  f"fraction {fraction:g}; seed {seed}; position {position}. Registered in the local store {default_data_root()} "
                   f"(sweep root {default_sweep_root()}); name them in a spec as "
                   "template.data: {dataset: NAME} with base.kind: precomputed to train on these "
-                  "b_t.", highlight=False)
+                  "b_t (the kappa shown).", highlight=False)

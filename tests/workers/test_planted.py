@@ -18,6 +18,7 @@ from workers.datasets.planted import (
     absent_tokens,
     balanced_labels,
     kappa,
+    matched_surprisal,
     plant,
     planted_information,
 )
@@ -30,10 +31,6 @@ def source_rows(rows: int = 400):
     table = strategy_table(rows, split=True)  # splits train, train, val, test repeated
     split = np.array([SPLIT_INDEX[s] for s in table.column("split").to_pylist()])
     return table, table.column("x").to_pylist(), table.column("y").to_pylist(), split
-
-
-def binary_entropy(p: float) -> float:
-    return -(p * math.log(p) + (1 - p) * math.log(1 - p))
 
 
 def test_kappa_is_the_objective_library_s():
@@ -62,6 +59,19 @@ def test_labels_tokens_and_information_have_known_values():
     assert planted_information(ys, np.array([0, 0, 1, 1] * 5), (7, 8)) == pytest.approx(0.0)
 
 
+def test_matched_surprisal_leaves_kappa_unchanged():
+    rng = np.random.default_rng(1)
+    for alpha in (0.5, 1.0, 2.0):
+        for _ in range(5):
+            row = rng.gamma(2.0, 2.0, size=int(rng.integers(3, 20)))
+            x = matched_surprisal(row, alpha)
+            assert kappa([np.append(row, x)], alpha)[0] == pytest.approx(kappa([row], alpha)[0],
+                                                                         rel=1e-12)
+            # the larger root: at or above the surprisal-weighted mean b_t
+            assert x >= (row ** (alpha + 1)).sum() / (row ** alpha).sum() - 1e-9
+    assert matched_surprisal(np.array([1.0, 3.0]), 0.0) == 2.0  # alpha 0: the mean
+
+
 def test_the_variants_are_matched_and_their_carriers_sit_where_declared():
     _, xs, ys, split = source_rows()
     planted = plant(xs, ys, split, alpha=1.0, fraction=0.25, seed=0)
@@ -75,28 +85,39 @@ def test_the_variants_are_matched_and_their_carriers_sit_where_declared():
         assert planted.labels[split == index].mean() == 0.5
         for entry in planted.variants.values():
             assert planted.labels[(split == index) & entry.carriers].mean() == 0.5
-    # the same information in every variant: carriers 98 of 400 rows; the others' token is a
-    # balanced coin within each cell, so I = log 2 - H_b((1 + f) / 2) with f = 98/400 only
-    # approximately; the exact value is the plug-in of the (label, token) counts, equal across
-    # variants to the last digit.
-    information = {v: s["information_nats"] for v, s in summaries.items()}
-    assert information["concentrated"] == information["diffuse"] == information["null"]
-    assert information["null"] == pytest.approx(math.log(2) - binary_entropy((1 + 98 / 400) / 2),
-                                                abs=2e-3)
-    # every row got one token at the same place in every variant
+    # the same information in every variant: 98 carriers of 400 rows, each naming its label
+    for summary in summaries.values():
+        assert summary["information_nats"] == pytest.approx(98 / 400 * math.log(2), rel=1e-12)
+        assert summary["information_train_nats"] == pytest.approx(50 / 200 * math.log(2), rel=1e-12)
     for entry in planted.variants.values():
-        assert [len(y) for y in entry.ys] == [len(y) + 1 for y in ys]
-        assert all(y[p] in (0, 1) for y, p in zip(entry.ys, planted.positions, strict=True))
-    # carriers in their declared group after planting; the null's at about the base rate
+        # one token more in the carriers, at the same place in every variant; none elsewhere
+        grew = np.array([len(a) - len(b) for a, b in zip(entry.ys, ys, strict=True)])
+        assert (grew == entry.carriers).all()
+        assert all(y[p] == planted.labels[i] for i, (y, p) in enumerate(
+            zip(entry.ys, planted.positions, strict=True)) if entry.carriers[i])
+        # kappa recomputed after planting: unchanged (matched surprisal)
+        np.testing.assert_allclose(entry.kappa_after, entry.kappa_before, rtol=1e-12)
+    # carriers in their declared group; the null's at about the base rate
     concentrated, diffuse, null = (summaries[v] for v in VARIANTS)
     assert concentrated["share_in_declared_group"] >= 0.9
     assert diffuse["share_in_declared_group"] >= 0.9
     assert 0.1 <= null["share_in_declared_group"] <= 0.4
+    assert concentrated["kappa_after"]["q25"] > diffuse["kappa_after"]["q75"]
     assert concentrated["kappa_after"]["mean"] > concentrated["kappa_after_other_rows"]["mean"]
     assert diffuse["kappa_after"]["mean"] < diffuse["kappa_after_other_rows"]["mean"]
-    assert concentrated["kappa_after"]["q25"] > diffuse["kappa_after"]["q75"]
-    # kappa before and after agree in rank: planting shifts every row alike
-    assert concentrated["kappa_before"]["mean"] > diffuse["kappa_before"]["mean"]
+
+
+def test_a_surprising_token_scored_by_the_base_moves_kappa_and_the_table_says_so():
+    _, xs, ys, split = source_rows()
+    planted = plant(xs, ys, split, surprisal="base")
+    summaries = {v: planted.variants[v].summary for v in VARIANTS}
+    # an absent token is rare to a unigram: every carrier's kappa rises...
+    for summary in summaries.values():
+        assert summary["kappa_after"]["mean"] > summary["kappa_before"]["mean"]
+        assert summary["information_nats"] == pytest.approx(98 / 400 * math.log(2), rel=1e-12)
+    # ...so the diffuse carriers, chosen by their kappa with the token, leave the bottom group
+    assert summaries["concentrated"]["share_in_declared_group"] == 1.0
+    assert summaries["diffuse"]["share_in_declared_group"] < 0.5
 
 
 def test_bad_settings_are_refused_naming_them():
@@ -144,8 +165,8 @@ def test_ksweep_data_plant_registers_three_datasets(tmp_path: Path, monkeypatch)
     assert set(lines) == set(VARIANTS)
     for variant in VARIANTS:  # half of every cell of the train split (100 rows), 25 of 50 elsewhere
         assert f"p-{variant}" in lines[variant] and "100/50/50" in lines[variant]
-        # on train (even cells) I = log 2 - H_b(0.75): half the rows carry, the rest a coin
-        assert f"({math.log(2) - binary_entropy(0.75):.4f})" in lines[variant]
+        # on train: half the rows carry their label's token, I = 0.5 log 2
+        assert f"({0.5 * math.log(2):.4f})" in lines[variant]
     assert "top 0.9" in lines["concentrated"] and "bottom 0.9" in lines["diffuse"]
     refused = runner.invoke(app, ["data", "plant", "strat", "--fraction", "0.7"])
     assert refused.exit_code == 2 and "fraction 0.7 must be in (0, 0.5]" in refused.output

@@ -5,25 +5,35 @@ label's evidence sits in the concentrated (high-kappa) examples and > 0 when it 
 diffuse (low-kappa) ones. On real text nobody knows where a label's evidence sits; here it is
 planted. From a source dataset's rows (their ``y`` ids, ``x`` and split):
 
-1. a random **label**, 0 or 1, balanced within every split (seeded);
-2. two **evidence tokens** (by default the two smallest ids that occur nowhere in the source,
-   so they carry the planted label and nothing else), and **every** row gets one of them, once, at a seeded place in ``y`` (start,
-   end or random; the same place in every variant);
-3. the **carriers**, ``fraction`` of each (split, label) cell, get the token of their label;
-   every other row gets one at random (half of each cell's other rows each), which says nothing
-   about its label. The carriers are chosen among the rows by their kappa_alpha *after*
-   planting: the highest (``concentrated``), the lowest (``diffuse``) or at random (``null``).
+1. a random **label**, 0 or 1, balanced within every split (seeded): nothing in the source
+   text says anything about it;
+2. two **evidence tokens**, one per label (by default the two smallest ids that occur nowhere
+   in the source, so they carry the planted label and nothing else);
+3. the **carriers**, ``fraction`` of each (split, label) cell, the same number in every
+   variant: each gets its label's token once, at a seeded place in ``y`` (start, end or
+   random; the same place in every variant). They are the cell's rows of highest kappa_alpha
+   (``concentrated``), of lowest (``diffuse``), or drawn at random (``null``). No other row
+   changes.
 
-Every row receives the same kind of token at the same place in all three variants, so planting
-shifts every row's kappa alike and the carriers stay in the group they were chosen from (a
-token written into the carriers only would raise their kappa and push a "diffuse" carrier out
-of the bottom group). The labels, positions, tokens and the counts of (label, token) are the
-same in the three variants: the information planted is matched by construction, I(label;
-token) = log 2 - H_b((1 + fraction) / 2) nats where the tokens occur nowhere else, and measured
-all the same (:func:`planted_information`). The base is re-fitted on each variant's own rows and
-kappa recomputed, so what is shown is what a sweep with ``base.kind: precomputed`` on the variant
-trains on (its ``base_nll`` column holds these b_t). Torch-free: the base is a callable
-(:data:`Base`); :func:`unigram_base` is the default.
+The information planted is the same in the three variants by construction: the token is
+present in the carriers only and names their label, so I(label; evidence) = (carriers / rows)
+x log 2 nats (:func:`planted_information` measures it).
+
+**The planted token's surprisal** (``surprisal``):
+
+- ``matched`` (the default): its b_t is the value that leaves the row's kappa_alpha exactly
+  as it was (the larger root, at or above the row's surprisal-weighted mean b_t: an ordinary,
+  somewhat informative token to R_tok's weights), and the row's other tokens keep the source
+  base's b_t. The carriers then stay in the kappa group they were chosen from, and kappa before
+  and after planting are equal to rounding. The variants carry these b_t as ``base_nll``:
+  train them with ``base.kind: precomputed``, or the sweep's base re-scores the rows.
+- ``base``: the base itself scores the planted rows (re-fitted on each variant: a unigram's
+  counts, or a causal LM reading the token in context). A token absent from the source is
+  surprising to either, so planting raises a carrier's kappa: the carriers are then chosen by
+  their kappa *with* the token, and the table shows how far kappa moved and how many carriers
+  are still in their declared group.
+
+Torch-free: the base is a callable (:data:`Base`); :func:`unigram_base` is the default.
 """
 
 from __future__ import annotations
@@ -162,30 +172,45 @@ def _choose(kappa_candidate: np.ndarray, split: np.ndarray, labels: np.ndarray, 
     return carriers
 
 
-def _token_choice(carriers: np.ndarray, split: np.ndarray, labels: np.ndarray,
-                  rng: np.random.Generator, seed: int) -> np.ndarray:
-    """Which evidence token (0 or 1) each row gets: its label's for a carrier; for the other
-    rows of each (split, label) cell, half one and half the other, so the token says nothing
-    about their label. An odd cell's extra row gets the token of a coin seeded by the cell,
-    the same in every variant: the (label, token) counts are then equal across variants."""
-    choice = np.where(carriers, labels, 0)
-    for index in np.unique(split):
-        for label in (0, 1):
-            rows = rng.permutation(np.flatnonzero((split == index) & (labels == label) & ~carriers))
-            coin = np.random.default_rng([seed, int(index), label]).random() < 0.5
-            choice[rows[:len(rows) // 2 + int(coin) * (len(rows) % 2)]] = 1
-    return choice
+def _kappa_with(b: np.ndarray, x: np.ndarray, alpha: float) -> np.ndarray:
+    """kappa_alpha of ``b`` with one more token of b_t ``x``, for every ``x`` (vectorised)."""
+    positive = b[b > 0]
+    n = b.size + 1
+    s_alpha, s_next, s_one = ((positive ** r).sum() for r in (alpha, alpha + 1, 1.0))
+    return n * (s_next + x ** (alpha + 1)) / ((s_alpha + x ** alpha) * (s_one + x))
 
 
-def _written(ys: Rows, positions: np.ndarray, tokens: tuple[int, int],
-             choice: np.ndarray) -> list[list[int]]:
-    return [[*y[:p], tokens[c], *y[p:]] for y, p, c in zip(ys, positions, choice, strict=True)]
+def matched_surprisal(row: np.ndarray, alpha: float) -> float:
+    """The b_t of one more token that leaves ``row``'s kappa_alpha unchanged: the root of
+    kappa(row + [x]) = kappa(row) at or above the argmin of the left side (kappa(row + [x])
+    falls to a minimum of at most kappa(row), then grows without bound; bisection). At alpha 0
+    kappa is 1 whatever x, and on a row of zeros too: the row's mean b_t then."""
+    b = np.asarray(row, dtype=np.float64)
+    if alpha == 0 or not (b > 0).any():
+        return float(b.mean()) if b.size else 0.0
+    target = kappa([b], alpha)[0]
+    grid = np.linspace(0.0, 4.0 * b.max(), 401)[1:]
+    low = float(grid[int(np.argmin(_kappa_with(b, grid, alpha)))])
+    high = 2 * low
+    while _kappa_with(b, np.array([high]), alpha)[0] < target:
+        high *= 2
+    for _ in range(60):  # the bracket shrinks 2^60-fold: to rounding
+        mid = (low + high) / 2
+        if _kappa_with(b, np.array([mid]), alpha)[0] < target:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
+
+
+def _written(y: Sequence[int], position: int, token: int) -> list[int]:
+    return [*y[:position], token, *y[position:]]
 
 
 def plant(xs: Rows, ys: Rows, split: np.ndarray, *, alpha: float = 1.0, fraction: float = 0.25,
           seed: int = 0, tokens: tuple[int, int] | None = None,
           position: Literal["start", "end", "random"] = "random",
-          base: Base = unigram_base) -> Planted:
+          surprisal: Literal["matched", "base"] = "matched", base: Base = unigram_base) -> Planted:
     """The three variants of the module doc from a source's rows.
 
     Args:
@@ -195,6 +220,7 @@ def plant(xs: Rows, ys: Rows, split: np.ndarray, *, alpha: float = 1.0, fraction
         fraction: the share of each (split, label) cell that carries evidence, in (0, 0.5].
         tokens: the evidence ids of label 0 and label 1 (default :func:`absent_tokens`).
         position: where the evidence token goes in ``y``.
+        surprisal: the planted token's b_t: ``matched`` (kappa unchanged) or ``base``.
         base: fits b_t on a dataset's rows (default: a unigram of the train split).
 
     Raises:
@@ -213,26 +239,31 @@ def plant(xs: Rows, ys: Rows, split: np.ndarray, *, alpha: float = 1.0, fraction
         raise ValueError(f"the two evidence tokens are both {tokens[0]}: give two different ids")
     labels = balanced_labels(split, seed)
     positions = insert_positions(ys, position, seed)
-    kappa_before = kappa(base(xs, ys, split)(xs, ys), alpha)
+    source_b = base(xs, ys, split)(xs, ys)
+    kappa_before = kappa(source_b, alpha)
+    candidates = [_written(y, p, tokens[lab]) for y, p, lab in zip(ys, positions, labels, strict=True)]
     rng = np.random.default_rng(seed + 2)
     null = _choose(np.zeros(len(ys)), split, labels, fraction, "null", rng)
-    null_rows = _written(ys, positions, tokens, _token_choice(null, split, labels, rng, seed))
-    # Ranked as carriers, with their label's token, under the base of a planted dataset (a
-    # unigram's counts of the two tokens are the same in every variant: balanced in every cell).
-    kappa_candidate = kappa(base(xs, null_rows, split)(xs, _written(ys, positions, tokens, labels)),
-                            alpha)
+    if surprisal == "matched":
+        ranking = kappa_before  # planting leaves every kappa as it was
+        matched = [matched_surprisal(b, alpha) for b in source_b]
+    else:  # the carriers' kappa with their token, under a base fitted on a planted dataset
+        provisional = [c if carry else list(y) for c, y, carry in zip(candidates, ys, null, strict=True)]
+        ranking = kappa(base(xs, provisional, split)(xs, candidates), alpha)
     variants = {}
     for variant in VARIANTS:
-        if variant == "null":
-            carriers, rows = null, null_rows
+        carriers = null if variant == "null" else _choose(ranking, split, labels, fraction,
+                                                          variant, rng)
+        rows = [c if carry else list(y) for c, y, carry in zip(candidates, ys, carriers, strict=True)]
+        if surprisal == "matched":
+            after = [np.insert(b, p, x) if carry else np.asarray(b)
+                     for b, p, x, carry in zip(source_b, positions, matched, carriers, strict=True)]
         else:
-            carriers = _choose(kappa_candidate, split, labels, fraction, variant, rng)
-            rows = _written(ys, positions, tokens, _token_choice(carriers, split, labels, rng, seed))
-        after = base(xs, rows, split)(xs, rows)  # re-fitted on this variant's own rows
+            after = base(xs, rows, split)(xs, rows)  # re-fitted on this variant's own rows
         variants[variant] = PlantedVariant(variant, rows, carriers, after, kappa_before,
                                            kappa(after, alpha))
     config = {"alpha": alpha, "fraction": fraction, "seed": seed, "tokens": list(tokens),
-              "position": position}
+              "position": position, "surprisal": surprisal}
     planted = Planted(labels, tokens, positions, variants, config)
     for entry in variants.values():
         entry.summary = summarize_variant(entry, planted, split)
