@@ -174,3 +174,41 @@ def test_ksweep_data_plant_registers_three_datasets(tmp_path: Path, monkeypatch)
     assert missing.exit_code == 2 and "no dataset named 'nope'" in missing.output
     taken = runner.invoke(app, ["data", "plant", "strat", "--seed", "1"])
     assert taken.exit_code == 2 and "--replace" in taken.output
+
+
+@pytest.mark.slow
+def test_plant_with_a_registered_causal_lm_base(tmp_path: Path, monkeypatch) -> None:
+    """``--model``: b_t from a registered causal LM reading the rows (the dataset tokenized
+    with its tokenizer); with ``--surprisal base`` the LM scores the planted token in context."""
+    import pyarrow as pa
+    from typer.testing import CliRunner
+
+    from ksweep.cli import app
+    from tests.support.tiny_lm import WORDS, build_tiny_llama
+    from workers.datasets.table import canonicalize, tokenizer_of
+    from workers.lm.loading import fingerprint_files
+    from workers.lm.registry import ModelStore
+    from workers.lm.tokenizer import ModelTextTokenizer
+
+    root = tmp_path / "sweeps"
+    monkeypatch.setenv("KSWEEP_SWEEP_ROOT", str(root))
+    for key in ("KSWEEP_DATA_ROOT", "KSWEEP_MODEL_ROOT", "KSWEEP_URL"):
+        monkeypatch.delenv(key, raising=False)
+    models = ModelStore(root / "models")
+    record = models.add(build_tiny_llama(tmp_path / "tiny"), name="tiny", fingerprint=fingerprint_files)
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice(WORDS[3:], int(rng.integers(3, 12)))) for _ in range(80)]
+    table = canonicalize(pa.table({"y_text": texts, "split": ["train", "train", "val", "test"] * 20}),
+                         "t.parquet", tokenizer=ModelTextTokenizer.of(models, record))
+    DatasetStore(root / "datasets").add(table, name="words", owner="local",
+                                        tokenizer=tokenizer_of(table))
+    runner = CliRunner()
+    result = runner.invoke(app, ["data", "plant", "words", "--model", "tiny", "--surprisal", "base",
+                                 "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output[result.output.index("{"):])  # after the model's load messages
+    assert out["base"] == "causal LM tiny" and out["config"]["tokens"] == [0, 1]  # <unk>, <s>
+    for summary in out["variants"]:
+        assert summary["rows_planted"] == {"train": 10, "val": 4, "test": 4}  # round(2.5) = 2
+        assert summary["kappa_after"]["mean"] != summary["kappa_before"]["mean"]
+        assert summary["information_nats"] == pytest.approx(18 / 80 * math.log(2), rel=1e-12)
