@@ -24,7 +24,7 @@ def _refuse(message: str) -> typer.Exit:
 
 
 def lm_base(name: str, record: Any) -> Any:
-    """A :data:`workers.datasets.planted.Base` from the registered causal LM ``name`` (its b_t
+    """A :data:`workers.datasets.planted.BaseFit` from the registered causal LM ``name`` (its b_t
     of any rows, memoised by row: the variants share most of theirs)."""
     from workers.lm.loading import bos_token_id, load_registered
     from workers.lm.registry import ModelError, ModelStore, check_dataset_tokenizer

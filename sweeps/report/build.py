@@ -44,7 +44,7 @@ from sweeps.report.statistics import MIN_PAIRS_FOR_CLAIM, mean_interval, metric_
 from sweeps.report.text import report_markdown
 from sweeps.spec import SweepSpec
 from sweeps.status import TrialState
-from workers.contract import LATENT_METRICS, NMI_AUC, TEST_ELBO, TOTAL_STEPS_PARAM
+from workers.contract import LATENT_METRICS, NMI_AUC, SELECTION_METRIC, TEST_ELBO, TOTAL_STEPS_PARAM
 
 __all__ = ["TrialOutcome", "build_report", "metric_mode", "report_markdown", "summary_metrics",
            "write_report_plots"]
@@ -117,7 +117,7 @@ def selection_section(spec: SweepSpec) -> dict[str, Any]:
                 "epochs run)")
     pretraining = (f"; epochs 1-{training.autoencoder_epochs} (autoencoder pre-training) never "
                    "chosen" if training.autoencoder_epochs else "")
-    return {"selection": training.selection, "metric": training.selection_metric or "val/loss",
+    return {"selection": training.selection, "metric": training.selection_metric or SELECTION_METRIC,
             "rule": training.selection_rule,
             "words": f"each trial's checkpoint is the epoch of {training.selection_rule} (ties: "
                      f"the earlier epoch); {stopping}{pretraining}; test is read there."}

@@ -33,7 +33,7 @@ x log 2 nats (:func:`planted_information` measures it).
   their kappa *with* the token, and the table shows how far kappa moved and how many carriers
   are still in their declared group.
 
-Torch-free: the base is a callable (:data:`Base`); :func:`unigram_base` is the default.
+Torch-free: the base is a callable (:data:`BaseFit`); :func:`unigram_base` is the default.
 """
 
 from __future__ import annotations
@@ -45,13 +45,14 @@ from typing import Any, Literal
 
 import numpy as np
 
+from workers.contract import SPLITS
+
 VARIANTS: tuple[str, ...] = ("concentrated", "diffuse", "null")
-SPLIT_NAMES: tuple[str, ...] = ("train", "val", "test")
 EVIDENCE_GROUP, PLAIN_GROUP = "evidence", "none"
 
 Rows = Sequence[Sequence[int]]
 Scorer = Callable[[Rows, Rows], list[np.ndarray]]
-Base = Callable[[Rows, Rows, np.ndarray], Scorer]
+BaseFit = Callable[[Rows, Rows, np.ndarray], Scorer]
 """(xs, ys, split index per row) -> a scorer (xs, ys) -> b_t per token of each y (nats)."""
 
 
@@ -210,7 +211,7 @@ def _written(y: Sequence[int], position: int, token: int) -> list[int]:
 def plant(xs: Rows, ys: Rows, split: np.ndarray, *, alpha: float = 1.0, fraction: float = 0.25,
           seed: int = 0, tokens: tuple[int, int] | None = None,
           position: Literal["start", "end", "random"] = "random",
-          surprisal: Literal["matched", "base"] = "matched", base: Base = unigram_base) -> Planted:
+          surprisal: Literal["matched", "base"] = "matched", base: BaseFit = unigram_base) -> Planted:
     """The three variants of the module doc from a source's rows.
 
     Args:
@@ -230,7 +231,7 @@ def plant(xs: Rows, ys: Rows, split: np.ndarray, *, alpha: float = 1.0, fraction
         raise ValueError(f"fraction {fraction} must be in (0, 0.5]: the carriers are the top or "
                          "bottom group of each cell, never more than half of it")
     split = np.asarray(split)
-    for index, name in enumerate(SPLIT_NAMES):
+    for index, name in enumerate(SPLITS):
         if 0 < (split == index).sum() < 4:
             raise ValueError(f"split {name!r} has {(split == index).sum()} rows: a planted control "
                              "needs at least 4 per split (2 per label)")
@@ -285,7 +286,7 @@ def summarize_variant(entry: PlantedVariant, planted: Planted, split: np.ndarray
     train = split == 0
     return {
         "variant": entry.variant,
-        "rows_planted": {name: int((carriers & (split == i)).sum()) for i, name in enumerate(SPLIT_NAMES)},
+        "rows_planted": {name: int((carriers & (split == i)).sum()) for i, name in enumerate(SPLITS)},
         "rows": len(carriers),
         "labels": {str(c): int((planted.labels == c).sum()) for c in (0, 1)},
         "kappa_before": _quartiles(entry.kappa_before[carriers]),
@@ -314,5 +315,5 @@ def variant_table(entry: PlantedVariant, planted: Planted, xs: Rows, split: np.n
         "group": [EVIDENCE_GROUP if c else PLAIN_GROUP for c in entry.carriers],
         "base_nll": pa.array([np.asarray(b, np.float32) for b in entry.base_after],
                              pa.list_(pa.float32())),
-        "split": [SPLIT_NAMES[int(s)] for s in split],
+        "split": [SPLITS[int(s)] for s in split],
     })
