@@ -129,9 +129,13 @@ class Client:
         response = self.request("POST", "/sweeps", json=spec_body(spec), headers=headers)
         return Sweep.model_validate_json(response.content)
 
-    def validate(self, spec: SpecLike) -> dict[str, Any]:
-        """The service's dry run of a spec: its trial plan (count, dedup, epoch budget)."""
-        plan: dict[str, Any] = self.request("POST", "/sweeps:validate", json=spec_body(spec)).json()
+    def validate(self, spec: SpecLike, pilot: str | None = None) -> dict[str, Any]:
+        """The service's dry run of a spec: its trial plan (count, dedup, epoch budget); with a
+        ``pilot`` sweep's id, also ``power``: the effect the spec's seeds detect and the seeds
+        ``analysis.min_effect`` needs, from the pilot's paired SDs."""
+        params = {"pilot": pilot} if pilot is not None else None
+        plan: dict[str, Any] = self.request("POST", "/sweeps:validate", json=spec_body(spec),
+                                            params=params).json()
         return plan
 
     def get(self, sweep_id: str) -> Sweep:

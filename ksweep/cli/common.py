@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from pydantic import ValidationError
@@ -75,17 +75,58 @@ def plan_or_exit(spec: SweepSpec, path: Path) -> SweepPlan:
         raise typer.Exit(2) from None
 
 
+def _pilot_report(pilot: str) -> dict[str, Any]:
+    """A pilot sweep's report.json: a file's, else the service's (KSWEEP_URL) for that id."""
+    path = Path(pilot)
+    if path.is_file():
+        try:
+            report: dict[str, Any] = json.loads(path.read_text())
+            return report
+        except (OSError, ValueError) as error:
+            console.print(f"[red]--pilot {pilot}: not a report.json ({error})[/red]")
+            raise typer.Exit(2) from None
+    from ksweep.cli.client import request_or_exit
+
+    answer: dict[str, Any] = request_or_exit("GET", f"/sweeps/{pilot}/report").json()
+    return answer
+
+
+def pilot_power_or_exit(spec: SweepSpec, pilot: str) -> dict[str, Any]:
+    """The spec's power from the pilot's paired SDs; a pilot that cannot stand for the spec is
+    printed with why (exit 2)."""
+    from sweeps.report.power_plan import PilotMismatch, pilot_power
+
+    try:
+        return pilot_power(spec, _pilot_report(pilot))
+    except PilotMismatch as error:
+        console.print(f"[red]--pilot {pilot}: {error}[/red]")
+        raise typer.Exit(2) from None
+
+
 def validate_command(
     spec_path: Path = typer.Argument(..., exists=True, dir_okay=False, help="Sweep spec YAML/JSON."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+    pilot: str = typer.Option(None, "--pilot", metavar="ID", help="A pilot sweep's id (its "
+                              "report read from the service) or its report.json: the effect the "
+                              "spec's seeds detect and the seeds analysis.min_effect needs."),
 ) -> None:
     """Validate a spec and print its trial plan (count, each trial's optimizer steps and beta in
-    ELBO units, the epoch budget, resources, schedules that do not finish); runs nothing."""
+    ELBO units, the epoch budget, resources, schedules that do not finish); runs nothing.
+    With --pilot, also the power of its primary contrasts from the pilot's paired SDs."""
     from sweeps.plan.build import render_plan
 
     spec = load_spec_or_exit(spec_path)
     plan = plan_or_exit(spec, spec_path)
+    power = plan.power = None if pilot is None else pilot_power_or_exit(spec, pilot)
     if as_json:
         console.print_json(json.dumps(plan.to_dict()))
-    else:
-        render_plan(plan, console)
+        return
+    render_plan(plan, console)
+    if power is not None:
+        from rich.text import Text
+
+        from sweeps.report.power_plan import pilot_lines
+
+        console.print(Text("Power by design", style="bold"))
+        for line in pilot_lines(power):
+            console.print(Text(f"- {line}"))

@@ -28,6 +28,8 @@ from sweeps.report.text import (
     latent_note,
     latent_rows,
     latent_title,
+    power_lines,
+    prediction_lines,
 )
 
 __all__ = ["render_report", "report_renderables"]
@@ -129,7 +131,8 @@ def _tables(report: Mapping[str, Any], width: int, label: Label
     """Each table, the words saying what left it, and the words printed under it."""
     metric, split = report["analysis"]["metric"], report["split"]
     tables = [(*fit_table(f"{split} {metric} by alpha: mean [95% t interval]",
-                          _alpha_columns(report, metric, label), width), [])]
+                          _alpha_columns(report, metric, label), width), [])
+              ] if report["cells"] else []
     if latent_rows(report):
         tables.append((*fit_table(latent_title(report), _latent_columns(report, label), width),
                        [latent_note(report)]))
@@ -177,7 +180,7 @@ def _header(report: Mapping[str, Any]) -> list[RenderableType]:
 
 def report_renderables(report: Mapping[str, Any], width: int) -> list[RenderableType]:
     """Everything :func:`render_report` prints, fitted to ``width`` columns."""
-    labels = sorted({c["loss_stack"] for c in report["cells"]}
+    labels = sorted({c["loss_stack"] for c in (*report["cells"], *report["contrasts"])}
                     | {c.get("baseline") or c["loss_stack"] for c in report["contrasts"]})
     full: dict[str, str] = {label: label for label in labels}
     short = full
@@ -193,6 +196,12 @@ def report_renderables(report: Mapping[str, Any], width: int) -> list[Renderable
         out.append(table)
         if notes or under:
             out.append(_lines([*notes, *under], bullet=" "))
+    predicted = prediction_lines(report)
+    if predicted:
+        out += [Text("Predictions", style="bold"), _lines(predicted)]
+    power = power_lines(report)
+    if power:
+        out += [Text("Power by design (the primary family)", style="bold"), _lines(power)]
     ties = _ties(report["best"], lambda label: short.get(label, label))
     if ties:
         out.append(_lines(ties))

@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                 ray_address=settings.ray_address, sinks=[sink], mlflow_ui_url=settings.mlflow_ui_url,
                 data_root=settings.dataset_root, model_root=settings.resolved_model_root,
                 extensions=extensions, refresh=refresher(store, sweep_id),
-                reuse_from=reusable_sweeps(store, row),
+                reuse_from=reusable_sweeps(store, row), submitted_at=row.created_at,
             )
             count = len(outcome.report.get("extensions", extensions))
             if sink.finish(outcome.status, outcome.report, extension_count=count):

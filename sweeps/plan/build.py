@@ -90,6 +90,9 @@ class SweepPlan:
         search, scheduler, objective: the spec's sections (scheduler.max_t resolved,
             objective.modes filled in).
         name: the sweep's name.
+        power: with a pilot sweep (``ksweep validate --pilot``, ``POST /sweeps:validate?pilot=``):
+            the planned primary family's power from the pilot's paired SDs
+            (:func:`sweeps.report.power_plan.pilot_power`); None otherwise.
     """
 
     trial_count: int
@@ -111,6 +114,7 @@ class SweepPlan:
     cohorts: list[list[int]] = field(default_factory=list)
     train: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    power: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as JSON-serialisable dicts and lists."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,8 @@ from sweeps.report.growth import (
 )
 from sweeps.report.latent_use import USE_READOUTS, latent_limitations, latent_use
 from sweeps.report.plots import write_report_plots
+from sweeps.report.power import power_section
+from sweeps.report.predictions import mark_changed_predictions, prediction_section
 from sweeps.report.readout_table import (
     ALL_KINDS,
     UNFINISHED,
@@ -254,6 +256,11 @@ def _limitations(rows, cells, contrasts, excluded, source, split, seeds, epochs)
     return words
 
 
+def extendable(spec: SweepSpec) -> bool:
+    """Whether ``ksweep extend`` can add seeds (:mod:`sweeps.plan.growth` refuses Optuna and ASHA)."""
+    return spec.search.kind != "optuna" and spec.scheduler.kind != "asha"
+
+
 def data_section(spec: SweepSpec) -> dict[str, Any]:
     """What the sweep trained on, and which read-outs its data cannot give and why."""
     from workers.data.config import DatasetDataConfig
@@ -297,9 +304,12 @@ def context_free_prior(spec: SweepSpec) -> list[str]:
 
 def build_report(spec: SweepSpec, sweep_id: str, outcomes: Iterable[TrialOutcome],
                  plan: SweepPlan | None = None,
-                 extensions: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+                 extensions: Sequence[dict[str, Any]] = (),
+                 predictions: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The JSON report of a finished (or partly finished) sweep; ``extensions``: the records
-    of a grown sweep's extensions (:mod:`sweeps.report.growth`)."""
+    of a grown sweep's extensions (:mod:`sweeps.report.growth`); ``predictions``: the
+    predictions as recorded when its first segment started (:mod:`sweeps.report.predictions`;
+    None: the spec's, without a submission time)."""
     outcomes = list(outcomes)
     plan = plan or build_plan(spec)
     # The latent-use read-outs are read whatever analysis.metrics lists: the gate needs them.
@@ -309,6 +319,8 @@ def build_report(spec: SweepSpec, sweep_id: str, outcomes: Iterable[TrialOutcome
     split = "test" if any(key[0] == "test" for r in rows for key in r.values) else "val"
     cells = build_cells(rows, spec.epochs_per_trial())
     contrasts = build_contrasts(spec, rows, split, primary_eligibility(extensions))
+    declared = prediction_section(spec, predictions)
+    changed = mark_changed_predictions(contrasts, declared, spec.analysis.metric)
     mark_growth(contrasts, extensions)
     reused = [o for o in outcomes if o.reused_from]
     counts: dict[str, int] = defaultdict(int)
@@ -331,9 +343,12 @@ def build_report(spec: SweepSpec, sweep_id: str, outcomes: Iterable[TrialOutcome
         "limitations": schedule_overruns(spec, plan, outcomes)
         + _limitations(rows, cells, contrasts, excluded, source, split, seeds, spec.epochs_per_trial())
         + latent_limitations(cells, use) + context_free_prior(spec)
-        + growth_limitations(contrasts, extensions),
+        + growth_limitations(contrasts, extensions) + changed,
         "latent_use": use,
         "selection": selection_section(spec),
+        "predictions": declared,
+        "power": power_section(contrasts, spec.analysis.resolved_min_effect(),
+                               {sweep_id: spec.seed_list()}, extendable(spec)),
         "data": data_section(spec),
         "extensions": report_extensions(extensions),
         "reused": [{"trial_id": o.trial_id, "sweep_id": o.reused_from, "mlflow_run_id": o.run_id,

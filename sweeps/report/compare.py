@@ -17,7 +17,8 @@ from typing import Any
 
 from sweeps.plan.build import build_plan
 from sweeps.plan.identity import objective_key
-from sweeps.report.build import build_report
+from sweeps.report.build import build_report, extendable
+from sweeps.report.power import power_section
 from sweeps.report.readout_table import TrialOutcome
 from sweeps.spec import SweepSpec
 
@@ -133,14 +134,40 @@ def outcomes_of(report: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) ->
     return outcomes
 
 
+def _across(specs: Mapping[str, SweepSpec], outcomes: Mapping[str, list[TrialOutcome]],
+            names: Mapping[str, str]) -> dict[str, Any]:
+    """The caveat interaction across two sweeps, each sweep's report built from its trials."""
+    from sweeps.report.across import ACROSS_DIFFERENCES, across_report
+
+    try:
+        joined_spec(specs)
+    except IncompatibleSweeps as error:
+        problems = [(field, message) for field, message in error.problems
+                    if not field.startswith(ACROSS_DIFFERENCES)]
+        if problems:
+            raise IncompatibleSweeps(problems) from None
+    reports = []
+    for sweep_id, spec in specs.items():
+        report = build_report(spec, sweep_id, outcomes[sweep_id], build_plan(spec))
+        report["name"] = names[sweep_id]
+        reports.append(report)
+    return across_report(reports, {sweep_id: spec.seed_list() for sweep_id, spec in specs.items()},
+                         all(extendable(spec) for spec in specs.values()))
+
+
 def compare_report(specs: Mapping[str, SweepSpec], outcomes: Mapping[str, list[TrialOutcome]],
                    names: Mapping[str, str]) -> dict[str, Any]:
     """The joined report. A trial of the same objective, model and seed in several sweeps
     is read from the first sweep that has it (in the order given).
 
+    Two sweeps that both declare ``analysis.primary: caveat_across`` are compared across
+    instead (:mod:`sweeps.report.across`): their data and declared contrasts may differ.
+
     Raises:
         IncompatibleSweeps: see :func:`joined_spec`.
     """
+    if len(specs) == 2 and all(s.analysis.primary == "caveat_across" for s in specs.values()):
+        return _across(specs, outcomes, names)
     spec = joined_spec(specs)
     seen: dict[tuple, str] = {}
     joined: list[TrialOutcome] = []
@@ -166,6 +193,10 @@ def compare_report(specs: Mapping[str, SweepSpec], outcomes: Mapping[str, list[T
                            "trials": len(outcomes[sweep_id])} for sweep_id in specs]
     for trial in report["trials"]:
         trial["sweep_id"] = sweep_of.get(trial["trial_id"])
+    # The seeds to add go to every sweep compared (each pairs by seed with the others).
+    report["power"] = power_section(report["contrasts"], spec.analysis.resolved_min_effect(),
+                                    {sweep_id: specs[sweep_id].seed_list() for sweep_id in specs},
+                                    all(extendable(s) for s in specs.values()))
     words = [f"One report over {len(specs)} sweeps ({', '.join(specs)}): contrasts pair by seed "
              "over the seeds both sides ran; a pair's stack and baseline may come from "
              "different sweeps (the same template, so the same trial protocol)."]

@@ -212,7 +212,10 @@ def _assign_families(spec: SweepSpec, contrasts: list[dict[str, Any]],
                      eligible: Callable[[dict[str, Any]], bool] | None = None) -> None:
     metric = spec.analysis.metric
     for entry in contrasts:
-        if spec.analysis.primary == "caveat":
+        if spec.analysis.primary == "caveat_across":  # one side of sweeps.report.across
+            primary = (entry["metric"] == metric and entry["contrast"] == "caveat"
+                       and entry["kind"] == ALL_KINDS)
+        elif spec.analysis.primary == "caveat":
             primary = entry["metric"] == metric and (entry["contrast"] == "interaction" or (
                 entry["contrast"] == "caveat" and entry["kind"] in ("prefix", "private")))
         else:

@@ -17,7 +17,8 @@ from workers.contract import (
 )
 
 __all__ = ["ALL", "LATENT_COLUMNS", "alpha_rows", "beta_text", "headline", "interval_text",
-           "latent_note", "latent_rows", "latent_title", "report_markdown"]
+           "latent_note", "latent_rows", "latent_title", "power_lines", "prediction_lines",
+           "report_markdown"]
 
 ALL = "all"
 # The latent-use table's read-out columns, in order (sweeps.report.latent_use.USE_READOUTS).
@@ -92,6 +93,8 @@ def alpha_rows(report: Mapping[str, Any], metric: str) -> tuple[list[str], list[
 def _alpha_table(report: Mapping[str, Any], metric: str) -> list[str]:
     split = report["split"]
     kinds, rows = alpha_rows(report, metric)
+    if not rows:  # a report across sweeps (sweeps.report.across): each sweep's own has its cells
+        return []
     lines = [f"## {split} {metric} by alpha (mean [95% t interval], per-seed values)", ""]
     header = ["model", "beta", "loss_stack", "alpha", *kinds, "seeds"]
     lines += ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
@@ -183,6 +186,64 @@ def _selection_lines(report: Mapping[str, Any]) -> list[str]:
             f"Chose their last epoch, per cell: {words or 'none'}.", ""]
 
 
+def _contrast_name(entry: Mapping[str, Any]) -> str:
+    kind = "" if entry.get("kind") in (None, ALL) else f" ({entry['kind']})"
+    beta = "" if entry.get("beta") is None else f", beta {entry['beta']:g}"
+    return (f"{entry['loss_stack']} - {entry['baseline']}{kind}, alpha {entry['alpha']:g}{beta}, "
+            f"{entry['model']}")
+
+
+def power_lines(report: Mapping[str, Any]) -> list[str]:
+    """The power of each primary contrast in words, and what gets the family to its declared
+    effect (report.json's ``power``; :mod:`sweeps.report.power`). The Markdown report and
+    ``ksweep report``'s terminal view both print these lines."""
+    power = report.get("power") or {}
+    if not power.get("entries"):
+        return []
+    metric = report["analysis"]["metric"]
+    effect = power["min_effect"]
+    lines = [f"Two-sided paired t test over seeds at {power['level_why']}; {power['power']:.0%} "
+             "power; " + (f"effect to detect {effect:g} {metric} (analysis.min_effect)."
+                          if effect is not None else "no analysis.min_effect declared.")]
+    for e in power["entries"]:
+        if e["paired_sd"] is None:
+            lines.append(f"{_contrast_name(e)}: {e['note']}")
+            continue
+        words = (f"{_contrast_name(e)}: {e['n_pairs']} pairs, paired SD {e['paired_sd']:.3f}; "
+                 f"detects {e['detectable']:.3f} at {power['power']:.0%} power")
+        if effect is not None:
+            needed = ("more seeds than the report plans for" if e["seeds_needed"] is None
+                      else f"{e['seeds_needed']} seeds")
+            words += (f"; {effect:g} has power {e['power_at_min_effect']:.2f} now and needs "
+                      f"{needed}")
+        lines.append(words)
+    lines += [f"More seeds: {command}" for command in power["extend"]]
+    if power.get("advice"):
+        lines.append(power["advice"][0].upper() + power["advice"][1:] + ".")
+    return lines
+
+
+def prediction_lines(report: Mapping[str, Any]) -> list[str]:
+    """The predictions in words, with the submission time (report.md, the terminal view)."""
+    section = report.get("predictions") or {}
+    entries = [c for c in section.get("contrasts", ()) if c["predicted"] or c["predicted_now"]]
+    if not entries:
+        return []
+    when = section.get("submitted_at") or "time not recorded"
+    lines = [f"Declared at submission ({when}), before any trial ran; each contrast is judged on "
+             "its prediction as first declared."]
+    for c in entries:
+        words = (f"{c['stack']} - {c['baseline']}: {c['predicted'] or 'none'} "
+                 f"({'primary' if c['primary'] else 'exploratory'})")
+        if c["changed"]:
+            words += (f"; CHANGED after the first segment ran: the spec now says "
+                      f"{c['predicted_now'] or 'none'}")
+        elif c["declared_later"]:
+            words += "; declared after the first segment ran (not a prediction made before the data)"
+        lines.append(words)
+    return lines
+
+
 def report_markdown(report: Mapping[str, Any], metrics: Sequence[str] | None = None) -> str:
     """The report as Markdown (what ``ksweep report`` prints and report.md holds)."""
     metric = report["analysis"]["metric"]
@@ -226,6 +287,13 @@ def report_markdown(report: Mapping[str, Any], metrics: Sequence[str] | None = N
     lines += _latent_table(report)
     primary = [c for c in report["contrasts"] if c["family"] == "primary"]
     lines += _contrast_table(primary, "Primary contrasts (Holm within this family)")
+    predicted = prediction_lines(report)
+    if predicted:
+        lines += ["## Predictions", ""] + [f"- {words}" for words in predicted] + [""]
+    power = power_lines(report)
+    if power:
+        lines += ["## Power by design (the primary family)", ""]
+        lines += [f"- {words}" for words in power] + [""]
     caveat = [c for c in report["contrasts"] if c["family"] != "primary"
               and c["contrast"] in ("caveat", "interaction")]
     lines += _contrast_table(caveat, "Caveat contrasts (exploratory)")

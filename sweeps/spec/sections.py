@@ -3,6 +3,7 @@ resources, and the analysis the report runs (which contrasts, which family is pr
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -23,6 +24,7 @@ from workers.contract import (
 
 __all__ = [
     "DEFAULT_LATENT_IN_USE_NATS",
+    "DEFAULT_MIN_EFFECT_AMI",
     "DEFAULT_OBJECTIVE_METRIC",
     "MAXIMISED_METRICS",
     "METRIC_NAMES",
@@ -245,6 +247,10 @@ READOUT_METRICS: tuple[str, ...] = (
 )
 """Read-outs (names without split and kind) the report summarises by default."""
 DEFAULT_LATENT_IN_USE_NATS = 0.05
+DEFAULT_MIN_EFFECT_AMI = 0.03
+"""``analysis.min_effect`` when unset and the metric is AMI: below the 0.05-0.08 AMI that five
+seeds detect on real text, the size the caveat's effects may have (docs/concepts/rates.md)."""
+POWER_TARGET = 0.8  # the power the report plans for (sweeps.report.power.POWER)
 """The test I(x; z) below which the report calls a cell's latent collapsed (docs/science/index.md)."""
 
 
@@ -288,10 +294,13 @@ class AnalysisSpec(BaseModel):
         description="Pairs (stack, baseline). Unset: every swept stack against uniform (when "
         "uniform is swept).",
     )
-    primary: Literal["stack_contrasts", "caveat"] = Field(
+    primary: Literal["stack_contrasts", "caveat", "caveat_across"] = Field(
         "stack_contrasts",
         description="'stack_contrasts': the contrasts above on `metric`, all examples. 'caveat': "
-        "the caveat contrasts (R~ vs R_tok per kind and their prefix-private interaction).",
+        "the caveat contrasts (R~ vs R_tok per kind and their prefix-private interaction). "
+        "'caveat_across': the caveat interaction across two sweeps on two datasets or label sets "
+        "((R~ - R_tok) on one minus on the other, paired by seed: `ksweep report ID1 ID2`); a "
+        "sweep's own report then tests R~ - R_tok over all examples at each alpha > 0.",
     )
     caveat_treated: str = Field(
         "concentration_corrected", description="The stack label of R~ in the caveat contrasts."
@@ -303,9 +312,32 @@ class AnalysisSpec(BaseModel):
         0.9, gt=0, le=1, allow_inf_nan=False,
         description="Collapse beta of a stack: the largest beta whose mean val NMI is >= this.",
     )
+    min_effect: float | None = Field(
+        None,
+        description="The smallest difference on `metric` the study must be able to see (in the "
+        "metric's units): the report gives the seeds each primary contrast needs to detect it "
+        f"with {POWER_TARGET:.0%} power. Unset: {DEFAULT_MIN_EFFECT_AMI:g} when `metric` is "
+        "latent_ami; none otherwise (the report then gives only the smallest effect the seeds "
+        "detect).",
+    )
     latent_in_use_nats: float = Field(
         DEFAULT_LATENT_IN_USE_NATS, ge=0, allow_inf_nan=False,
         description="A cell's latent is in use when its mean test I(x; z) (mutual_info, nats) is "
         "at least this; below it the report calls the latent collapsed and words no contrast "
         "on a latent read-out as higher or lower when both sides are collapsed (or at chance).",
     )
+
+    @field_validator("min_effect")
+    @classmethod
+    def _positive_effect(cls, value: float | None) -> float | None:
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise ValueError(f"analysis.min_effect must be a positive finite difference in the "
+                             f"metric's units (e.g. {DEFAULT_MIN_EFFECT_AMI:g} AMI), got {value!r}; "
+                             "leave it unset for the default")
+        return value
+
+    def resolved_min_effect(self) -> float | None:
+        """The declared effect, else the default for AMI, else None."""
+        if self.min_effect is not None:
+            return self.min_effect
+        return DEFAULT_MIN_EFFECT_AMI if self.metric == LATENT_AMI else None

@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from sweeps.report.build import (
     write_report_plots,
 )
 from sweeps.report.plots import prepare_plotting
+from sweeps.report.predictions import record_predictions
 from sweeps.report.summary_runs import publish_summary
 from sweeps.spec import SweepSpec
 from sweeps.spec.datasets import resolve_spec_data
@@ -179,6 +181,7 @@ def run_sweep(
     extensions: Sequence[dict[str, Any]] = (),
     refresh: Callable[[int], tuple[SweepSpec, list[dict[str, Any]]] | None] | None = None,
     reuse_from: Collection[str] | None = None,
+    submitted_at: datetime | None = None,
 ) -> SweepOutcome:
     """Run (or resume) a sweep to the end and write its report to the parent run.
 
@@ -198,7 +201,9 @@ def run_sweep(
     each time the trials known so far have ended, returns a newer spec and its ``n + k``
     records when the sweep was extended meanwhile (else None): its new trials run before
     the report is written. ``reuse_from``: the sweeps whose trials ``spec.reuse`` may take
-    (None: every sweep of the tracking store).
+    (None: every sweep of the tracking store). ``submitted_at``: when the sweep was submitted
+    (None: now), recorded with its predictions when its first segment starts
+    (:mod:`sweeps.report.predictions`).
 
     Raises:
         DatasetResolutionError: the spec's dataset is missing, its pin differs, or the spec
@@ -218,6 +223,7 @@ def run_sweep(
     spec, plan = resolve(spec, plan)
     extensions = list(extensions)
     folder = _prepare_folder(spec, sweep_root, sweep_id)
+    predictions = record_predictions(folder, spec, submitted_at)  # once: the first segment's
     experiment_name = experiment_name or spec.name
     with ThreadPoolExecutor(1, thread_name_prefix="ksweep-while-ray-starts") as pool:
         # The parent run (and a sqlite store's set-up), then the report's plotting import, are
@@ -254,7 +260,8 @@ def run_sweep(
             _prepare_folder(spec, sweep_root, sweep_id)
             parent.log_dict_json(json.loads(spec.canonical_json()), "spec.json")
             parent.log_dict_json(extensions, "extensions.json")
-        report = build_report(spec, sweep_id, outcomes, plan, extensions=extensions)
+        report = build_report(spec, sweep_id, outcomes, plan, extensions=extensions,
+                              predictions=predictions)
         report["limitations"] += environment_notes
         # Run again whole after a failure: it replaces the summary runs it had made.
         report["mlflow_views"] = retrying(lambda: publish_summary(

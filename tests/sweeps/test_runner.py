@@ -136,6 +136,11 @@ def test_quickstart_sweep_end_to_end(tmp_path):
     assert len(primary) == 4 and all(c["n_pairs"] == 3 for c in primary)
     assert all(c["p_adjusted"] is not None for c in primary)
     assert report["best"][0]["metric"] == "latent_nmi"
+    # Power by design: one entry per primary contrast (no min_effect on NMI: no seeds needed);
+    # the predictions recorded once, with the time, in the sweep's folder.
+    assert len(report["power"]["entries"]) == 4 and report["power"]["level"] == pytest.approx(0.0125)
+    recorded = json.loads((tmp_path / "root" / "qs1" / "predictions.json").read_text())
+    assert report["predictions"]["submitted_at"] == recorded["submitted_at"] is not None
     assert any(k.startswith("best/") for k in parent.data.metrics)
     status = read_status(tmp_path / "root" / "qs1" / "status.json")
     assert (status.state, status.total, status.done, status.pending, status.running) == (

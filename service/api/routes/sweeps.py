@@ -175,13 +175,40 @@ def submit_sweep(
     return _json(_sweep(row, services), 201 if created else 200, headers)
 
 
+PILOT = Query(pattern=r"^[A-Za-z0-9_-]{1,32}$", description="A pilot sweep's id: the plan's "
+              "`power` gives each planned primary contrast's paired SD from the pilot's report, "
+              "the effect the spec's seeds detect at 80% power and the seeds "
+              "`analysis.min_effect` needs.")
+
+
 @router.post("/sweeps:validate", response_model=SweepPlan, summary="Dry run: the trial plan of a spec",
-             responses={**UNAUTHORIZED, **INVALID, **TOO_LARGE})
+             responses={**UNAUTHORIZED, **INVALID, **TOO_LARGE,
+                        404: _problem("The pilot sweep does not exist."),
+                        409: _problem("The pilot sweep has no report yet.")})
 def validate_sweep(_schema: SpecBody, _reader: ReaderDep,
-                   spec: StrictSpec, services: ServicesDep) -> SweepPlan:
+                   spec: StrictSpec, services: ServicesDep,
+                   pilot: Annotated[str | None, PILOT] = None) -> SweepPlan:
     # A dataset's train split from its registry summary (the API reads no table).
     facts = train_facts(spec.template.data, services.settings.dataset_root, read_table=False)
-    return _checked_plan(spec, services, facts)
+    plan = _checked_plan(spec, services, facts)
+    if pilot is not None:
+        plan.power = _pilot_power(spec, pilot, services)
+    return plan
+
+
+def _pilot_power(spec: SweepSpec, pilot: str, services: Services) -> dict[str, Any]:
+    """The spec's power from the pilot's report; 404 / 409 / 422 (field ``pilot``) otherwise."""
+    from sweeps.report.power_plan import PilotMismatch, pilot_power
+
+    row = _get_row(services, pilot, with_documents=True)
+    if row.report is None:
+        raise ProblemError(409, "Report not available", f"the pilot sweep {pilot} is {row.state} "
+                           "and has no report yet; give an ended sweep", kind="report-not-ready",
+                           sweep_id=pilot)
+    try:
+        return pilot_power(spec, row.report)
+    except PilotMismatch as error:
+        raise invalid_spec([FieldProblem(field="pilot", message=str(error))]) from None
 
 
 @router.get("/sweeps", response_model=SweepPage, summary="List sweeps, newest first",
