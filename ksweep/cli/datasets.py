@@ -1,4 +1,5 @@
-"""``ksweep data add | list | show | rm``: the dataset registry, over REST or local.
+"""``ksweep data add | list | show | rm``: the dataset registry, over REST or local (and ``plant``,
+:mod:`ksweep.cli.planted`, local only).
 
 The service when ``KSWEEP_URL`` is set or with ``--service``, else the local store
 (:mod:`ksweep.cli.dataset_local`, which says why). Over REST, ``add`` streams ONE Parquet,
