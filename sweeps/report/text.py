@@ -172,8 +172,10 @@ def _contrast_table(contrasts: Sequence[Mapping[str, Any]], title: str) -> list[
     return lines + [""]
 
 
-def _selection_lines(report: Mapping[str, Any]) -> list[str]:
-    """How the checkpoints were chosen, and per cell how many seeds chose their last epoch."""
+def selection_lines(report: Mapping[str, Any]) -> list[str]:
+    """How the checkpoints were chosen, and per cell how many seeds chose their last epoch
+    (report.json's ``selection`` and cells' ``last_epoch``; report.md and ``ksweep report``'s
+    terminal view both print these lines)."""
     selection = report.get("selection")
     if not selection:
         return []
@@ -182,8 +184,8 @@ def _selection_lines(report: Mapping[str, Any]) -> list[str]:
     words = "; ".join(f"{c['loss_stack']} alpha {c['alpha']:g} {c['model']}"
                       + (f" beta {c['beta']:g}" if c.get("beta") is not None else "")
                       + f" {c['last_epoch']}/{c['n'] + c['n_nan']}" for c in counts)
-    return [f"Checkpoint: {selection['words']}", "",
-            f"Chose their last epoch, per cell: {words or 'none'}.", ""]
+    return [f"Checkpoint: {selection['words']}",
+            f"Chose their last epoch, per cell: {words or 'none'}."]
 
 
 def _contrast_name(entry: Mapping[str, Any]) -> str:
@@ -255,7 +257,7 @@ def report_markdown(report: Mapping[str, Any], metrics: Sequence[str] | None = N
              f"({dedup['trials_saved_by_dedup']} saved by dedup). Tables: {report['split']} "
              f"split, read at {report['readout_source']}. Selection (best, collapse beta) reads "
              "val only.", ""]
-    lines += _selection_lines(report)
+    lines += [line for entry in selection_lines(report) for line in (entry, "")]
     for entry in report.get("compared") or []:
         lines += [f"- compared: {entry['sweep_id']} ({entry['name']}), {entry['trials']} trials, "
                   f"seeds {', '.join(str(s) for s in entry['seeds'])}"]

@@ -482,3 +482,12 @@ def test_the_checkpoint_rule_and_the_last_epoch_counts_are_reported() -> None:
     assert report["selection"]["rule"] == "lowest val/loss"
     assert "early stopping after 2 epoch(s) without val/loss improving" in report["selection"]["words"]
     assert "Chose their last epoch, per cell: none." in report_markdown(report)
+    from rich.console import Console
+
+    from ksweep.cli.report_view import render_report
+
+    console = Console(width=200, record=True)
+    render_report(report, console)  # ksweep report's terminal view says it too
+    terminal = console.export_text()
+    assert "Checkpoint: each trial's checkpoint is the epoch of lowest val/loss" in terminal
+    assert "Chose their last epoch, per cell: none." in terminal
