@@ -2,7 +2,9 @@
 """The label gate, run before any sweep: can a latent find this dataset's label at all, and what
 else gives the label away? One column per dataset, one row per measure; JSON beside it.
 
-    python scripts/label_gate.py --dataset wordnet --dataset fortunes --json gate.json
+    python -m scripts.label_gate --dataset wordnet --dataset fortunes --json gate.json
+
+(from the repository root: run as a module, it imports ``scripts.kappa_distributions``).
 
 For each registered dataset (``ksweep data add``; KSWEEP_DATA_ROOT / KSWEEP_SWEEP_ROOT as the
 CLI reads them), on its train and test splits (its ``split`` column, else the split a sweep
@@ -24,7 +26,6 @@ import argparse
 import hashlib
 import json
 import os
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -32,11 +33,7 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run as a file: the checkout's packages
-    sys.path.insert(0, str(ROOT))
-
-from ksweep.cli.common import default_data_root, default_model_root, default_sweep_root  # noqa: E402
+from ksweep.cli.common import default_data_root, default_model_root, default_sweep_root
 
 ALPHAS = (1.0, 2.0)
 
@@ -183,12 +180,14 @@ def table_rows(result: dict[str, Any]) -> dict[str, str]:
         "labels (test rows)": ", ".join(f"{k} {v}" for k, v in result["labels"].items()),
         "base (b_t)": result["base"],
         "ceiling: k-means on TF-IDF/LSA, AMI": _interval(unsup["tfidf_lsa_kmeans"], "ami"),
-        "ceiling: k-means on LM states, AMI": (_interval(unsup["lm_states_kmeans"], "ami")
-                                               if "lm_states_kmeans" in unsup else "-"),
+        "ceiling: k-means on LM states, AMI (not gating)": (
+            _interval(unsup["lm_states_kmeans"], "ami") if "lm_states_kmeans" in unsup else "-"),
+        "gate: lower 95% bound of the TF-IDF/LSA ceiling": f"{result['ceiling']['low']:.3f}",
     }
     for key, words in (("majority", "majority class"), ("length_only", "length only"),
-                       ("formatting_only", "formatting only"), ("content_words", "content words"),
-                       ("bag_of_tokens", "bag of tokens")):
+                       ("formatting_only", "formatting only"),
+                       ("length_formatting_frame", "length + formatting + frame"),
+                       ("content_words", "content words"), ("bag_of_tokens", "bag of tokens")):
         rows[f"accuracy: {words}"] = _interval(acc[key], "accuracy")
     rows["best single token, test F1"] = ", ".join(
         f"{v['text'].strip()!r} {v['test_f1']:.2f}" for v in result["single_tokens"].values())

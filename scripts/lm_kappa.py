@@ -8,7 +8,9 @@ folder), tokenize the text with its tokenizer and register the dataset (``canoni
 (``objectives.token_weight_stats``), per label and overall, beside a unigram base (token
 frequencies of the train split, add-one smoothed) and the trivial-explanation controls.
 
-    python scripts/lm_kappa.py --text fortunes.parquet --model DIR/SmolLM2.gguf --root /tmp/lm
+    python -m scripts.lm_kappa --text fortunes.parquet --model DIR/SmolLM2.gguf --root /tmp/lm
+
+(from the repository root: run as a module, it imports ``scripts.kappa_distributions``).
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from kappa_distributions import describe, kappas  # scripts/ is on sys.path when run as a script
 
+from scripts.kappa_distributions import describe, kappas
 from workers.datasets.store import DatasetStore
 from workers.datasets.table import canonicalize, tokenizer_of
 from workers.lm.loading import fingerprint_files

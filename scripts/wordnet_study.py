@@ -7,7 +7,7 @@ Steps (``--dry-run`` prints them and touches nothing; ``--from-step N`` resumes)
     2 build      scripts/build_wordnet.py: the two label sets of the caveat's two sides
     3 model      ksweep model add <the GGUF> --name smollm2
     4 datasets   ksweep data add ... --tokenizer smollm2 (the local store), both label sets
-    5 gate       scripts/label_gate.py on both (and b_t of every row, cached for the sweeps)
+    5 gate       python -m scripts.label_gate on both (and b_t of every row, cached for the sweeps)
     6 sweeps     ksweep serve; then per preset: submit, watch (timed), report, export
 
 The sweeps, in order: ``wordnet-uniform`` (uniform at alpha 0 alone, 5 seeds: the latent must
@@ -105,7 +105,7 @@ def datasets(work: Path, gguf: Path) -> None:
 
 def gate(work: Path, gguf: Path) -> None:
     started = time.perf_counter()
-    run([sys.executable, str(ROOT / "scripts" / "label_gate.py"), *sum((["--dataset", n] for n in LABEL_SETS), []),
+    run([sys.executable, "-m", "scripts.label_gate", *sum((["--dataset", n] for n in LABEL_SETS), []),
          "--json", str(work / "gate.json"), "--markdown", str(work / "gate.md")], environment(work),
         work / "gate.log")
     record_timing(work, "gate", {"wall_s": round(time.perf_counter() - started, 1),

@@ -89,7 +89,11 @@ METRIC_NAMES: tuple[str, ...] = (
 # The latent's assignment against the quartiles of target length and of kappa (workers.readouts.
 # confounds): what its clusters share with nuisance variables, beside the NMI against the label.
 LATENT_NMI_LENGTH, LATENT_NMI_KAPPA = "latent_nmi_length", "latent_nmi_kappa"
-CHANCE_READOUTS: tuple[str, ...] = (LATENT_AMI, LATENT_NMI_SHUFFLED, LATENT_NMI_LENGTH, LATENT_NMI_KAPPA)
+# AMI conditional on length: the AMI of the latent with the label within each quartile of the
+# target length, averaged with the quartiles' sizes as weights (workers.readouts.confounds).
+LATENT_AMI_WITHIN_LENGTH = "latent_ami_within_length"
+CHANCE_READOUTS: tuple[str, ...] = (LATENT_AMI, LATENT_NMI_SHUFFLED, LATENT_NMI_LENGTH, LATENT_NMI_KAPPA,
+                                    LATENT_AMI_WITHIN_LENGTH)
 
 # --- registered names (datasets and language models) -------------------------------------
 
@@ -204,7 +208,19 @@ EXAMPLE_KINDS: tuple[str, ...] = ("prefix", "diffuse", "private")
 SELECTED_PREFIX = "selected/"
 SELECTED_EPOCH = "selected/epoch"
 STOP_EPOCH = "training/stop_epoch"  # epochs trained (< max when early stopping ended the run)
-SELECTION_METRIC = "val/loss"  # what early stopping and the checkpoint choice read (never NMI)
+SELECTION_METRIC = "val/loss"  # what early stopping reads, and the checkpoint choice by default
+# How a trial's checkpoint is chosen (`training.selection`): the epoch of lowest val loss, or
+# the best epoch of one val metric (`training.selection_metric`: highest for the latent
+# metrics, lowest for the losses; selection_maximises).
+SELECTION_VAL_LOSS, SELECTION_VAL_METRIC = "val_loss", "val_metric"
+SELECTIONS: tuple[str, ...] = (SELECTION_VAL_LOSS, SELECTION_VAL_METRIC)
+SELECTABLE_METRICS: tuple[str, ...] = tuple(m for m in METRIC_NAMES if m.startswith(f"{VAL}/"))
+
+
+def selection_maximises(metric: str) -> bool:
+    """Whether checkpoint selection on ``metric`` keeps its highest value (latent recovery and
+    use) rather than its lowest (losses, KL, kappa statistics)."""
+    return metric.rsplit("/", 1)[-1] in LATENT_METRICS
 
 # Depend on b_t (and h_t) only: computed once per split, logged every epoch, overall and per kind.
 SURPRISAL_READOUTS: tuple[str, ...] = (

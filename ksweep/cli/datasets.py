@@ -1,4 +1,5 @@
-"""``ksweep data add | list | show | rm``: the dataset registry, over REST or local.
+"""``ksweep data add | list | show | rm``: the dataset registry, over REST or local (and ``plant``,
+:mod:`ksweep.cli.planted`, local only).
 
 The service when ``KSWEEP_URL`` is set or with ``--service``, else the local store
 (:mod:`ksweep.cli.dataset_local`, which says why). Over REST, ``add`` streams ONE Parquet,
@@ -20,10 +21,13 @@ from rich.table import Table
 
 from ksweep.cli import dataset_local
 from ksweep.cli.client import console, request_or_exit
+from ksweep.cli.planted import plant_command
 from workers.datasets.formats import BY_NAME, SUFFIX_FORMATS
 
-data_app = typer.Typer(help="Register, list, show and remove datasets (docs/guide/datasets.md).",
+data_app = typer.Typer(help="Register, list, show and remove datasets (docs/guide/datasets.md); "
+                       "plant a positive control (docs/guide/planted-control.md).",
                        no_args_is_help=True)
+data_app.command("plant")(plant_command)
 CHUNK = 1 << 20
 
 

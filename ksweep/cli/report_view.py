@@ -32,6 +32,7 @@ from sweeps.report.text import (
     latent_title,
     power_lines,
     prediction_lines,
+    selection_lines,
 )
 
 __all__ = ["render_report", "report_renderables"]
@@ -192,6 +193,9 @@ def report_renderables(report: Mapping[str, Any], width: int) -> list[Renderable
         short = short_labels(labels)
         tables = _tables(report, width, lambda label: short.get(label, label))
     out: list[RenderableType] = _header(report)
+    selection = selection_lines(report)
+    if selection:
+        out.append(_lines(selection))
     legend = _legend(report, short)
     if legend:
         out.append(_lines(legend, bullet=" "))

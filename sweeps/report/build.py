@@ -56,7 +56,7 @@ from sweeps.report.statistics import MIN_PAIRS_FOR_CLAIM, mean_interval, metric_
 from sweeps.report.text import report_markdown
 from sweeps.spec import SweepSpec
 from sweeps.status import TrialState
-from workers.contract import LATENT_METRICS, NMI_AUC, TEST_ELBO, TOTAL_STEPS_PARAM
+from workers.contract import LATENT_METRICS, NMI_AUC, SELECTION_METRIC, TEST_ELBO, TOTAL_STEPS_PARAM
 
 __all__ = ["TrialOutcome", "build_report", "metric_mode", "report_markdown", "summary_metrics",
            "write_report_plots"]
@@ -81,9 +81,11 @@ def _sort_key(config: tuple) -> tuple:
                  for v in config)
 
 
-def build_cells(rows: Sequence[RowResult]) -> list[dict[str, Any]]:
-    """One cell per configuration, kind, metric and split, over the seeds."""
+def build_cells(rows: Sequence[RowResult], epochs: int | None = None) -> list[dict[str, Any]]:
+    """One cell per configuration, kind, metric and split, over the seeds; ``last_epoch``: how
+    many of the cell's seeds chose their last epoch (the ``epochs`` budget; None if not given)."""
     groups: dict[tuple, dict[int, float | None]] = defaultdict(dict)
+    last: dict[tuple, set[int]] = defaultdict(set)
     effective: dict[tuple, list[float]] = defaultdict(list)
     in_elbo_units: dict[tuple, list[float]] = defaultdict(list)
     shared: dict[tuple, list[str]] = {}
@@ -95,6 +97,8 @@ def build_cells(rows: Sequence[RowResult]) -> list[dict[str, Any]]:
             in_elbo_units[config].append(row.beta_elbo)
         if row.shared_with:
             shared[config] = row.shared_with
+        if epochs is not None and row.selected_epoch is not None and row.selected_epoch >= epochs:
+            last[config].add(row.seed)
         for (split, kind, metric), value in row.values.items():
             groups[(config, split, kind, metric)][row.seed] = value
     cells = []
@@ -111,8 +115,24 @@ def build_cells(rows: Sequence[RowResult]) -> list[dict[str, Any]]:
             "mean": interval.mean, "ci_low": interval.ci_low, "ci_high": interval.ci_high,
             "n": interval.n, "n_nan": interval.n_nan, "seeds": seeds, "values": interval.values,
             "shared_with": shared.get(config, []),
+            "last_epoch": None if epochs is None else len(last[config]),
         })
     return cells
+
+
+def selection_section(spec: SweepSpec) -> dict[str, Any]:
+    """How every trial's checkpoint was chosen, as the code does it (one line in the report)."""
+    training = spec.template.training
+    stopping = (f"early stopping after {training.patience} epoch(s) without val/loss improving by "
+                f"more than {training.min_delta:g}, from epoch {training.min_epochs}"
+                if training.patience is not None else f"no early stopping (all {training.epochs} "
+                "epochs run)")
+    pretraining = (f"; epochs 1-{training.autoencoder_epochs} (autoencoder pre-training) never "
+                   "chosen" if training.autoencoder_epochs else "")
+    return {"selection": training.selection, "metric": training.selection_metric or SELECTION_METRIC,
+            "rule": training.selection_rule,
+            "words": f"each trial's checkpoint is the epoch of {training.selection_rule} (ties: "
+                     f"the earlier epoch); {stopping}{pretraining}; test is read there."}
 
 
 def _cell_index(cells: Sequence[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
@@ -323,7 +343,7 @@ def build_report(spec: SweepSpec, sweep_id: str, outcomes: Iterable[TrialOutcome
     rows, excluded = expand_outcomes(spec, plan, outcomes, read)
     source = "selected" if rows and all(r.source == "selected" for r in rows) else "final_epoch"
     split = "test" if any(key[0] == "test" for r in rows for key in r.values) else "val"
-    cells = build_cells(rows)
+    cells = build_cells(rows, spec.epochs_per_trial())
     trained: dict[tuple, dict[str, Any]] = {}
     for cell in cells:  # what each cell trained with: the same for every kind, metric, split
         config = tuple(cell[key] for key in _CONFIG)
@@ -362,6 +382,7 @@ def build_report(spec: SweepSpec, sweep_id: str, outcomes: Iterable[TrialOutcome
         "latent_use": use,
         "rates": rates,
         "rd_plane": rd_plane(cells, split),
+        "selection": selection_section(spec),
         "predictions": declared,
         "power": power_section(contrasts, spec.analysis.resolved_min_effect(),
                                {sweep_id: spec.seed_list()}, extendable(spec)),

@@ -82,7 +82,7 @@ def trained_options(spec: SweepSpec, params: Mapping[str, Any]) -> dict[str, Any
     out["prior"] = model.prior
     out["latent_estimator"] = (model.discrete_estimator if model.family == "discrete"
                                else "reparameterized (Gaussian)")
-    out["selection"] = SELECTION_METRIC
+    out["selection"] = config.training.selection_metric or SELECTION_METRIC  # the metric it read
     return out
 
 

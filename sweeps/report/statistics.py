@@ -39,7 +39,7 @@ _RANGES: tuple[tuple[str, tuple[float | None, float | None]], ...] = (
     # NMIs of z against the label, shuffled labels, length or kappa quartiles: before the
     # kappa pattern, which would otherwise read latent_nmi_kappa as a kappa (>= 1).
     (r"latent_nmi(_auc|_shuffled|_length|_kappa)?$", (0.0, 1.0)),
-    (r"latent_ami$", (None, 1.0)),  # 1 at most; below 0 where worse than chance
+    (r"latent_ami(_within_length)?$", (None, 1.0)),  # 1 at most; below 0 where worse than chance
     (r"nmi_auc$", (0.0, 1.0)),
     (r"latent_ari$", (-1.0, 1.0)),
     (r"(share|_frac|fraction)(_\w+)?$", (0.0, 1.0)),

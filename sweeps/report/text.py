@@ -179,6 +179,22 @@ def _contrast_table(contrasts: Sequence[Mapping[str, Any]], title: str) -> list[
     return lines + [""]
 
 
+def selection_lines(report: Mapping[str, Any]) -> list[str]:
+    """How the checkpoints were chosen, and per cell how many seeds chose their last epoch
+    (report.json's ``selection`` and cells' ``last_epoch``; report.md and ``ksweep report``'s
+    terminal view both print these lines)."""
+    selection = report.get("selection")
+    if not selection:
+        return []
+    counts = [c for c in report["cells"] if c.get("last_epoch") and c["kind"] == ALL
+              and c["metric"] == report["analysis"]["metric"] and c["split"] == report["split"]]
+    words = "; ".join(f"{c['loss_stack']} alpha {c['alpha']:g} {c['model']}"
+                      + (f" beta {c['beta']:g}" if c.get("beta") is not None else "")
+                      + f" {c['last_epoch']}/{c['n'] + c['n_nan']}" for c in counts)
+    return [f"Checkpoint: {selection['words']}",
+            f"Chose their last epoch, per cell: {words or 'none'}."]
+
+
 def _contrast_name(entry: Mapping[str, Any]) -> str:
     kind = "" if entry.get("kind") in (None, ALL) else f" ({entry['kind']})"
     beta = "" if entry.get("beta") is None else f", beta {entry['beta']:g}"
@@ -248,6 +264,7 @@ def report_markdown(report: Mapping[str, Any], metrics: Sequence[str] | None = N
              f"({dedup['trials_saved_by_dedup']} saved by dedup). Tables: {report['split']} "
              f"split, read at {report['readout_source']}. Selection (best, collapse beta) reads "
              "val only.", ""]
+    lines += [line for entry in selection_lines(report) for line in (entry, "")]
     for entry in report.get("compared") or []:
         lines += [f"- compared: {entry['sweep_id']} ({entry['name']}), {entry['trials']} trials, "
                   f"seeds {', '.join(str(s) for s in entry['seeds'])}"]

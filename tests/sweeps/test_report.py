@@ -461,3 +461,33 @@ def test_declared_predictions_and_exploratory_contrasts():
     rtok = _find(report["contrasts"], loss_stack="raw_token_weighted", alpha=1.0, kind="all",
                  contrast="stack", metric="latent_nmi")
     assert "against the prediction (lower)" in rtok["claim"]
+
+
+def test_the_checkpoint_rule_and_the_last_epoch_counts_are_reported() -> None:
+    # every known outcome chose epoch 5: the last epoch of a 5-epoch budget, not of a 10-epoch one
+    spec = caveat_spec(template={"data": {"num_strategies": 2}, "training": {
+        "epochs": 5, "selection": "val_metric", "selection_metric": "val/latent_ami"}})
+    report = build_report(spec, "s1", known_outcomes(spec))
+    assert report["selection"]["rule"] == "highest val/latent_ami"
+    assert report["selection"]["words"].startswith(
+        "each trial's checkpoint is the epoch of highest val/latent_ami (ties: the earlier epoch); "
+        "no early stopping (all 5 epochs run)")
+    assert {c["last_epoch"] for c in report["cells"]} == {len(SEEDS)}
+    text = report_markdown(report)
+    assert f"Checkpoint: {report['selection']['words']}" in text
+    assert "; uniform alpha 1 discrete beta 1 3/3." in text
+    longer = caveat_spec(template={"data": {"num_strategies": 2}, "training": {"patience": 2}})
+    report = build_report(longer, "s2", known_outcomes(longer))
+    assert {c["last_epoch"] for c in report["cells"]} == {0}
+    assert report["selection"]["rule"] == "lowest val/loss"
+    assert "early stopping after 2 epoch(s) without val/loss improving" in report["selection"]["words"]
+    assert "Chose their last epoch, per cell: none." in report_markdown(report)
+    from rich.console import Console
+
+    from ksweep.cli.report_view import render_report
+
+    console = Console(width=200, record=True)
+    render_report(report, console)  # ksweep report's terminal view says it too
+    terminal = console.export_text()
+    assert "Checkpoint: each trial's checkpoint is the epoch of lowest val/loss" in terminal
+    assert "Chose their last epoch, per cell: none." in terminal

@@ -46,6 +46,7 @@ def test_metric_ranges():
     # [1, 1] around a mean of 0.01.
     assert metric_range("selected/test/latent_nmi_kappa") == (0.0, 1.0)
     assert metric_range("test/latent_nmi_length") == (0.0, 1.0)
+    assert metric_range("selected/test/latent_ami_within_length") == (None, 1.0)
     interval = mean_interval([0.012, 0.003, 0.002, 0.012, 0.021], metric_range("test/latent_nmi_kappa"))
     assert 0.0 <= interval.ci_low < interval.mean < interval.ci_high < 0.05
     assert metric_range("test/grad_share_prefix") == (0.0, 1.0)

@@ -17,7 +17,9 @@ from workers.readouts.label_gate import (
     classifier_accuracies,
     evidence_on_top_surprisal,
     kappa_against_evidence,
+    nuisance_well_below,
     run_gate,
+    verdict_and_flags,
     wilson,
 )
 from workers.readouts.text_features import content_words, shape_of
@@ -75,8 +77,11 @@ def test_pure_length_label_is_read_by_length_and_flagged() -> None:
     assert result["accuracy"]["content_words"]["accuracy"] < 0.8
     assert result["ceiling_ami"] < 0.3 and result["verdict"] == NOT_FOR_STACKS
     assert any(f.startswith("length:") for f in result["flags"])
-    assert result["flags"][0].endswith("(words only: the base model's states, not measured, "
-                                       "may find more)")
+    assert result["flags"][0].startswith("not for comparing stacks: the lower 95% bound of the "
+                                         "ceiling AMI (tfidf_lsa_kmeans) is ")
+    # length is in the length + formatting + frame reader: it reads the label, content does not
+    assert result["accuracy"]["length_formatting_frame"]["accuracy"] > 0.97
+    assert any("not well below the content words" in f for f in result["flags"])
 
 
 def test_give_away_token_is_named() -> None:
@@ -120,9 +125,10 @@ def test_random_label_is_at_chance_and_not_for_stacks() -> None:
 
 
 def test_topic_label_passes_the_gate() -> None:
-    def make(rng, i):
+    def make(rng, i):  # the topic in the body, a formulaic frame (two filler words each side)
         topic = ("red", "green", "blue", "gold")[i % 4]
-        return words(rng, TOPICS[topic] + FILLER[:5], 8), topic
+        return " ".join([words(rng, FILLER[:3], 2), words(rng, TOPICS[topic] + FILLER[:5], 8),
+                         words(rng, FILLER[3:6], 2)]), topic
 
     train, test = split_pair(make)
     states = tuple(np.eye(4)[[("red", "green", "blue", "gold").index(x) for x in s.labels]]
@@ -132,6 +138,27 @@ def test_topic_label_passes_the_gate() -> None:
     assert result["unsupervised"]["tfidf_lsa_kmeans"]["ami"] > 0.9
     assert result["unsupervised"]["lm_states_kmeans"]["ami"] > 0.9
     assert result["verdict"] == FOR_STACKS and result["flags"] == []
+    assert result["ceiling"]["low"] >= 0.3 and result["ceiling"]["reader"] == "tfidf_lsa_kmeans"
+    assert result["accuracy"]["length_formatting_frame"]["accuracy"] < 0.4  # 4 classes: 0.25
+
+
+def test_the_gate_reads_the_lower_bound_and_the_nuisance_reader() -> None:
+    def accuracy(**values: float) -> dict[str, dict[str, float]]:
+        return {k: {"accuracy": v} for k, v in values.items()}
+
+    # "well below": the nuisance reader's gain over the majority at most half the content words'
+    assert nuisance_well_below(accuracy(majority=0.25, content_words=0.85,
+                                        length_formatting_frame=0.54))
+    assert not nuisance_well_below(accuracy(majority=0.25, content_words=0.85,
+                                            length_formatting_frame=0.56))
+    base = {"unsupervised": {}, "single_tokens": {}, "accuracy": accuracy(
+        majority=0.25, content_words=0.85, length_formatting_frame=0.3, length_only=0.25,
+        formatting_only=0.25, bag_of_tokens=0.85)}
+    # a point estimate above 0.3 whose lower bound is below it does not pass
+    low = {"reader": "tfidf_lsa_kmeans", "ami": 0.35, "low": 0.29, "high": 0.41}
+    verdict, flags = verdict_and_flags({**base, "ceiling": low})
+    assert verdict == NOT_FOR_STACKS and "is 0.290 < 0.3 (point 0.350)" in flags[0]
+    assert verdict_and_flags({**base, "ceiling": {**low, "low": 0.3}}) == (FOR_STACKS, [])
 
 
 @pytest.mark.parametrize(("on_top", "classes"), [(True, 4), (False, 4), (True, 2)])

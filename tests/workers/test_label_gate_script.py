@@ -11,7 +11,6 @@ import pyarrow as pa
 import pytest
 import torch
 
-from tests.support.scripts import load_script
 from tests.support.tiny_lm import VOCAB, WORDS, build_tiny_llama
 from workers.datasets.store import DatasetStore
 from workers.datasets.table import canonicalize, tokenizer_of
@@ -61,7 +60,8 @@ def test_gate_script_on_a_registered_dataset(tiny: Path, tmp_path: Path, monkeyp
                          tokenizer=ModelTextTokenizer.of(models, record))
     DatasetStore(root / "datasets").add(table, name="words", owner="me",
                                         tokenizer=tokenizer_of(table))
-    gate = load_script("label_gate.py")
+    from scripts import label_gate as gate
+
     out = tmp_path / "gate.json"
     table = tmp_path / "gate.md"
     assert gate.main(["--dataset", "words", "--json", str(out), "--markdown", str(table),
@@ -78,10 +78,14 @@ def test_gate_script_on_a_registered_dataset(tiny: Path, tmp_path: Path, monkeyp
     assert set(result["kappa_length_spearman"]) == {"alpha_1", "alpha_2"}
     evidence = result["evidence_on_top_surprisal"]
     assert evidence["examples"] == 96 and 0 <= evidence["share"] <= 1
-    assert result["verdict"] in ("usable for comparing stacks", "not for comparing stacks")
+    # the first word is the label: the frame reads it, the (absent) content words do not
+    assert result["accuracy"]["length_formatting_frame"]["accuracy"] == 1.0
+    assert result["verdict"] == "not for comparing stacks"
+    assert any("not well below the content words" in flag for flag in result["flags"])
     lines = table.read_text().splitlines()
     assert lines[0] == "| measure | words |" and any(
-        line.startswith("| verdict | ") for line in lines)
+        line.startswith("| verdict | ") for line in lines) and any(
+        line.startswith("| gate: lower 95% bound of the TF-IDF/LSA ceiling | 0.000 |") for line in lines)
     # b_t from the model (cached now) without the hidden-state ceiling.
     assert gate.main(["--dataset", "words", "--no-states", "--json", str(out)]) == 0
     (no_states,) = json.loads(out.read_text())

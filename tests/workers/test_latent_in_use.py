@@ -45,6 +45,7 @@ def test_batch_prior_regularisation_and_a_bidirectional_posterior_find_the_label
                    target_encoder="bidirectional")
     assert 0.5 < final["selected/test/mutual_info"] <= math.log(CLASSES) + 1e-6  # of log 4 nats
     assert final["selected/test/latent_ami"] > 0.95
+    assert final["selected/test/latent_ami_within_length"] > 0.95  # not through length
     assert final["selected/test/active_units"] >= 2  # categories whose probability follows the label
 
 

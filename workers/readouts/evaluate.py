@@ -138,7 +138,7 @@ def model_readouts(collected: Collected, data: SplitData, stack, diagnostics, *,
     out = _group_readouts(collected, data, everything, labels, *args, sampled=sampled)
     if data.has_label and len(data.split):
         out.update(recovery.chance_readouts(labels, data.split.strategy.cpu()))
-        out.update(confound_readouts(labels, data.split.mask, data.kappa))
+        out.update(confound_readouts(labels, data.split.mask, data.kappa, data.split.strategy.cpu()))
     if alpha == 0:
         out["kl_kappa_spearman"] = math.nan
     kind = data.split.kind.cpu()

@@ -11,6 +11,13 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Discriminator, Field, 
 from objectives.options import KLOptions
 from objectives.schedules import kl_schedule_overrun, ramp_overrun, total_optimizer_steps
 from objectives.spec import LossStackSpec
+from workers.contract import (
+    SELECTABLE_METRICS,
+    SELECTION_METRIC,
+    SELECTION_VAL_LOSS,
+    SELECTION_VAL_METRIC,
+    selection_maximises,
+)
 from workers.data.config import DatasetDataConfig, SyntheticTaskConfig
 from workers.models.config import BaseModelConfig, ModelConfig
 from workers.yaml_loader import read_mapping_file
@@ -30,8 +37,8 @@ class TrainingConfig(BaseModel):
         None, ge=1, le=100_000,
         description="Early stopping on the trial's own val loss (`val/loss`, never NMI): stop "
         "after this many epochs in a row without an improvement of more than `min_delta`, once "
-        "`min_epochs` have run. None: run the whole budget. Either way the checkpoint with the "
-        "lowest val loss is restored at the end and the `selected/...` values are read there.",
+        "`min_epochs` have run. None: run the whole budget. Either way the checkpoint "
+        "`selection` chooses is restored at the end and the `selected/...` values are read there.",
     )
     min_epochs: int = Field(
         1, ge=1, le=100_000, description="Early stopping never stops before this many epochs."
@@ -39,6 +46,19 @@ class TrainingConfig(BaseModel):
     min_delta: float = Field(
         0.0, ge=0, allow_inf_nan=False,
         description="An epoch improves on the best val loss only when lower by more than this.",
+    )
+    selection: Literal["val_loss", "val_metric"] = Field(
+        SELECTION_VAL_LOSS,
+        description="How the checkpoint whose `selected/...` values are read is chosen: "
+        "'val_loss', the epoch of lowest `val/loss`; 'val_metric', the best epoch of "
+        "`selection_metric` (highest for a latent metric such as `val/latent_ami`, lowest for a "
+        "loss). Ties: the earlier epoch. Early stopping (`patience`) reads `val/loss` either way.",
+    )
+    selection_metric: str | None = Field(
+        None,
+        description="With `selection: val_metric`: the val metric that chooses the checkpoint, "
+        "e.g. `val/latent_ami` (a labelled dataset) or `val/elbo`. Must be left out with "
+        "`selection: val_loss`.",
     )
     batch_size: int = Field(64, ge=1, le=65_536, description="Examples per optimisation step.")
     eval_batch_size: int = Field(512, ge=1, le=65_536, description="Examples per evaluation batch.")
@@ -100,6 +120,26 @@ class TrainingConfig(BaseModel):
         "sync per update). An aggressive epoch costs about this plus one times a plain one; the "
         "step counter (schedules, logged losses) counts only the generative updates.",
     )
+
+    @model_validator(mode="after")
+    def _selection_metric_named(self) -> TrainingConfig:
+        if self.selection == SELECTION_VAL_METRIC and self.selection_metric is None:
+            raise ValueError("training.selection is 'val_metric' but training.selection_metric is "
+                             "not set; name the val metric, e.g. selection_metric: val/latent_ami")
+        if self.selection == SELECTION_VAL_LOSS and self.selection_metric is not None:
+            raise ValueError(f"training.selection_metric ({self.selection_metric!r}) is set but "
+                             "training.selection is 'val_loss'; set selection: val_metric, or "
+                             "remove selection_metric")
+        if self.selection_metric is not None and self.selection_metric not in SELECTABLE_METRICS:
+            raise ValueError(f"training.selection_metric {self.selection_metric!r} is not a val "
+                             f"metric a trial logs; use one of {', '.join(SELECTABLE_METRICS)}")
+        return self
+
+    @property
+    def selection_rule(self) -> str:
+        """The metric the checkpoint choice reads and its direction, e.g. ``lowest val/loss``."""
+        metric = self.selection_metric or SELECTION_METRIC
+        return f"{'highest' if selection_maximises(metric) else 'lowest'} {metric}"
 
     @model_validator(mode="after")
     def _phases_within_budget(self) -> TrainingConfig:

@@ -46,7 +46,7 @@ from workers.readouts.split_data import SplitData, readout_split
 from workers.train import phases
 from workers.train.batch_metrics import batch_metrics, kl_multiplier_metrics
 from workers.train.config import TrialConfig
-from workers.train.selection import Selection, selected_metrics, speed_metrics
+from workers.train.selection import Selection, selected_metrics, selection_target, speed_metrics
 from workers.train.sources import TaskView, load_sources
 from workers.train.state import (
     load_trainer_state,
@@ -113,7 +113,8 @@ class Trainer:
         training = config.training
         trainer = cls(config, device, base, model, optimizer, data["train"], data["val"],
                       data["test"], Selection(training.patience, training.min_epochs, training.min_delta,
-                                              first_epoch=training.autoencoder_epochs + 1),
+                                              first_epoch=training.autoencoder_epochs + 1,
+                                              **selection_target(training)),
                       view, view.data_hashes)
         trainer._generator = torch.Generator().manual_seed(config.seed)
         trainer.rate_control = trainer.build_stack(config.loss_stack).rate_control(device)

@@ -1,10 +1,12 @@
-"""Early stopping and checkpoint selection on the trial's own val loss.
+"""Early stopping on the trial's own val loss, and the checkpoint choice.
 
-The selection reads ``val/loss`` only (contract.SELECTION_METRIC), never NMI and never a
-test value. The best epoch is the one with the lowest val loss (ties: the earlier one);
-early stopping ends training after ``patience`` epochs in a row without an improvement of
-more than ``min_delta``, once ``min_epochs`` have run. The best epoch's model weights are
-kept (a copy on the model's device) and restored at the end.
+Early stopping reads ``val/loss`` only (contract.SELECTION_METRIC), never a test value: it
+ends training after ``patience`` epochs in a row without an improvement of more than
+``min_delta``, once ``min_epochs`` have run. The checkpoint is chosen on ``metric``
+(``training.selection``: ``val/loss`` by default, or the ``selection_metric`` of
+``val_metric``): the epoch with its lowest value, or its highest where ``maximise`` (ties:
+the earlier one). The chosen epoch's model weights are kept (a copy on the model's device)
+and restored at the end.
 """
 
 from __future__ import annotations
@@ -16,7 +18,13 @@ from typing import Any
 
 import torch
 
-from workers.contract import SELECTED_EPOCH, SELECTED_PREFIX, SELECTION_METRIC, STOP_EPOCH
+from workers.contract import (
+    SELECTED_EPOCH,
+    SELECTED_PREFIX,
+    SELECTION_METRIC,
+    STOP_EPOCH,
+    selection_maximises,
+)
 from workers.data import KINDS
 from workers.readouts.speed import epochs_to_threshold, nmi_auc
 
@@ -32,20 +40,37 @@ class Selection:
     min_epochs: int
     min_delta: float
     first_epoch: int = 1  # epochs before it (autoencoder pre-training) are neither selected nor counted
-    best_loss: float = math.inf
+    metric: str = SELECTION_METRIC  # what chooses the checkpoint
+    maximise: bool = False
+    best_loss: float = math.inf  # early stopping's best val/loss
+    best_score: float = math.inf  # the chosen epoch's metric (negated where maximised): lower is better
     best_epoch: int = 0
     bad_epochs: int = 0
     stopped: bool = False
     best_model: dict[str, torch.Tensor] | None = field(default=None, repr=False)
 
     def update(self, epoch: int, metrics: dict[str, float], model: torch.nn.Module) -> None:
-        """Record epoch ``epoch`` (1-based) from its metrics; may set ``stopped``."""
+        """Record epoch ``epoch`` (1-based) from its metrics; may set ``stopped``.
+
+        Raises:
+            KeyError: the epoch's metrics lack the selection metric (naming the setting).
+        """
         if epoch < self.first_epoch:
             return
+        if self.metric not in metrics:
+            raise KeyError(f"training.selection_metric {self.metric!r} was not logged at epoch "
+                           f"{epoch} (a label-less dataset logs no latent recovery); choose a "
+                           "logged val metric or selection: val_loss")
+        value = metrics[self.metric]
+        score = -value if self.maximise else value
+        # min_delta is in val/loss's units: it applies to the checkpoint choice on val/loss only
+        delta = self.min_delta if self.metric == SELECTION_METRIC else 0.0
+        if math.isfinite(score) and score < self.best_score - delta:
+            self.best_score, self.best_epoch = score, epoch
+            self.best_model = {k: v.detach().clone() for k, v in model.state_dict().items()}
         loss = metrics[SELECTION_METRIC]
         if math.isfinite(loss) and loss < self.best_loss - self.min_delta:
-            self.best_loss, self.best_epoch, self.bad_epochs = loss, epoch, 0
-            self.best_model = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            self.best_loss, self.bad_epochs = loss, 0
         else:
             self.bad_epochs += 1
         if self.patience is not None and epoch >= self.min_epochs and self.bad_epochs >= self.patience:
@@ -53,11 +78,19 @@ class Selection:
 
     def state_dict(self) -> dict[str, Any]:
         return {key: copy.copy(getattr(self, key)) for key in
-                ("best_loss", "best_epoch", "bad_epochs", "stopped", "best_model")}
+                ("best_loss", "best_score", "best_epoch", "bad_epochs", "stopped", "best_model")}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for key, value in state.items():
             setattr(self, key, value)
+        if "best_score" not in state:  # a checkpoint from before the choice could differ: val/loss chose
+            self.best_score = self.best_loss
+
+
+def selection_target(training: Any) -> dict[str, Any]:
+    """``metric`` and ``maximise`` of a :class:`Selection` for a ``TrainingConfig``."""
+    metric = training.selection_metric or SELECTION_METRIC
+    return {"metric": metric, "maximise": selection_maximises(metric)}
 
 
 def selected_metrics(history: dict[str, list[float]], epoch: int) -> dict[str, float]:
