@@ -150,8 +150,9 @@ def _tables(report: Mapping[str, Any], width: int, label: Label
             ) -> list[tuple[Table, list[str], list[str]]]:
     """Each table, the words saying what left it, and the words printed under it."""
     metric, split = report["analysis"]["metric"], report["split"]
-    tables = [(*fit_table(f"{split} {metric} by alpha: mean [95% t interval]",
-                          _alpha_columns(report, metric, label), width), [])]
+    alpha_table, alpha_notes = fit_table(f"{split} {metric} by alpha: mean [95% t interval]",
+                                         _alpha_columns(report, metric, label), width)
+    tables: list[tuple[Table, list[str], list[str]]] = [(alpha_table, alpha_notes, [])]
     if latent_rows(report):
         table, notes, legend = fit_layouts(latent_title(report), [
             (_latent_columns(report, label, coded=False), []),
