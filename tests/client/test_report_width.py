@@ -18,6 +18,8 @@ from sweeps import SweepSpec
 from sweeps.plan.growth import ExtensionRequest, extend_spec
 from sweeps.report.build import build_report, report_markdown
 from sweeps.report.compare import compare_report
+from sweeps.report.contrasts import claim_words
+from sweeps.report.verdicts import claim_code
 from tests.sweeps.test_growth import EXTENSION
 from tests.sweeps.test_report import CC, SEEDS, caveat_spec, known_outcomes, latent_outcomes
 
@@ -220,3 +222,27 @@ def test_wrap_width_is_the_least_width_for_the_lines():
     assert wrap_width("", 2) == 1 and wrap_width("word", 2) == 4
     column = Column("used categories", ["a b c d e f"])
     assert column.min_width() == 10  # "used / categories": the header's two lines decide
+
+
+def test_claim_codes_read_the_fields_the_words_are_built_from():
+    base = {"family": "primary", "n_pairs": 5, "mean_diff": 0.1, "ci_low": 0.05, "ci_high": 0.15,
+            "p_adjusted": 0.01, "loss_stack": "rtw", "baseline": "uniform", "latent_in_use_nats": 0.05}
+    cases = [({}, "higher"), ({"mean_diff": -0.1, "ci_low": -0.15, "ci_high": -0.05}, "lower"),
+             ({"p_adjusted": 0.2}, "n.s.*"), ({"p_adjusted": 0.2, "ci_low": -0.01}, "n.s."),
+             ({"baseline_constant": True}, "higher!"), ({"family": "exploratory"}, "explor."),
+             ({"n_pairs": 2}, "no claim"), ({"identical_objective": True}, "identical"),
+             ({"latent_gated": True, "treated_latent": "collapsed", "baseline_latent": "collapsed"},
+              "both off"),
+             ({"latent_gated": True, "treated_latent": "at chance", "baseline_latent": "at chance"},
+              "both chance"),
+             ({"latent_gated": True, "treated_latent": "collapsed", "baseline_latent": "at chance"},
+              "unused")]
+    for change, code in cases:
+        entry = {**base, **change}
+        words = claim_words(entry)
+        assert claim_code(entry) == code, (change, words)
+        first = {"higher": "higher", "lower": "lower", "n.s.*": "no significant",
+                 "n.s.": "no significant", "higher!": "higher", "explor.": "exploratory",
+                 "no claim": "no claim", "identical": "identical", "both off": "both collapsed",
+                 "both chance": "both at chance", "unused": "neither side"}[code]
+        assert words.startswith(first), (code, words)
