@@ -87,8 +87,8 @@ class StackedAdamW:
         step = state["step"]
         step_size = self.lr / (1 - self.beta1 ** step)
         correction2_sqrt = (1 - self.beta2 ** step) ** 0.5
-        denom = (exp_avg_sq.sqrt() / _per_member(correction2_sqrt, param)).add_(self.eps)
-        param.add_(_per_member(-step_size, param) * exp_avg / denom)
+        denom = exp_avg_sq.sqrt().div_(_per_member(correction2_sqrt, param)).add_(self.eps)
+        param.add_((_per_member(-step_size, param) * exp_avg).div_(denom))
 
     def select(self, index: torch.Tensor) -> None:
         """Keep only the members at ``index`` (the cohort shrank); params are re-selected by the caller."""
