@@ -19,6 +19,7 @@ from benchmarks import (
     bench_service,
     bench_shared_ray,
     bench_sweep,
+    bench_text_cohort,
     bench_training,
     bench_writer_process,
     cohort_profile,
@@ -37,6 +38,7 @@ def main() -> None:
     cohort_profile.main(out=None)  # the committed raw output: python -m benchmarks.cohort_profile
     bench_datasets.main([])
     bench_dataset_training.main([])
+    bench_text_cohort.main([])  # a real-text member's epoch against its floor (minutes)
     gpu_trial.main()
     bench_sweep.main([])
     bench_member_overhead.main()  # N = 16 and 64: the per-member slope and the fixed cost

@@ -150,3 +150,13 @@ def test_every_setting_is_in_the_operations_settings_table() -> None:
         if f"`{env}`" not in table:
             missing.append(env)
     assert not missing, f"document these in docs/operations.md's Settings table: {missing}"
+
+
+def test_the_readme_stays_short_and_its_links_resolve() -> None:
+    """The README is the front page (at most 250 lines: the docs site holds the rest); it keeps
+    `make test` as the test command, and each file it links exists."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 250, "move detail to the docs site and link it"
+    assert "make test" in readme
+    links = re.findall(r"\]\(((?:docs|examples)/[^)#\s]+)", readme)
+    assert links and [link for link in links if not (ROOT / link).exists()] == []

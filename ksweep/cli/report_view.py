@@ -1,9 +1,12 @@
 """``ksweep report``'s terminal view: the report as tables that fit the terminal.
 
-Readable at 80 columns (``make demo``'s terminal): stack labels are shortened with a legend
-when the full ones do not fit, a column never cuts a word (intervals stay on one line), and a
-column that does not fit leaves its table whole (:mod:`ksweep.cli.fitted_table`); the ties
-on val are listed under the best table rather than wrapped in it. Markdown stays the MLflow
+Readable at 80 columns (``make demo``'s terminal): each table row is at most two lines. Stack
+labels are shortened with a legend when the full ones do not fit; the latent-use verdict and
+what a contrast supports become short codes (``used 5/5``, ``n.s.*``) with a legend line under
+their table when their words do not fit (:mod:`sweeps.report.verdicts`); a column never cuts
+a word (intervals and per-seed values stay on one line), and a column that does not fit leaves
+its table whole (:mod:`ksweep.cli.fitted_table`); the ties on val are listed under the best
+table rather than wrapped in it. Markdown stays the MLflow
 artifact (report.md) and ``--format md`` prints it raw.
 """
 
@@ -16,7 +19,7 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ksweep.cli.fitted_table import Column, fit_table, short_labels
+from ksweep.cli.fitted_table import Column, fit_layouts, fit_table, short_labels
 from ksweep.cli.rate_view import rate_tables
 from sweeps.report.growth import describe_extensions
 from sweeps.report.rate_text import credit_notes
@@ -33,6 +36,13 @@ from sweeps.report.text import (
     power_lines,
     prediction_lines,
     selection_lines,
+)
+from sweeps.report.verdicts import (
+    claim_code,
+    claim_legend,
+    latent_code,
+    latent_legend,
+    latent_words,
 )
 
 __all__ = ["render_report", "report_renderables"]
@@ -54,9 +64,10 @@ def _alpha_columns(report: Mapping[str, Any], metric: str, label: Label) -> list
     kinds, rows = alpha_rows(report, metric)
     columns = [Column("model", rank=3), Column("beta", whole=True, rank=3),
                Column("loss stack", keep=True), Column("alpha", keep=True, justify="right")]
-    # At a narrow width the per-kind columns go first, then the per-seed values.
+    # At a narrow width the per-seed values go first (one line or none: --format md has them),
+    # then the per-kind columns.
     columns += [Column(kind, keep=kind == ALL, whole=True, rank=1) for kind in kinds]
-    columns.append(Column("per seed", rank=2))
+    columns.append(Column("per seed", whole=True, rank=-1))
     for entry in rows:
         cell = entry["cell"]
         values = ", ".join("-" if v is None else f"{v:.2f}" for v in entry.get(ALL, cell)["values"])
@@ -75,29 +86,40 @@ _LATENT_RANK = {"model": 3, "beta": 3, "AMI": 2, "NMI": 1, "NMI shuffled": 1, "K
                 "active units": 1, "used categories": 1}
 
 
-def _latent_columns(report: Mapping[str, Any], label: Label) -> list[Column]:
+def _latent_columns(report: Mapping[str, Any], label: Label, coded: bool) -> list[Column]:
+    """The latent-use table, its verdict in words or (``coded``) as a code read by
+    :func:`latent_legend`."""
     columns = [Column(name.replace("_", " "), keep=name in _LATENT_KEEP,
-                      whole=name not in ("latent", "loss_stack"), rank=_LATENT_RANK.get(name, 0),
+                      whole=name != "loss_stack" and (coded or name != "latent"),
+                      rank=_LATENT_RANK.get(name, 0),
                       justify="right" if name == "alpha" else "left") for name in LATENT_COLUMNS]
     stack = LATENT_COLUMNS.index("loss_stack")
-    for row in latent_rows(report):
+    for row in latent_rows(report, latent_code if coded else latent_words):
         row = [label(text) if index == stack else text for index, text in enumerate(row)]
         for column, text in zip(columns, row, strict=True):
             column.cells.append(text)
     return columns
 
 
-def _contrast_columns(contrasts: Sequence[Mapping[str, Any]], label: Label) -> list[Column]:
-    columns = [Column("contrast", keep=True, whole=True), Column("model"),
+def _contrast_columns(contrasts: Sequence[Mapping[str, Any]], label: Label,
+                      coded: bool) -> list[Column]:
+    """The contrasts table, what each supports in words or (``coded``) as a code read by
+    :func:`claim_legend` beside the declared prediction."""
+    columns = [Column("contrast", keep=True), Column("model"),
                Column("alpha", keep=True, justify="right"), Column("beta", whole=True),
                Column("kind"), Column("mean diff [95%]", keep=True, whole=True),
                Column("p", keep=True, whole=True), Column("pairs", justify="right"),
-               Column("supports", keep=True)]
+               Column("verdict" if coded else "supports", keep=True, whole=coded)]
+    if coded:
+        columns.append(Column("predicted", whole=True, rank=-1))
     for c in contrasts:
         p = c["p_adjusted"] if c["family"] == "primary" else c["p_value"]
         shown = [f"{label(c['loss_stack'])} - {label(c['baseline'])}", c["model"],
                  f"{c['alpha']:g}", beta_text(c), c["kind"], interval_text(c, "mean_diff"),
-                 "-" if p is None else f"{p:.3g}", str(c["n_pairs"]), c["claim"]]
+                 "-" if p is None else f"{p:.3g}", str(c["n_pairs"]),
+                 claim_code(c) if coded else c["claim"]]
+        if coded:
+            shown.append(c.get("predicted") or "-")
         for column, text in zip(columns, shown, strict=True):
             column.cells.append(text)
     return columns
@@ -133,17 +155,23 @@ def _tables(report: Mapping[str, Any], width: int, label: Label
             ) -> list[tuple[Table, list[str], list[str]]]:
     """Each table, the words saying what left it, and the words printed under it."""
     metric, split = report["analysis"]["metric"], report["split"]
-    tables = [(*fit_table(f"{split} {metric} by alpha: mean [95% t interval]",
-                          _alpha_columns(report, metric, label), width), [])
-              ] if report["cells"] else []
+    tables: list[tuple[Table, list[str], list[str]]] = []
+    if report["cells"]:
+        alpha_table, alpha_notes = fit_table(f"{split} {metric} by alpha: mean [95% t interval]",
+                                             _alpha_columns(report, metric, label), width)
+        tables.append((alpha_table, alpha_notes, []))
     if latent_rows(report):
-        tables.append((*fit_table(latent_title(report), _latent_columns(report, label), width),
-                       [latent_note(report), *credit_notes(report)]))
+        table, notes, legend = fit_layouts(latent_title(report), [
+            (_latent_columns(report, label, coded=False), []),
+            (_latent_columns(report, label, coded=True),
+             [latent_legend(report["latent_use"]["in_use_nats"])])], width)
+        tables.append((table, notes, [*legend, latent_note(report), *credit_notes(report)]))
     tables += rate_tables(report, width, label)
     primary = [c for c in report["contrasts"] if c["family"] == "primary"]
     if primary:
-        tables.append((*fit_table("Primary contrasts, Holm within the family",
-                                  _contrast_columns(primary, label), width), []))
+        tables.append(fit_layouts("Primary contrasts, Holm within the family", [
+            (_contrast_columns(primary, label, coded=False), []),
+            (_contrast_columns(primary, label, coded=True), [claim_legend()])], width))
     if report["best"]:
         tables.append((*fit_table("Best per model and beta, chosen on val, held-out split "
                                   "beside it", _best_columns(report["best"], label), width), []))

@@ -4,10 +4,11 @@ what the report cannot claim. Nothing here computes a statistic."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sweeps.report.rate_text import credit_notes, rate_markdown, unpriced_words
+from sweeps.report.rate_text import credit_notes, rate_markdown
+from sweeps.report.verdicts import latent_words
 from workers.contract import (
     ACTIVE_UNITS,
     KL,
@@ -116,23 +117,19 @@ LATENT_COLUMNS = ("model", "beta", "loss_stack", "alpha", "KL", "I(x; z)", "acti
                   "used categories", "AMI", "NMI", "NMI shuffled", "latent")
 
 
-def latent_rows(report: Mapping[str, Any]) -> list[list[str]]:
+def latent_rows(report: Mapping[str, Any],
+                verdict: Callable[[Mapping[str, Any]], str] = latent_words) -> list[list[str]]:
     """The latent-use table's rows as text (columns :data:`LATENT_COLUMNS`), in display order:
-    the Markdown report and ``ksweep report``'s terminal view both draw it."""
+    the Markdown report and ``ksweep report``'s terminal view both draw it (the terminal with
+    ``verdict`` :func:`sweeps.report.verdicts.latent_code`, report.md in words)."""
     cells = (report.get("latent_use") or {}).get("cells") or []
     out = []
     for row in sorted(cells, key=lambda r: (r["model"], r["beta"] if r["beta"] is not None else -1,
                                             r["free_bits"] or 0, r.get("target_rate") or 0,
                                             r["loss_stack"], r["alpha"])):
-        if row["in_use"] is None:
-            verdict = "-"
-        else:
-            state = "in use" if row["in_use"] else "collapsed"
-            chance = "; AMI at chance" if row.get("at_chance") else ""
-            verdict = f"{state} ({row['seeds_in_use']} of {row['seeds']} seeds in use){chance}"
-        verdict += unpriced_words(row)
         shown = [interval_text(row[name]) if name in row else "-" for name in _USE_COLUMNS]
-        out.append([row["model"], beta_text(row), row["loss_stack"], f"{row['alpha']:g}", *shown, verdict])
+        out.append([row["model"], beta_text(row), row["loss_stack"], f"{row['alpha']:g}", *shown,
+                    verdict(row)])
     return out
 
 

@@ -249,7 +249,8 @@ def test_a_credited_cell_is_said_to_carry_free_information_in_every_report():
     markdown = report_markdown(report)
     assert markdown.count("in use (3 of 3 seeds in use); information free (unpriced, credit 1)") == 4
     terminal = _terminal(report, width=120)
-    assert terminal.count("(unpriced,") == 4  # the verdict wraps in its column
+    # The terminal's coded verdict: "used 3/3 free", the legend saying what free means.
+    assert terminal.count("3/3 free") == 4 and "free = trained with the mutual-information credit" in " ".join(terminal.split())
     for text in (markdown, terminal):
         flat = " ".join(text.split())
         assert "UNPRICED INFORMATION: 4 configuration(s)" in flat

@@ -357,7 +357,7 @@ def test_chance_level_and_collapse_are_said() -> None:
     assert latent_limitations([cell("latent_nmi", 0.4, 0.5)], latent_use([], "test", 0.05)) == []
 
 
-def _latent_outcomes(spec: SweepSpec, values: dict[str, tuple[list[float], list[float], list[float]]]):
+def latent_outcomes(spec: SweepSpec, values: dict[str, tuple[list[float], list[float], list[float]]]):
     """Per stack, per seed: (test NMI, test I(x; z), test AMI); val equal to test."""
     outcomes = []
     for index, trial in enumerate(build_plan(spec).trials):
@@ -383,7 +383,7 @@ def test_a_contrast_between_collapsed_or_chance_sides_is_never_higher_or_lower()
         "loss_stacks": ["uniform", "raw_token_weighted"], "seeds": list(SEEDS)})
     collapsed = {"uniform": ([0.01, 0.02, 0.03], [0.001, 0.0, 0.002], [0.0, 0.01, -0.01]),
                  "raw_token_weighted": ([0.31, 0.32, 0.33], [0.01, 0.02, 0.0], [0.3, 0.32, 0.31])}
-    report = build_report(spec, "g", _latent_outcomes(spec, collapsed))
+    report = build_report(spec, "g", latent_outcomes(spec, collapsed))
     contrast = _find(report["contrasts"], family="primary")
     assert contrast["p_adjusted"] < 0.05 and contrast["mean_diff"] == pytest.approx(0.3)
     assert contrast["treated_latent"] == contrast["baseline_latent"] == "collapsed"
@@ -397,11 +397,11 @@ def test_a_contrast_between_collapsed_or_chance_sides_is_never_higher_or_lower()
     # In use on both sides but the AMI at chance on both: "both at chance".
     chance = {"uniform": ([0.01, 0.02, 0.03], [0.5, 0.6, 0.7], [0.01, -0.02, 0.0]),
               "raw_token_weighted": ([0.31, 0.32, 0.33], [0.5, 0.6, 0.7], [0.02, -0.01, 0.0])}
-    contrast = _find(build_report(spec, "g", _latent_outcomes(spec, chance))["contrasts"], family="primary")
+    contrast = _find(build_report(spec, "g", latent_outcomes(spec, chance))["contrasts"], family="primary")
     assert contrast["claim"].startswith("both at chance")
     # A declared threshold of 0: nothing is collapsed, the AMI decides.
     spec0 = spec.model_copy(update={"analysis": spec.analysis.model_copy(update={"latent_in_use_nats": 0.0})})
-    contrast = _find(build_report(spec0, "g", _latent_outcomes(spec0, collapsed))["contrasts"], family="primary")
+    contrast = _find(build_report(spec0, "g", latent_outcomes(spec0, collapsed))["contrasts"], family="primary")
     assert contrast["treated_latent"] == "in use" and contrast["claim"].startswith("higher")
 
 
@@ -413,7 +413,7 @@ def test_a_contrast_against_a_constant_latent_baseline_is_flagged():
         "loss_stacks": ["uniform", "raw_token_weighted"], "seeds": list(SEEDS)})
     values = {"uniform": ([0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]),
               "raw_token_weighted": ([0.61, 0.62, 0.64], [0.5, 0.6, 0.55], [0.6, 0.62, 0.63])}
-    report = build_report(spec, "f", _latent_outcomes(spec, values))
+    report = build_report(spec, "f", latent_outcomes(spec, values))
     contrast = _find(report["contrasts"], family="primary")
     assert contrast["baseline_constant"] and not contrast["latent_gated"]
     assert contrast["treated_latent"] == "in use" and contrast["baseline_latent"] == "collapsed"

@@ -57,6 +57,9 @@ class StackedAdamW:
             param = self.params[name]
             state = self._state(name, param)
             mask = used[name]
+            if mask.device.type == "cpu" and bool(mask.all()):  # no device sync on the CPU
+                self._step_all(param, grad, state)
+                continue
             keep = _per_member(mask, param).bool()
             state["step"] += mask.to(torch.float64)
             decay = torch.where(mask, 1 - self.lr * self.weight_decay, 1.0)
@@ -71,6 +74,21 @@ class StackedAdamW:
             denom = (exp_avg_sq.sqrt() / _per_member(correction2_sqrt, param)).add_(self.eps)
             updated = param + _per_member(-step_size, param) * exp_avg / denom
             param.copy_(torch.where(keep, updated, param))
+
+    def _step_all(self, param: torch.Tensor, grad: torch.Tensor, state: Tensors) -> None:
+        """:meth:`step` of one parameter that every member's loss reached, in place: the same
+        arithmetic in the same order (so the same values), without the selections and the
+        copies they need, which made a step about three times a lone AdamW's on the CPU."""
+        state["step"] += 1.0
+        param.mul_(_per_member(1 - self.lr * self.weight_decay, param))
+        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+        exp_avg.lerp_(grad, 1 - self.beta1)
+        exp_avg_sq.mul_(self.beta2).addcmul_(grad, grad, value=1 - self.beta2)
+        step = state["step"]
+        step_size = self.lr / (1 - self.beta1 ** step)
+        correction2_sqrt = (1 - self.beta2 ** step) ** 0.5
+        denom = exp_avg_sq.sqrt().div_(_per_member(correction2_sqrt, param)).add_(self.eps)
+        param.add_((_per_member(-step_size, param) * exp_avg).div_(denom))
 
     def select(self, index: torch.Tensor) -> None:
         """Keep only the members at ``index`` (the cohort shrank); params are re-selected by the caller."""
