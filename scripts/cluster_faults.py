@@ -1,0 +1,411 @@
+"""The compose cluster under a cluster's faults, each once, with a sweep on two ray-workers.
+
+    scripts/compose-smoke               runs these after its own sweeps (--no-faults: not)
+    scripts/cluster_faults.py [--only node-loss|head-restart|worker-cut-off]
+                                        on the stack `scripts/compose-smoke --keep` left up
+
+Each fault runs scripts/cluster_faults_spec.yaml (6 lone trials of 6 epochs, two at once):
+
+- ``node-loss``: ``docker kill`` of a ray-worker running a trial; ``docker compose up -d
+  --scale ray-worker=2`` brings a replacement, which later trials must use.
+- ``head-restart``: ``docker restart`` of ray-head once two trials have finished and others
+  run. The api sees its driver's health ``unknown`` (``/readyz`` ``degraded``, polled every
+  second, never slower than :data:`READYZ_LIMIT_S`), then ``lost``, and starts the driver again
+  as a new Ray Job of the same attempt (``<id>-h1``): no restart of the budget spent. The
+  finished trials' MLflow runs are left as they were (not re-run).
+- ``worker-cut-off``: ``docker network disconnect`` of a ray-worker running a trial for
+  :data:`CUT_OFF_S` (longer than the node-death time and the 20 s a node waits for the GCS,
+  docker-compose.yml), then ``docker network connect``: the node rejoins (its container
+  restarts) or is replaced.
+
+Every fault must end with the sweep succeeded, every trial done, one FINISHED MLflow run per
+trial (lost 0, duplicated 0, left RUNNING 0) and each run's ``val/loss`` logged once per epoch.
+Each prints one line of figures: seconds to recover (from the fault until every trial that was
+running has logged a newer epoch or ended), trials retried (trial folders with Tune's
+``error.txt``), the runs counted. Any broken guarantee raises :class:`SmokeError`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
+from compose_engine import REPO, SmokeError, log, run  # noqa: E402
+from compose_smoke import Stack, alive_worker_ips, http, ray_state, rounded, wait_for  # noqa: E402
+
+from workers.contract import RUN_KIND_TAG, RUN_KIND_TRIAL, TRIAL_ID_TAG, VAL_LOSS  # noqa: E402
+
+SPEC = REPO / "scripts" / "cluster_faults_spec.yaml"
+FAULTS = ("node-loss", "head-restart", "worker-cut-off")
+CUT_OFF_S = 40.0  # > ~20 s to node death and the 20 s RAY_gcs_rpc_server_reconnect_timeout_s
+READYZ_LIMIT_S = 15.0  # /readyz answers within its checks' timeouts (ray_jobs_timeout_s = 10)
+SWEEP_TIMEOUT_S = 900.0
+
+
+class Cluster:
+    """The running stack's addresses (the head's published port changes when it restarts)."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
+        self.api, self.mlflow = stack.url("api", 8000), stack.url("mlflow", 5000)
+        self.head = stack.url("ray-head", 8265)
+
+    def refresh_head(self) -> None:
+        self.head = self.stack.url("ray-head", 8265)
+
+    def get(self, path: str, timeout: float = 30) -> Any:
+        return http("GET", f"{self.api}/api/v1{path}", self.stack.api_token, timeout=timeout)
+
+    def trials(self, sweep_id: str) -> list[dict[str, Any]]:
+        return self.get(f"/sweeps/{sweep_id}/trials?limit=500")["items"]
+
+    def workers(self) -> dict[str, str]:
+        """ray-worker container id -> its IP."""
+        ids = self.stack("ps", "-q", "ray-worker", capture=True, timeout=30).stdout.split()
+        out = {}
+        for cid in ids:
+            ip = run(["docker", "inspect", "--format",
+                      "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", cid],
+                     timeout=30, capture=True).stdout.split()
+            out[cid] = ip[0] if ip else ""
+        return out
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return ray_state(self.head, self.stack.ray_token, "nodes")
+
+    def job_actor_nodes(self, sweep_id: str) -> dict[str, str]:
+        """Node id -> state of the actors of the sweep's current Ray Job (its trials)."""
+        handle = self.get(f"/sweeps/{sweep_id}")["driver"]["handle"] or ""
+        job = http("GET", f"{self.head}/api/jobs/{handle.removeprefix('ray-job:')}",
+                   self.stack.ray_token)
+        out: dict[str, str] = {}
+        for actor in ray_state(self.head, self.stack.ray_token, "actors"):
+            node = actor.get("node_id")
+            if actor.get("job_id") == job.get("job_id") and node and out.get(node) != "ALIVE":
+                out[node] = actor.get("state", "")
+        return out
+
+
+def submit(cluster: Cluster) -> str:
+    spec = yaml.safe_load(SPEC.read_text())
+    sweep = http("POST", f"{cluster.api}/api/v1/sweeps", cluster.stack.api_token, spec)
+    log(f"submitted sweep {sweep['id']} ({sweep['counters']['total']} trials)")
+    return sweep["id"]
+
+
+def wait_trials(cluster: Cluster, sweep_id: str, running: int, done: int = 0,
+                timeout: float = 600) -> dict[str, int]:
+    """Until ``running`` trials run with a checkpoint (an epoch done) and ``done`` have ended;
+    returns the running trials' epochs."""
+    def check():
+        items = cluster.trials(sweep_id)
+        going = {t["trial_id"]: t["epochs"] for t in items if t["state"] == "running" and t["epochs"] >= 1}
+        finished = sum(t["state"] == "done" for t in items)
+        return going if len(going) >= running and finished >= done else None
+
+    return wait_for(f"{running} trials of {sweep_id} running past an epoch, {done} done", check,
+                    timeout, every=1)
+
+
+def wait_recovered(cluster: Cluster, sweep_id: str, at_fault: dict[str, int], start: float) -> float:
+    """Seconds from ``start`` until every trial running at the fault logged a newer epoch or ended."""
+    def check():
+        try:
+            now = {t["trial_id"]: t for t in cluster.trials(sweep_id)}
+        except (SmokeError, OSError):  # the api is up throughout; a blip is retried
+            return None
+        return all(now[t]["state"] in ("done", "failed", "stopped") or now[t]["epochs"] > e
+                   for t, e in at_fault.items())
+
+    wait_for(f"the trials of {sweep_id} running at the fault to go on", check, 600, every=1)
+    return time.monotonic() - start
+
+
+def wait_node_dead(cluster: Cluster, node_id: str, start: float, timeout: float = 180) -> float:
+    def dead():
+        try:
+            nodes = {n["node_id"]: n.get("state") for n in cluster.nodes()}
+        except (SmokeError, OSError):
+            return False
+        return nodes.get(node_id) == "DEAD"
+
+    wait_for(f"Ray to mark node {node_id[:12]} dead", dead, timeout, every=1)
+    return time.monotonic() - start
+
+
+def victim(cluster: Cluster, sweep_id: str) -> tuple[str, str, str]:
+    """A ray-worker container running one of the sweep's trials: (container, IP, node id)."""
+    alive = {n["node_ip"]: n["node_id"] for n in cluster.nodes() if n.get("state") == "ALIVE"}
+    busy = {node for node, state in cluster.job_actor_nodes(sweep_id).items() if state == "ALIVE"}
+    for cid, ip in sorted(cluster.workers().items()):
+        if alive.get(ip) in busy:
+            return cid, ip, alive[ip]
+    raise SmokeError(f"sweep {sweep_id}: no ray-worker runs an actor of its job ({busy})")
+
+
+def finish_and_count(cluster: Cluster, sweep_id: str, epochs: int) -> dict[str, Any]:
+    """Wait for the sweep to end; the runs counted and the retried trials. Raises (after
+    logging the figures) when a guarantee fails."""
+    def finished():
+        current = cluster.get(f"/sweeps/{sweep_id}")
+        return current if current["state"] in ("succeeded", "failed", "cancelled") else None
+
+    sweep = wait_for(f"sweep {sweep_id} to finish", finished, SWEEP_TIMEOUT_S)
+    total = sweep["counters"]["total"]
+    links = sweep["mlflow"]
+    found = http("POST", f"{cluster.mlflow}/api/2.0/mlflow/runs/search", body={
+        "experiment_ids": [links["experiment_id"]], "max_results": 1000,
+        "filter": f"tags.mlflow.parentRunId = '{links['parent_run_id']}' and "
+                  f"tags.`{RUN_KIND_TAG}` = '{RUN_KIND_TRIAL}'"})
+    runs = found.get("runs", [])
+    trial_of = {r["info"]["run_id"]: {t["key"]: t["value"] for t in r["data"].get("tags", [])}
+                .get(TRIAL_ID_TAG) for r in runs}
+    parent = http("GET", f"{cluster.mlflow}/api/2.0/mlflow/runs/get?run_id={links['parent_run_id']}")
+    twice = []
+    for run_id in trial_of:
+        history = http("GET", f"{cluster.mlflow}/api/2.0/mlflow/metrics/get-history?run_id={run_id}"
+                              f"&metric_key={VAL_LOSS}&max_results=1000").get("metrics", [])
+        steps = [m["step"] for m in history]
+        if len(steps) != len(set(steps)) or len(steps) != epochs:
+            twice.append(f"{trial_of[run_id]}: steps {sorted(steps)}")
+    retried = retried_trials(cluster, sweep_id)
+    counted = {"state": sweep["state"], "trials": total, "runs": len(runs),
+               "lost": total - len(set(trial_of.values())),
+               "duplicated": len(runs) - len(set(trial_of.values())),
+               "left_running": sum(r["info"]["status"] == "RUNNING" for r in runs)
+               + (parent["run"]["info"]["status"] == "RUNNING"),
+               "epochs_not_once": len(twice), "retried": retried,
+               "driver": sweep["driver"]}
+    log(f"sweep {sweep_id}: {json.dumps(counted)}")
+    if sweep["state"] != "succeeded" or sweep["counters"]["done"] != total:
+        raise SmokeError(f"sweep {sweep_id} ended {sweep['state']} ({sweep['counters']}): "
+                         f"{sweep.get('error')}")
+    bad = {k: counted[k] for k in ("lost", "duplicated", "left_running", "epochs_not_once") if counted[k]}
+    if bad or {r["info"]["status"] for r in runs} != {"FINISHED"}:
+        raise SmokeError(f"sweep {sweep_id}: MLflow runs {bad}; {twice}")
+    return counted
+
+
+def retried_trials(cluster: Cluster, sweep_id: str) -> int:
+    """Trial folders of the sweep in which Tune recorded a failure (``error.txt``)."""
+    out = cluster.stack("exec", "-T", "ray-head", "find", f"/data/ksweep/{sweep_id}", "-name",
+                        "error.txt", capture=True, timeout=60, check=False).stdout.split()
+    return len({Path(p).parent for p in out})
+
+
+def ensure_workers(cluster: Cluster, count: int = 2) -> None:
+    cluster.stack("up", "-d", "--no-build", "--scale", f"ray-worker={count}", timeout=400)
+    wait_for(f"{count} ray-workers in the cluster",
+             lambda: len(alive_worker_ips(cluster.stack, cluster.head)) == count, 240)
+
+
+def node_loss(cluster: Cluster, epochs: int) -> dict[str, Any]:
+    ensure_workers(cluster)
+    sweep_id = submit(cluster)
+    started = time.monotonic()
+    at_fault = wait_trials(cluster, sweep_id, running=2)
+    cid, ip, node = victim(cluster, sweep_id)
+    before = {n["node_id"] for n in cluster.nodes()}
+    log(f"node-loss: docker kill {cid[:12]} ({ip}, node {node[:12]}); trials then {at_fault}")
+    t0 = time.monotonic()
+    run(["docker", "kill", cid], timeout=60)
+    dead_s = wait_node_dead(cluster, node, t0)
+    cluster.stack("up", "-d", "--no-build", "--scale", "ray-worker=2", timeout=400)
+    fresh = wait_for("a replacement ray-worker", lambda: {
+        n["node_id"] for n in cluster.nodes()
+        if n.get("state") == "ALIVE" and not n.get("is_head_node") and n["node_id"] not in before}, 240)
+    replaced_s = time.monotonic() - t0
+    recover_s = wait_recovered(cluster, sweep_id, at_fault, t0)
+    actor_nodes = cluster.job_actor_nodes(sweep_id)
+    counted = finish_and_count(cluster, sweep_id, epochs)
+    if not fresh & set(actor_nodes):
+        raise SmokeError(f"node-loss: no trial of {sweep_id} ran on the replacement worker "
+                         f"{sorted(fresh)} (trials' nodes: {sorted(actor_nodes)})")
+    if counted["retried"] < 1:
+        raise SmokeError(f"node-loss: no trial of {sweep_id} was retried")
+    return {"node_dead_s": dead_s, "replacement_s": replaced_s, "recover_s": recover_s,
+            "sweep_s": time.monotonic() - started, **counted}
+
+
+class ReadyzWatch(threading.Thread):
+    """Polls /readyz every second: the statuses seen, the slowest answer, the unknown drivers."""
+
+    def __init__(self, cluster: Cluster, sweep_id: str) -> None:
+        super().__init__(daemon=True)
+        self.cluster, self.sweep_id = cluster, sweep_id
+        self.statuses: dict[str, int] = {}
+        self.slowest_s, self.unknown_seen, self.errors = 0.0, False, []
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            start = time.monotonic()
+            try:
+                body = http("GET", f"{self.cluster.api}/api/v1/readyz", timeout=READYZ_LIMIT_S + 15)
+                self.statuses[body["status"]] = self.statuses.get(body["status"], 0) + 1
+                drivers = body["checks"]["drivers"]
+                self.unknown_seen |= not drivers["ok"] and self.sweep_id in drivers["detail"]
+            except (SmokeError, OSError) as error:
+                self.errors.append(f"{type(error).__name__}: {error}")
+            self.slowest_s = max(self.slowest_s, time.monotonic() - start)
+            self.done.wait(1.0)
+
+
+def head_restart(cluster: Cluster, epochs: int) -> dict[str, Any]:
+    ensure_workers(cluster)
+    sweep_id = submit(cluster)
+    started = time.monotonic()
+    at_fault = wait_trials(cluster, sweep_id, running=1, done=2)
+    finished = {t["trial_id"]: t["mlflow_run_id"] for t in cluster.trials(sweep_id) if t["state"] == "done"}
+    ended_at = {rid: http("GET", f"{cluster.mlflow}/api/2.0/mlflow/runs/get?run_id={rid}")
+                ["run"]["info"].get("end_time") for rid in finished.values()}
+    before = cluster.get(f"/sweeps/{sweep_id}")["driver"]
+    head_id = cluster.stack("ps", "-q", "ray-head", capture=True, timeout=30).stdout.split()[0]
+    watch = ReadyzWatch(cluster, sweep_id)
+    watch.start()
+    log(f"head-restart: docker restart {head_id[:12]}; driver {before}; done {sorted(finished)}, "
+        f"running {at_fault}")
+    t0 = time.monotonic()
+    try:
+        run(["docker", "restart", head_id], timeout=120)
+        restarted_s = time.monotonic() - t0
+        cluster.refresh_head()
+        driver = wait_for(f"sweep {sweep_id}'s driver started again", lambda: (
+            d if (d := cluster.get(f"/sweeps/{sweep_id}")["driver"])["handle"] not in
+            (before["handle"], "launching") else None), 300, every=1)
+        relaunch_s = time.monotonic() - t0
+        wait_for("2 ray-workers back in the cluster",
+                 lambda: len(alive_worker_ips(cluster.stack, cluster.head)) == 2, 240)
+        rejoin_s = time.monotonic() - t0
+        recover_s = wait_recovered(cluster, sweep_id, at_fault, t0)
+        wait_for("/readyz ready", lambda: watch.statuses.get("ready", 0) and
+                 http("GET", f"{cluster.api}/api/v1/readyz", timeout=READYZ_LIMIT_S)["status"] == "ready",
+                 180, every=1)
+        ready_s = time.monotonic() - t0
+    finally:
+        watch.done.set()
+        watch.join(timeout=60)
+    counted = finish_and_count(cluster, sweep_id, epochs)
+    rerun = [rid for rid, end in ended_at.items() if http(
+        "GET", f"{cluster.mlflow}/api/2.0/mlflow/runs/get?run_id={rid}")["run"]["info"].get("end_time") != end]
+    figures = {"head_restart_s": restarted_s, "relaunch_s": relaunch_s, "workers_back_s": rejoin_s,
+               "recover_s": recover_s, "ready_again_s": ready_s, "readyz": watch.statuses,
+               "readyz_slowest_s": watch.slowest_s, "unknown_seen": watch.unknown_seen,
+               "driver_after": driver, "resumed": len(at_fault), "finished_before": len(finished),
+               "rerun": len(rerun), "sweep_s": time.monotonic() - started, **counted}
+    log(f"head-restart: {json.dumps(rounded(figures))}")
+    if driver["attempts"] != before["attempts"] or counted["driver"]["attempts"] != before["attempts"]:
+        raise SmokeError(f"head-restart: a driver restart was spent ({before} -> {counted['driver']})")
+    if not watch.unknown_seen or not watch.statuses.get("degraded") or watch.statuses.get("unready"):
+        raise SmokeError(f"head-restart: /readyz said {watch.statuses} (unknown driver seen: "
+                         f"{watch.unknown_seen}); expected degraded, never unready")
+    if watch.slowest_s > READYZ_LIMIT_S or watch.errors:
+        raise SmokeError(f"head-restart: /readyz took up to {watch.slowest_s:.1f} s "
+                         f"(limit {READYZ_LIMIT_S:.0f}); errors {watch.errors[:3]}")
+    if rerun:
+        raise SmokeError(f"head-restart: trials finished before the restart ran again: {rerun}")
+    return figures
+
+
+def network_of(container: str) -> str:
+    out = run(["docker", "inspect", "--format", "{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}",
+               container], timeout=30, capture=True).stdout.split()
+    if len(out) != 1:
+        raise SmokeError(f"container {container[:12]} is on networks {out}, expected one")
+    return out[0]
+
+
+def worker_cut_off(cluster: Cluster, epochs: int) -> dict[str, Any]:
+    ensure_workers(cluster)
+    sweep_id = submit(cluster)
+    started = time.monotonic()
+    at_fault = wait_trials(cluster, sweep_id, running=2)
+    cid, ip, node = victim(cluster, sweep_id)
+    network = network_of(cid)
+    log(f"worker-cut-off: docker network disconnect {network} {cid[:12]} ({ip}, node {node[:12]}) "
+        f"for {CUT_OFF_S:.0f} s; trials then {at_fault}")
+    t0 = time.monotonic()
+    run(["docker", "network", "disconnect", network, cid], timeout=60)
+    try:
+        dead_s = wait_node_dead(cluster, node, t0)
+        time.sleep(max(0.0, CUT_OFF_S - (time.monotonic() - t0)))
+    finally:
+        # A container that restarts meanwhile (its node gave up on the GCS) refuses a connect
+        # until it runs again: retried.
+        wait_for(f"docker network connect {network} {cid[:12]}", lambda: run(
+            ["docker", "network", "connect", "--alias", "ray-worker", network, cid], timeout=60,
+            check=False, capture=True).returncode == 0, 120, every=2)
+    cut_s = time.monotonic() - t0
+    wait_for("the cut-off worker back in the cluster (2 ray-workers alive)",
+             lambda: len(alive_worker_ips(cluster.stack, cluster.head)) == 2, 240)
+    back_s = time.monotonic() - t0
+    nodes = {n["node_id"]: n for n in cluster.nodes()}
+    rejoined = any(n["node_ip"] == ip and n.get("state") == "ALIVE" and i != node for i, n in nodes.items())
+    recover_s = wait_recovered(cluster, sweep_id, at_fault, t0)
+    counted = finish_and_count(cluster, sweep_id, epochs)
+    if counted["retried"] < 1:
+        raise SmokeError(f"worker-cut-off: no trial of {sweep_id} was retried")
+    return {"node_dead_s": dead_s, "cut_s": cut_s, "back_s": back_s, "rejoined_as_new_node": rejoined,
+            "recover_s": recover_s, "sweep_s": time.monotonic() - started, **counted}
+
+
+def run_faults(stack: Stack, only: tuple[str, ...] = FAULTS) -> dict[str, Any]:
+    """Each fault once on the running stack; returns the figures of each."""
+    cluster = Cluster(stack)
+    epochs = yaml.safe_load(SPEC.read_text())["template"]["training"]["epochs"]
+    figures: dict[str, Any] = {}
+    for name, fault in (("node-loss", node_loss), ("head-restart", head_restart),
+                        ("worker-cut-off", worker_cut_off)):
+        if name not in only:
+            continue
+        start = time.monotonic()
+        result = fault(cluster, epochs)
+        result["fault_total_s"] = time.monotonic() - start
+        figures[name] = result
+        log(f"{name} PASSED: {json.dumps(rounded(result))}")
+    return figures
+
+
+def attach(stack: Stack) -> Stack:
+    """Take the tokens of the stack that is up (compose would recreate containers whose
+    interpolated environment changed, and the api would refuse another token)."""
+    api = stack("ps", "-q", "api", capture=True, timeout=30).stdout.split()
+    if not api:
+        raise SmokeError("no api container of the project is up: run scripts/compose-smoke --keep first")
+    env = dict(line.split("=", 1) for line in run(
+        ["docker", "inspect", "--format", "{{range .Config.Env}}{{println .}}{{end}}", api[0]],
+        timeout=30, capture=True).stdout.splitlines() if "=" in line)
+    stack.api_token = env["KSWEEP_API_TOKENS"].split(",")[0].split(":", 1)[1]
+    stack.ray_token = env["RAY_AUTH_TOKEN"]
+    stack.env.update(KSWEEP_API_TOKENS=env["KSWEEP_API_TOKENS"], RAY_AUTH_TOKEN=stack.ray_token)
+    return stack
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", action="append", choices=FAULTS, help="run only this fault")
+    parser.add_argument("--local-bases", action="store_true",
+                        help="the stack was started with the stand-ins (compose-smoke --local-bases)")
+    args = parser.parse_args(argv)
+    start = time.monotonic()
+    try:
+        figures = run_faults(attach(Stack(args.local_bases)), tuple(args.only or FAULTS))
+    except SmokeError as error:
+        print(f"cluster-faults: FAILED in {time.monotonic() - start:.0f} s: {error}", flush=True)
+        return 1
+    print(f"cluster-faults: PASSED in {time.monotonic() - start:.0f} s "
+          f"{json.dumps(rounded(figures))}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
