@@ -4,7 +4,7 @@
     scripts/cluster_faults.py [--only node-loss|head-restart|worker-cut-off]
                                         on the stack `scripts/compose-smoke --keep` left up
 
-Each fault runs scripts/cluster_faults_spec.yaml (6 lone trials of 6 epochs, two at once):
+Each fault runs scripts/cluster_faults_spec.yaml (8 lone trials of 8 epochs, two at once):
 
 - ``node-loss``: ``docker kill`` of a ray-worker running a trial; ``docker compose up -d
   --scale ray-worker=2`` brings a replacement, which later trials must use.
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import threading
 import time
@@ -203,7 +204,7 @@ def retried_trials(cluster: Cluster, sweep_id: str) -> int:
 
 
 def ensure_workers(cluster: Cluster, count: int = 2) -> None:
-    cluster.stack("up", "-d", "--no-build", "--scale", f"ray-worker={count}", timeout=400)
+    cluster.stack("up", "-d", "--no-build", "--scale", f"ray-worker={count}", timeout=400, capture=True)
     wait_for(f"{count} ray-workers in the cluster",
              lambda: len(alive_worker_ips(cluster.stack, cluster.head)) == count, 240)
 
@@ -218,22 +219,30 @@ def node_loss(cluster: Cluster, epochs: int) -> dict[str, Any]:
     log(f"node-loss: docker kill {cid[:12]} ({ip}, node {node[:12]}); trials then {at_fault}")
     t0 = time.monotonic()
     run(["docker", "kill", cid], timeout=60)
+    # The replacement is asked for at once, as an orchestrator would (KubeRay recreates a pod).
+    replace = subprocess.Popen([*cluster.stack.cmd, "up", "-d", "--no-build", "--scale",
+                                "ray-worker=2"], env=cluster.stack.env, cwd=REPO,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     dead_s = wait_node_dead(cluster, node, t0)
-    cluster.stack("up", "-d", "--no-build", "--scale", "ray-worker=2", timeout=400)
+    if replace.wait(timeout=400) != 0:
+        raise SmokeError(f"node-loss: docker compose up --scale ray-worker=2 exited {replace.returncode}")
     fresh = wait_for("a replacement ray-worker", lambda: {
         n["node_id"] for n in cluster.nodes()
         if n.get("state") == "ALIVE" and not n.get("is_head_node") and n["node_id"] not in before}, 240)
     replaced_s = time.monotonic() - t0
     recover_s = wait_recovered(cluster, sweep_id, at_fault, t0)
-    actor_nodes = cluster.job_actor_nodes(sweep_id)
     counted = finish_and_count(cluster, sweep_id, epochs)
-    if not fresh & set(actor_nodes):
+    actor_nodes = cluster.job_actor_nodes(sweep_id)
+    figures = {"node_dead_s": dead_s, "replacement_s": replaced_s, "recover_s": recover_s,
+               "replacement_used": bool(fresh & set(actor_nodes)),
+               "sweep_s": time.monotonic() - started, **counted}
+    log(f"node-loss: {json.dumps(rounded(figures))}")
+    if not figures["replacement_used"]:
         raise SmokeError(f"node-loss: no trial of {sweep_id} ran on the replacement worker "
                          f"{sorted(fresh)} (trials' nodes: {sorted(actor_nodes)})")
     if counted["retried"] < 1:
         raise SmokeError(f"node-loss: no trial of {sweep_id} was retried")
-    return {"node_dead_s": dead_s, "replacement_s": replaced_s, "recover_s": recover_s,
-            "sweep_s": time.monotonic() - started, **counted}
+    return figures
 
 
 class ReadyzWatch(threading.Thread):
@@ -352,10 +361,13 @@ def worker_cut_off(cluster: Cluster, epochs: int) -> dict[str, Any]:
     rejoined = any(n["node_ip"] == ip and n.get("state") == "ALIVE" and i != node for i, n in nodes.items())
     recover_s = wait_recovered(cluster, sweep_id, at_fault, t0)
     counted = finish_and_count(cluster, sweep_id, epochs)
+    figures = {"node_dead_s": dead_s, "cut_s": cut_s, "back_s": back_s,
+               "rejoined_as_new_node": rejoined, "recover_s": recover_s,
+               "sweep_s": time.monotonic() - started, **counted}
+    log(f"worker-cut-off: {json.dumps(rounded(figures))}")
     if counted["retried"] < 1:
         raise SmokeError(f"worker-cut-off: no trial of {sweep_id} was retried")
-    return {"node_dead_s": dead_s, "cut_s": cut_s, "back_s": back_s, "rejoined_as_new_node": rejoined,
-            "recover_s": recover_s, "sweep_s": time.monotonic() - started, **counted}
+    return figures
 
 
 def run_faults(stack: Stack, only: tuple[str, ...] = FAULTS) -> dict[str, Any]:
