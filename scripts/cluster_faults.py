@@ -33,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+from http.client import HTTPException
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,8 @@ FAULTS = ("node-loss", "head-restart", "worker-cut-off")
 CUT_OFF_S = 40.0  # > ~20 s to node death and the 20 s RAY_gcs_rpc_server_reconnect_timeout_s
 READYZ_LIMIT_S = 15.0  # /readyz answers within its checks' timeouts (ray_jobs_timeout_s = 10)
 SWEEP_TIMEOUT_S = 900.0
+# What a request to a service that is restarting may raise (refused, reset, cut short, 5xx).
+BLIPS = (SmokeError, OSError, ValueError, HTTPException)
 
 
 class Cluster:
@@ -122,7 +125,7 @@ def wait_recovered(cluster: Cluster, sweep_id: str, at_fault: dict[str, int], st
     def check():
         try:
             now = {t["trial_id"]: t for t in cluster.trials(sweep_id)}
-        except (SmokeError, OSError):  # the api is up throughout; a blip is retried
+        except BLIPS:  # the api is up throughout; a blip is retried
             return None
         return all(now[t]["state"] in ("done", "failed", "stopped") or now[t]["epochs"] > e
                    for t, e in at_fault.items())
@@ -135,7 +138,7 @@ def wait_node_dead(cluster: Cluster, node_id: str, start: float, timeout: float 
     def dead():
         try:
             nodes = {n["node_id"]: n.get("state") for n in cluster.nodes()}
-        except (SmokeError, OSError):
+        except BLIPS:
             return False
         return nodes.get(node_id) == "DEAD"
 
@@ -263,7 +266,7 @@ class ReadyzWatch(threading.Thread):
                 self.statuses[body["status"]] = self.statuses.get(body["status"], 0) + 1
                 drivers = body["checks"]["drivers"]
                 self.unknown_seen |= not drivers["ok"] and self.sweep_id in drivers["detail"]
-            except (SmokeError, OSError) as error:
+            except BLIPS as error:
                 self.errors.append(f"{type(error).__name__}: {error}")
             self.slowest_s = max(self.slowest_s, time.monotonic() - start)
             self.done.wait(1.0)
@@ -288,6 +291,15 @@ def head_restart(cluster: Cluster, epochs: int) -> dict[str, Any]:
         run(["docker", "restart", head_id], timeout=120)
         restarted_s = time.monotonic() - t0
         cluster.refresh_head()
+
+        def jobs_api_answers() -> bool:
+            try:
+                return bool(http("GET", f"{cluster.head}/api/version", cluster.stack.ray_token, timeout=5))
+            except BLIPS:
+                return False
+
+        wait_for("the head's Jobs API to answer", jobs_api_answers, 300, every=1)
+        answers_s = time.monotonic() - t0
         driver = wait_for(f"sweep {sweep_id}'s driver started again", lambda: (
             d if (d := cluster.get(f"/sweeps/{sweep_id}")["driver"])["handle"] not in
             (before["handle"], "launching") else None), 300, every=1)
@@ -306,7 +318,7 @@ def head_restart(cluster: Cluster, epochs: int) -> dict[str, Any]:
     counted = finish_and_count(cluster, sweep_id, epochs)
     rerun = [rid for rid, end in ended_at.items() if http(
         "GET", f"{cluster.mlflow}/api/2.0/mlflow/runs/get?run_id={rid}")["run"]["info"].get("end_time") != end]
-    figures = {"head_restart_s": restarted_s, "relaunch_s": relaunch_s, "workers_back_s": rejoin_s,
+    figures = {"head_restart_s": restarted_s, "jobs_api_back_s": answers_s, "relaunch_s": relaunch_s, "workers_back_s": rejoin_s,
                "recover_s": recover_s, "ready_again_s": ready_s, "readyz": watch.statuses,
                "readyz_slowest_s": watch.slowest_s, "unknown_seen": watch.unknown_seen,
                "driver_after": driver, "resumed": len(at_fault), "finished_before": len(finished),
