@@ -194,13 +194,19 @@ def worker_cut_off(cluster: Cluster, epochs: int) -> dict[str, Any]:
     at_fault = wait_trials(cluster, sweep_id, running=2)
     cid, ip, node = victim(cluster, sweep_id)
     network = network_of(cid)
+    restarts_before = restarts(cid)
     log(f"worker-cut-off: docker network disconnect {network} {cid[:12]} ({ip}, node {node[:12]}) "
         f"for {CUT_OFF_S:.0f} s; trials then {at_fault}")
     t0 = time.monotonic()
+    log(f"worker-cut-off: cut at {time.time():.1f} (epoch seconds)")
     run(["docker", "network", "disconnect", network, cid], timeout=60)
+    gave_up_s = None
     try:
         dead_s = wait_node_dead(cluster, node, t0)
-        time.sleep(max(0.0, CUT_OFF_S - (time.monotonic() - t0)))
+        while time.monotonic() - t0 < CUT_OFF_S or gave_up_s is None and time.monotonic() - t0 < 120:
+            if gave_up_s is None and restarts(cid) > restarts_before:
+                gave_up_s = time.monotonic() - t0
+            time.sleep(1)
     finally:
         # A container that restarts meanwhile (its node gave up on the GCS) refuses a connect
         # until it runs again: retried.
@@ -208,6 +214,8 @@ def worker_cut_off(cluster: Cluster, epochs: int) -> dict[str, Any]:
             ["docker", "network", "connect", "--alias", "ray-worker", network, cid], timeout=60,
             check=False, capture=True).returncode == 0, 120, every=2)
     cut_s = time.monotonic() - t0
+    log(f"worker-cut-off: reconnected at {time.time():.1f}; the node's container restarted at "
+        f"{gave_up_s} s")
     wait_for("the cut-off worker back in the cluster (2 ray-workers alive)",
              lambda: len(alive_worker_ips(cluster.stack, cluster.head)) == 2, 240)
     back_s = time.monotonic() - t0
@@ -215,13 +223,19 @@ def worker_cut_off(cluster: Cluster, epochs: int) -> dict[str, Any]:
     rejoined = any(n["node_ip"] == ip and n.get("state") == "ALIVE" and i != node for i, n in nodes.items())
     recover_s = wait_recovered(cluster, sweep_id, at_fault, t0)
     counted = finish_and_count(cluster, sweep_id, epochs)
-    figures = {"node_dead_s": dead_s, "cut_s": cut_s, "back_s": back_s,
+    figures = {"node_dead_s": dead_s, "node_gave_up_s": gave_up_s, "cut_s": cut_s, "back_s": back_s,
                "rejoined_as_new_node": rejoined, "recover_s": recover_s,
                "sweep_s": time.monotonic() - started, **counted}
     log(f"worker-cut-off: {json.dumps(rounded(figures))}")
     if counted["retried"] < 1:
         raise SmokeError(f"worker-cut-off: no trial of {sweep_id} was retried")
     return figures
+
+
+def restarts(container: str) -> int:
+    """How many times Docker restarted the container (its ``ray start`` exited)."""
+    return int(run(["docker", "inspect", "--format", "{{.RestartCount}}", container], timeout=30,
+                   capture=True).stdout.strip() or 0)
 
 
 def run_faults(stack: Stack, only: tuple[str, ...] = FAULTS) -> dict[str, Any]:

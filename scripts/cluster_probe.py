@@ -150,7 +150,8 @@ def finish_and_count(cluster: Cluster, sweep_id: str, epochs: int) -> dict[str, 
                               f"&metric_key={VAL_LOSS}&max_results=1000").get("metrics", [])
         steps = [m["step"] for m in history]
         if len(steps) != len(set(steps)) or len(steps) != epochs:
-            twice.append(f"{trial_of[run_id]}: steps {sorted(steps)}")
+            when = sorted((m["step"], m["timestamp"] / 1000) for m in history)
+            twice.append(f"{trial_of[run_id]}: (step, logged at) {when}")
     retried = retried_trials(cluster, sweep_id)
     counted = {"state": sweep["state"], "trials": total, "runs": len(runs),
                "lost": total - len(set(trial_of.values())),
