@@ -14,9 +14,10 @@ Each fault runs scripts/cluster_faults_spec.yaml (8 lone trials of 8 epochs, two
   as a new Ray Job of the same attempt (``<id>-h1``): no restart of the budget spent. The
   finished trials' MLflow runs are left as they were (not re-run).
 - ``worker-cut-off``: ``docker network disconnect`` of a ray-worker running a trial for
-  :data:`CUT_OFF_S` (longer than the node-death time and the 20 s a node waits for the GCS,
-  docker-compose.yml), then ``docker network connect``: the node rejoins (its container
-  restarts) or is replaced.
+  :data:`CUT_OFF_S` (longer than the ~30 s Ray takes to give up a node whose pings time out,
+  docker-compose.yml), then ``docker network connect``. The node trains on meanwhile; back,
+  it learns it was given up and rejoins as a new node (its container restarts). A metric
+  write it retries once back is dropped: the retried trial claimed the run first.
 
 Every fault must end with the sweep succeeded, every trial done, one FINISHED MLflow run per
 trial (lost 0, duplicated 0, left RUNNING 0) and each run's ``val/loss`` logged once per epoch.
@@ -58,7 +59,7 @@ from compose_engine import REPO, SmokeError, log, run  # noqa: E402
 from compose_smoke import Stack, alive_worker_ips, http, rounded, wait_for  # noqa: E402
 
 FAULTS = ("node-loss", "head-restart", "worker-cut-off")
-CUT_OFF_S = 40.0  # > ~20 s to node death and the 20 s RAY_gcs_rpc_server_reconnect_timeout_s
+CUT_OFF_S = 40.0  # > the ~30 s to node death: the retried trial runs before the node is back
 READYZ_LIMIT_S = 15.0  # /readyz answers within its checks' timeouts (ray_jobs_timeout_s = 10)
 
 
@@ -203,7 +204,7 @@ def worker_cut_off(cluster: Cluster, epochs: int) -> dict[str, Any]:
     gave_up_s = None
     try:
         dead_s = wait_node_dead(cluster, node, t0)
-        while time.monotonic() - t0 < CUT_OFF_S or gave_up_s is None and time.monotonic() - t0 < 120:
+        while time.monotonic() - t0 < CUT_OFF_S:  # whether the node gives up while cut off
             if gave_up_s is None and restarts(cid) > restarts_before:
                 gave_up_s = time.monotonic() - t0
             time.sleep(1)
@@ -214,8 +215,8 @@ def worker_cut_off(cluster: Cluster, epochs: int) -> dict[str, Any]:
             ["docker", "network", "connect", "--alias", "ray-worker", network, cid], timeout=60,
             check=False, capture=True).returncode == 0, 120, every=2)
     cut_s = time.monotonic() - t0
-    log(f"worker-cut-off: reconnected at {time.time():.1f}; the node's container restarted at "
-        f"{gave_up_s} s")
+    gave_up = "no" if gave_up_s is None else f"at {gave_up_s:.0f} s"
+    log(f"worker-cut-off: reconnected at {time.time():.1f}; the node gave up while cut off: {gave_up}")
     wait_for("the cut-off worker back in the cluster (2 ray-workers alive)",
              lambda: len(alive_worker_ips(cluster.stack, cluster.head)) == 2, 240)
     back_s = time.monotonic() - t0

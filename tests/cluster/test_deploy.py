@@ -117,12 +117,12 @@ def test_every_ray_node_has_the_same_token_and_tracking_settings() -> None:
 
 
 def test_ray_nodes_notice_a_lost_node_as_the_compose_cluster_does() -> None:
-    """The node-death and GCS-reconnect settings (docs/operations.md, "When a node fails"):
+    """The node-death and liveness settings (docs/operations.md, "When a node fails"):
     the same on every KubeRay node as on the compose cluster's, where the smoke's faults run."""
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     wanted = {k: str(v) for k, v in compose["x-ray-node-environment"].items()
-              if k.startswith(("RAY_health_check_", "RAY_gcs_rpc_server_reconnect", "RAY_raylet_liveness"))}
-    assert len(wanted) == 6 and int(wanted["RAY_gcs_rpc_server_reconnect_timeout_s"]) == 20
+              if k.startswith(("RAY_health_check_", "RAY_raylet_liveness"))}
+    assert len(wanted) == 5 and int(wanted["RAY_raylet_liveness_self_check_interval_ms"]) == 5000
     for name, template in ray_pod_templates().items():
         env = env_of(containers(template)[0])
         assert {k: env.get(k) for k in wanted} == wanted, name
