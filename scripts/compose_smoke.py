@@ -11,9 +11,11 @@ checks that its trials used both workers. Then it registers a small generated da
 (``POST /api/v1/datasets``, a Parquet body), runs scripts/compose_smoke_dataset_spec.yaml on it
 and checks that its trials ran on ray-worker containers and that every trial's MLflow run
 carries the dataset input (digest = the hash's first 32 hex characters) and the
-``dataset_sha256`` param equal to the registered hash; then ``docker compose down -v`` and a check that no
-container, volume or network of the project is left. The last line is the outcome and the
-wall time. ``--local-bases`` (the default when Docker Hub cannot be reached) builds on a
+``dataset_sha256`` param equal to the registered hash. Then the cluster's faults, each with a
+sweep on two workers (scripts/cluster_faults.py: a worker node killed, the head restarted;
+``--all-faults`` adds a worker cut off from the network, ``--no-faults`` skips them). Then
+``docker compose down -v`` and a check that no container, volume or network of the project is
+left. The last line is the outcome and the wall time. ``--local-bases`` (the default when Docker Hub cannot be reached) builds on a
 Debian base made here and runs Postgres and S3 stand-ins (docker/compose.standins.yml).
 """
 
@@ -266,6 +268,15 @@ def dataset_sweep(stack: Stack, api: str, head: str, mlflow: str) -> dict[str, A
     return result
 
 
+def rounded(value: Any) -> Any:
+    """Figures for the last line: seconds to the second, nested dicts included."""
+    if isinstance(value, float):
+        return round(value)
+    if isinstance(value, dict):
+        return {k: rounded(v) for k, v in value.items()}
+    return value
+
+
 def leftovers() -> list[str]:
     label = f"label=com.docker.compose.project={PROJECT}"
     left = []
@@ -308,6 +319,12 @@ def smoke(args: argparse.Namespace, figures: dict[str, Any]) -> None:
             f"{sorted(third['trial_nodes'])}")
         figures["sweep_s"] = [round(first["wall_s"]), round(second["wall_s"]),
                               round(third["wall_s"])]
+        if args.faults:
+            from cluster_faults import FAULTS, IN_SMOKE, run_faults  # it imports this module
+
+            t = time.monotonic()
+            figures["faults"] = run_faults(stack, FAULTS if args.all_faults else IN_SMOKE)
+            figures["faults_s"] = time.monotonic() - t
     except BaseException:
         stack("ps", "-a", check=False, timeout=60)
         stack("logs", "--no-color", "--tail=60", check=False, timeout=120)
@@ -331,6 +348,10 @@ def main(argv: list[str] | None = None) -> int:
     bases.add_argument("--hub-bases", dest="local_bases", action="store_false",
                        help="build on python:3.11-slim and run the real Postgres and MinIO images")
     parser.add_argument("--keep", action="store_true", help="leave the stack up at the end")
+    parser.add_argument("--no-faults", dest="faults", action="store_false",
+                        help="skip the cluster faults (scripts/cluster_faults.py) after the sweeps")
+    parser.add_argument("--all-faults", action="store_true",
+                        help="run worker-cut-off too (not by default: it can log an epoch twice)")
     parser.add_argument("--timeout", type=float, default=2400, help="limit per image build (s)")
     args = parser.parse_args(argv)
     start = time.monotonic()
@@ -347,9 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as error:  # noqa: BLE001 - a bug or an unexpected answer: still the one last line
         print(f"compose-smoke: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
         outcome, code = "FAILED", 1
-    summary = json.dumps({k: (round(v) if isinstance(v, float) else
-                              {t: round(s) for t, s in v.items()} if isinstance(v, dict) else v)
-                          for k, v in figures.items()})
+    summary = json.dumps(rounded(figures))
     print(f"compose-smoke: {outcome} in {time.monotonic() - start:.0f} s {summary}", flush=True)
     return code
 

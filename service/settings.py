@@ -90,6 +90,11 @@ class Settings(BaseSettings):
         2, ge=0, description="Times a sweep whose driver died is restarted before it fails."
     )
     poll_interval_s: float = Field(1.0, gt=0, description="How often the supervisor looks at drivers.")
+    head_restart_window_s: float = Field(
+        300.0, ge=0, description="A Ray head that stops answering and is back within this many "
+        "seconds without a sweep's driver (restarted without its state) gets the driver started "
+        "again as a new Ray Job with no restart spent; back later, it counts as a driver death.",
+    )
     lease_ttl_s: float = Field(
         10.0, gt=0, description="How long the supervisor lease in the store lasts without renewal "
         "(renewed every poll): a standby API process takes over this long after the leader died.",

@@ -116,6 +116,10 @@ TRIAL_HASH_TAG = "ksweep.trial_hash"
 """On a trial run: the content hash of everything that determined its result
 (:mod:`sweeps.plan.identity`); a sweep with ``reuse`` finds earlier trials by it."""
 FAILURE_TAG = "ksweep.failure"
+WRITER_TAG = "ksweep.writer"
+"""On a trial run: the process now writing its epochs. A retried trial claims the run before it
+reads what the run holds, and a process it superseded (a worker cut off from the network and
+given up by Ray) drops a write it retries afterwards instead of logging an epoch twice."""
 STOPPED_EARLY_TAG = "ksweep.stopped_early"
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 # Without it MLflow 3's UI opens an experiment on its GenAI traces overview.

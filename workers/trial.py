@@ -202,6 +202,7 @@ class TrialRunner:
         twice (one point per step).
         """
         logger = RunLogger.attach(tracking_uri, run_id, buffered=True)
+        logger.claim()  # before reading the run: a superseded process's late write is dropped
         last_step = logger.last_step()
         run = cls(trainer, logger, logged_epochs=max(trainer.epoch, last_step), plots=plots,
                   deferred=deferred)

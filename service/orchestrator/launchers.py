@@ -32,12 +32,16 @@ log = logging.getLogger("ksweep.launchers")
 
 
 class DriverHealth(StrEnum):
-    """What a launcher can say about a driver. Only ``dead`` makes the supervisor restart it;
-    ``unknown`` (the cluster did not answer) waits for the next look."""
+    """What a launcher can say about a driver. ``dead`` makes the supervisor restart it (a
+    restart of the sweep's budget); ``unknown`` (the cluster did not answer) waits for the next
+    look; ``lost`` (the cluster answers again but no longer knows the driver: a Ray head that
+    restarted without its state) restarts it without spending the budget when the head was
+    back within ``KSWEEP_HEAD_RESTART_WINDOW_S`` (:mod:`service.orchestrator.supervisor`)."""
 
     ALIVE = "alive"
     DEAD = "dead"
     UNKNOWN = "unknown"
+    LOST = "lost"
 
 
 class Launcher(Protocol):
@@ -45,8 +49,9 @@ class Launcher(Protocol):
 
     name: str
 
-    def launch(self, sweep_id: str, attempt: int) -> str:
-        """Start the driver; returns its handle (stored with the sweep)."""
+    def launch(self, sweep_id: str, attempt: int, relaunch: int = 0) -> str:
+        """Start the driver; returns its handle (stored with the sweep). ``relaunch`` counts
+        the starts of this attempt after a lost head (:func:`head_relaunches`)."""
 
     def health(self, sweep_id: str, handle: str) -> DriverHealth:
         """Whether the driver behind ``handle`` still runs, has ended, or cannot be told."""
@@ -62,6 +67,15 @@ class Launcher(Protocol):
 
 
 SECRET_ENV = ("KSWEEP_API_TOKENS", "KSWEEP_TOKEN")
+# Marks a driver started again after its Ray head restarted without its state: the Ray Job
+# "<sweep>-r1-h2" is attempt 2's third start (the service's sweep ids are hex: no "-h" in them).
+HEAD_RELAUNCH_MARK = "-h"
+
+
+def head_relaunches(handle: str | None) -> int:
+    """How many times the driver behind ``handle`` was started again after a lost head."""
+    _, mark, count = (handle or "").rpartition(HEAD_RELAUNCH_MARK)
+    return int(count) if mark and count.isdigit() else 0
 
 
 def driver_environment(settings: Settings) -> dict[str, str]:
@@ -106,7 +120,7 @@ class LocalLauncher:
         self.settings = settings
         self._children: dict[int, subprocess.Popen] = {}
 
-    def launch(self, sweep_id: str, attempt: int) -> str:
+    def launch(self, sweep_id: str, attempt: int, relaunch: int = 0) -> str:
         log_path = _driver_log(self.settings, sweep_id, attempt)
         # The API's tokens stay in the API: a driver and its trials never see them.
         env = {name: value for name, value in os.environ.items() if name not in SECRET_ENV}
@@ -250,11 +264,12 @@ class RayJobLauncher:
         return self._client
 
     @staticmethod
-    def submission_id(sweep_id: str, attempt: int) -> str:
-        return sweep_id if attempt <= 1 else f"{sweep_id}-r{attempt - 1}"
+    def submission_id(sweep_id: str, attempt: int, relaunch: int = 0) -> str:
+        base = sweep_id if attempt <= 1 else f"{sweep_id}-r{attempt - 1}"
+        return base + (f"{HEAD_RELAUNCH_MARK}{relaunch}" if relaunch else "")
 
-    def launch(self, sweep_id: str, attempt: int) -> str:
-        submission_id = self.submission_id(sweep_id, attempt)
+    def launch(self, sweep_id: str, attempt: int, relaunch: int = 0) -> str:
+        submission_id = self.submission_id(sweep_id, attempt, relaunch)
         self.client().submit_job(
             entrypoint=f"{sys.executable} -m {DRIVER_MODULE} {sweep_id}",
             submission_id=submission_id,
@@ -266,9 +281,9 @@ class RayJobLauncher:
     def health(self, sweep_id: str, handle: str) -> DriverHealth:
         """Asks the Jobs API (``GET /api/jobs/{id}``) with a timeout.
 
-        A job the cluster does not know (404: a head restarted without its state) is dead,
-        and the restarted driver resumes from the shared Tune state; no answer, an error
-        status or a timeout is unknown, so a dashboard blip never spends a restart.
+        A job the cluster does not know (404: a head restarted without its state) is lost, and
+        the restarted driver resumes from the shared Tune state; no answer, an error status
+        or a timeout is unknown, so a dashboard blip never spends a restart.
         """
         job_id = handle.removeprefix("ray-job:")
         url = f"{self.settings.ray_jobs_url.rstrip('/')}/api/jobs/{job_id}"
@@ -279,7 +294,7 @@ class RayJobLauncher:
                         sweep_id, error)
             return DriverHealth.UNKNOWN
         if response.status_code == 404:
-            return DriverHealth.DEAD
+            return DriverHealth.LOST
         if response.status_code != 200:
             log.warning("sweep %s: the Jobs API answered %d; driver health unknown",
                         sweep_id, response.status_code)

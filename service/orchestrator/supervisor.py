@@ -4,6 +4,13 @@ At start it reconciles: a running sweep whose driver is alive is simply watched 
 whose driver died is restarted (the driver resumes from its Tune state) until it has been
 started ``1 + max_driver_restarts`` times, after which the sweep fails with the reason.
 
+A Ray head that restarts takes the sweep's driver (a Ray Job on the head) with it: the Jobs API
+first does not answer (health ``unknown``: wait, spend nothing), then answers without the job
+(``lost``). A head back within ``head_restart_window_s`` of its first silence gets the driver
+started again as a new Ray Job of the same attempt (``<id>-h1``, ``-h2``...), which restores the
+sweep from its Tune state on the shared sweep root; no restart of the budget is spent. A head
+back later, or a job lost while the head never went silent, counts as a driver death.
+
 Several API processes may share one store: each runs this loop, but a pass only runs in the
 process holding the store's ``supervisor`` lease (:mod:`service.store.lease`), renewed every
 poll and taken over by a standby within ``lease_ttl_s`` when its holder dies.
@@ -13,10 +20,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from sqlalchemy import Row
 
-from service.orchestrator.launchers import DriverHealth, Launcher
+from service.orchestrator.launchers import DriverHealth, Launcher, head_relaunches
 from service.settings import Settings
 from service.store.db import SweepRow
 from service.store.lease import Lease, new_holder_id
@@ -35,6 +43,9 @@ class Supervisor:
         self.leading = False
         # Sweep id -> driver handle of the drivers whose health the last pass could not tell.
         self.unknown_health: dict[str, str] = {}
+        # Sweep id -> when (monotonic) its driver's health first turned unknown, until it is
+        # known again: how long the head was away when it answers without the driver.
+        self.unknown_since: dict[str, float] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         # Cancels and the loop never act on the same sweep at once.
@@ -75,10 +86,13 @@ class Supervisor:
         """One pass: deal with dead drivers, then start queued sweeps while there is room."""
         with self.lock:
             unknown = {}
-            for row in self.store.sweeps_in_state(SweepState.RUNNING.value):
+            running = self.store.sweeps_in_state(SweepState.RUNNING.value)
+            for row in running:
                 if self._watch(row) == DriverHealth.UNKNOWN:
                     unknown[row.id] = row.driver_handle
             self.unknown_health = unknown
+            for gone in set(self.unknown_since) - set(unknown):
+                del self.unknown_since[gone]
             room = self.settings.max_concurrent_sweeps - self.store.count_in_state(SweepState.RUNNING.value)
             if room > 0:
                 for row in self.store.sweeps_in_state(SweepState.QUEUED.value)[:room]:
@@ -92,6 +106,9 @@ class Supervisor:
                 return health
             if health == DriverHealth.UNKNOWN:  # ask again next tick; never spend a restart
                 log.info("sweep %s: driver %s health unknown; not restarting", row.id, handle)
+                self.unknown_since.setdefault(row.id, time.monotonic())
+                return health
+            if health == DriverHealth.LOST and self._relaunch_after_head_restart(row, handle):
                 return health
         fresh = self.store.get_sweep(row.id)  # the driver may have ended the sweep meanwhile
         if fresh is None or fresh.state != SweepState.RUNNING:
@@ -110,14 +127,38 @@ class Supervisor:
                 f"the driver died {fresh.attempts} times (KSWEEP_MAX_DRIVER_RESTARTS="
                 f"{self.settings.max_driver_restarts}); last: {reason}"))
 
-    def _launch(self, sweep_id: str, *, attempt: int, from_states: tuple[str, ...]) -> None:
+    def _relaunch_after_head_restart(self, row: SweepRow, handle: str) -> bool:
+        """Start a lost driver again without spending a restart, when its head went silent and
+        came back within the window; False (a driver death) otherwise."""
+        since = self.unknown_since.pop(row.id, None)
+        if since is None:  # never silent: not a head restart this process saw
+            return False
+        away_s = time.monotonic() - since
+        if away_s > self.settings.head_restart_window_s:
+            log.warning("sweep %s: the Ray head was away %.0f s (KSWEEP_HEAD_RESTART_WINDOW_S=%g): "
+                        "its lost driver counts as dead", row.id, away_s,
+                        self.settings.head_restart_window_s)
+            return False
+        fresh = self.store.get_sweep(row.id)
+        if fresh is None or fresh.state != SweepState.RUNNING:
+            return True
+        relaunch = head_relaunches(handle) + 1
+        log.warning("sweep %s: the Ray head answered again after %.0f s without driver %s; "
+                    "starting it again (attempt %d, start %d after a head restart; no restart spent)",
+                    row.id, away_s, handle, fresh.attempts, relaunch)
+        self._launch(row.id, attempt=fresh.attempts, relaunch=relaunch,
+                     from_states=(SweepState.RUNNING.value,))
+        return True
+
+    def _launch(self, sweep_id: str, *, attempt: int, from_states: tuple[str, ...],
+                relaunch: int = 0) -> None:
         # Marked running before the process exists: the driver only runs running sweeps, and
         # an API that dies right here restarts it at the next start.
         if not self.store.mark_launched(sweep_id, launcher=self.launcher.name, handle=LAUNCHING,
                                         attempts=attempt, from_states=from_states):
             return
         try:
-            handle = self.launcher.launch(sweep_id, attempt)
+            handle = self.launcher.launch(sweep_id, attempt, relaunch)
         except (OSError, RuntimeError, ValueError) as error:  # Popen, or the Jobs API refused
             self.store.finish(sweep_id, SweepState.FAILED.value, from_states=(SweepState.RUNNING.value,),
                               error=f"could not start the driver: {type(error).__name__}: {error}")

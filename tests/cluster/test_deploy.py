@@ -116,6 +116,18 @@ def test_every_ray_node_has_the_same_token_and_tracking_settings() -> None:
         assert env["KSWEEP_SWEEP_ROOT"] == api_env["KSWEEP_SWEEP_ROOT"] == SWEEP_ROOT, name
 
 
+def test_ray_nodes_notice_a_lost_node_as_the_compose_cluster_does() -> None:
+    """The node-death and liveness settings (docs/operations.md, "When a node fails"):
+    the same on every KubeRay node as on the compose cluster's, where the smoke's faults run."""
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    wanted = {k: str(v) for k, v in compose["x-ray-node-environment"].items()
+              if k.startswith(("RAY_health_check_", "RAY_raylet_liveness"))}
+    assert len(wanted) == 5 and int(wanted["RAY_raylet_liveness_self_check_interval_ms"]) == 5000
+    for name, template in ray_pod_templates().items():
+        env = env_of(containers(template)[0])
+        assert {k: env.get(k) for k in wanted} == wanted, name
+
+
 def test_every_secret_reference_is_a_key_of_the_secret() -> None:
     keys = set(OBJECTS["Secret"]["stringData"])
     templates = [OBJECTS["Deployment"]["spec"]["template"], *ray_pod_templates().values()]

@@ -75,7 +75,7 @@ def _launcher(tmp_path: Path, url: str) -> RayJobLauncher:
 @pytest.mark.parametrize(("job_id", "expected"), [
     ("running", DriverHealth.ALIVE), ("pending", DriverHealth.ALIVE),
     ("finished", DriverHealth.DEAD), ("failed", DriverHealth.DEAD),
-    ("forgotten-by-a-restarted-head", DriverHealth.DEAD), ("sick", DriverHealth.UNKNOWN),
+    ("forgotten-by-a-restarted-head", DriverHealth.LOST), ("sick", DriverHealth.UNKNOWN),
 ])
 def test_ray_job_health_from_the_jobs_api(tmp_path, jobs_api, job_id, expected):
     assert _launcher(tmp_path, jobs_api).health("s1", f"ray-job:{job_id}") == expected

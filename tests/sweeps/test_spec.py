@@ -19,7 +19,8 @@ EXAMPLES = sorted((ROOT / "sweeps" / "examples").glob("*.yaml"))
 # Every spec the project ships, the compose smoke run's among them (its 422 was found only
 # by a real run).
 SHIPPED = [*EXAMPLES, ROOT / "scripts" / "compose_smoke_spec.yaml",
-           ROOT / "scripts" / "compose_smoke_dataset_spec.yaml"]
+           ROOT / "scripts" / "compose_smoke_dataset_spec.yaml",
+           ROOT / "scripts" / "cluster_faults_spec.yaml"]
 
 
 def spec(**fields: Any) -> SweepSpec:

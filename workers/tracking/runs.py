@@ -32,7 +32,7 @@ from mlflow.utils.validation import (
     MAX_PARAMS_TAGS_PER_BATCH,
 )
 
-from workers.contract import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, mlflow_ui_url
+from workers.contract import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, WRITER_TAG, mlflow_ui_url
 from workers.tracking.params import flatten_config
 from workers.tracking.retry import retrying, step_logged
 from workers.tracking.writer import MetricWriter
@@ -125,7 +125,8 @@ class RunLogger:
         self._client = client
         self._run_id = run_id
         self._experiment_id = experiment_id
-        self._writer = MetricWriter(client, run_id) if buffered else None
+        self.owner = uuid.uuid4().hex  # this process's claim on the run (:meth:`claim`)
+        self._writer = MetricWriter(client, run_id, owner=self.owner) if buffered else None
 
     @classmethod
     def start(
@@ -219,6 +220,15 @@ class RunLogger:
 
     def _retry(self, call: Any, what: str) -> Any:
         return retrying(call, f"{what} of run {self._run_id}")
+
+    def claim(self) -> None:
+        """Make this logger the run's writer (``WRITER_TAG``): writes the one before it still
+        retries are then dropped (:meth:`MetricWriter.superseded`)."""
+        self._retry(lambda: self._client.set_tag(self._run_id, WRITER_TAG, self.owner), "claim")
+
+    def superseded(self) -> bool:
+        """Whether another logger claimed the run since (False when not buffered)."""
+        return self._writer is not None and self._writer.superseded()
 
     def last_step(self) -> int:
         """The highest step any metric of the run was logged at (0 when none)."""

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from mlflow.entities import Metric
 
+from workers.contract import WRITER_TAG
 from workers.settings import worker_settings
 from workers.tracking.retry import outage_budget_s, retrying, step_logged
 
@@ -261,8 +262,9 @@ def create_run_later(new_run: RunRequest) -> Future[tuple[str, str]]:
 class MetricWriter:
     """Queues a run's metric batches for the process's writer thread (see the module doc)."""
 
-    def __init__(self, client, run_id: str, sync_wait_s: float | None = None) -> None:
-        self._client, self._run_id = client, run_id
+    def __init__(self, client, run_id: str, sync_wait_s: float | None = None,
+                 owner: str | None = None) -> None:
+        self._client, self._run_id, self.owner = client, run_id, owner
         self._sync_wait_s = worker_settings().mlflow_sync_wait_s if sync_wait_s is None else sync_wait_s
         self._pending: deque[tuple[list[Metric], float]] = deque()
         self._error: BaseException | None = None  # a batch that could not be written at all
@@ -332,4 +334,17 @@ class MetricWriter:
                 raise
 
         retrying(call, f"log_batch of step {first.step} to run {self._run_id}",
-                 done=lambda: step_logged(self._client, self._run_id, first.key, first.step))
+                 done=lambda: step_logged(self._client, self._run_id, first.key, first.step)
+                 or self.superseded())
+
+    def superseded(self) -> bool:
+        """Whether another process claimed the run (``WRITER_TAG``): a retried write of this
+        one is then dropped, the epoch being the new writer's to log."""
+        if self.owner is None:
+            return False
+        writer = self._client.get_run(self._run_id).data.tags.get(WRITER_TAG)
+        if writer is None or writer == self.owner:
+            return False
+        log.warning("run %s was taken over by writer %s: a write of writer %s is dropped",
+                    self._run_id, writer, self.owner)
+        return True
