@@ -28,18 +28,13 @@ from sweeps.tune.trainable import (
     open_trial_run,
     trial_run_options,
 )
-from workers.contract import (
-    FAILURE_TAG,
-    HISTORY_METRICS,
-    METRIC_NAMES,
-    STOPPED_EARLY_TAG,
-    TrainingStatus,
-    failure_text,
-)
+from workers.contract import HISTORY_METRICS, METRIC_NAMES, TrainingStatus, failure_text
+from workers.tracking.run_end import end_run_by_id, run_end
 from workers.tracking.writer import create_run_later
 
 if TYPE_CHECKING:  # the training stack is imported where a trial runs: the driver never loads torch
     from sweeps.spec.trials import TrialConfigs
+    from sweeps.tune.trial_context import TrialContext
     from workers.cohort.chunked import ChunkedCohort
     from workers.cohort.trainer import Cohort, Member
     from workers.trial import TrialRunner
@@ -72,28 +67,22 @@ def progress_record(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def _close(member: Member, run: TrialRunner | None) -> None:
-    """End a member's run the way a lone trial's run ends (TrialRunner.train); None: a member
-    replayed after its run had ended (nothing to write)."""
-    if run is None:
-        return
-    if member.status == TrainingStatus.FAILED:
-        run.logger.set_tags({FAILURE_TAG: member.error or TrainingStatus.FAILED.value})
-    run.log_plots()
-    run.logger.finish("FAILED" if member.status == TrainingStatus.FAILED else "FINISHED")
+    """End a member's run the way a lone trial's run ends (:meth:`TrialRunner.end`); None: a
+    member replayed after its run had ended (nothing to write)."""
+    if run is not None:
+        run.end(run_end(member.status, member.error))
 
 
 def _close_leftover(client: MlflowClient, record: dict[str, Any]) -> None:
     """A member that ended before a kill, whose run the kill left RUNNING: end it now."""
     if record.get("run_id") and client.get_run(record["run_id"]).info.status == "RUNNING":
-        if record["state"] == TrainingStatus.FAILED:
-            client.set_tag(record["run_id"], FAILURE_TAG, record.get("error") or TrainingStatus.FAILED.value)
-        client.set_terminated(record["run_id"], "FAILED" if record["state"] == TrainingStatus.FAILED else "FINISHED")
+        end_run_by_id(client, record["run_id"], run_end(record["state"], record.get("error")))
 
 
 class _CohortTrial:
     """The state of one cohort Tune trial: its members' records, runs and cohort."""
 
-    def __init__(self, params: dict[str, Any], configs: TrialConfigs, context: dict[str, Any]) -> None:
+    def __init__(self, params: dict[str, Any], configs: TrialConfigs, context: TrialContext) -> None:
         self.members: list[dict[str, Any]] = params[MEMBERS]
         self.context = context
         self.cohort_id = tune.get_context().get_trial_id()
@@ -114,7 +103,7 @@ class _CohortTrial:
         if folder is not None:
             saved = json.loads((folder / MEMBERS_FILE).read_text())
             self.records = saved
-            client = MlflowClient(tracking_uri=self.context["tracking_uri"])
+            client = MlflowClient(tracking_uri=self.context.tracking_uri)
             for record in saved:
                 if record["state"] in ENDED:
                     _close_leftover(client, record)
@@ -126,10 +115,10 @@ class _CohortTrial:
 
         checkpoints = ({i: folder / f"member_{k}.pt" for i, k in enumerate(self.running)}
                        if folder is not None else None)
-        cohort = open_cohort([self.configs[k] for k in self.running], self.context["cache_root"],
+        cohort = open_cohort([self.configs[k] for k in self.running], self.context.cache_root,
                              checkpoints)
         self.runs = []
-        client = MlflowClient(tracking_uri=self.context["tracking_uri"])
+        client = MlflowClient(tracking_uri=self.context.tracking_uri)
         fresh = {self.records[k]["trial_id"] for k in self.running if not self.records[k]["run_id"]}
         if fresh:  # one search for the cohort: every member's run carries the cohort's tag
             delete_leftover_runs(self.context, {COHORT_TAG: self.cohort_id}, fresh)
@@ -170,7 +159,7 @@ class _CohortTrial:
                     raise
                 continue
             self.runs[position] = TrialRunner.created(
-                cohort.members[position].trainer, self.context["tracking_uri"], run_id,
+                cohort.members[position].trainer, self.context.tracking_uri, run_id,
                 experiment_id, **trial_run_options(self.context))
             self.records[self.running[position]]["run_id"] = run_id
 
@@ -246,16 +235,15 @@ class _CohortTrial:
             if run is None:
                 continue
             if error is None:
-                run.logger.set_tags({STOPPED_EARLY_TAG: "true"})
-                run.logger.finish("FINISHED")
+                run.end(run_end(TrainingStatus.STOPPED, stopped_early=True))
             else:
                 member.status, member.error = TrainingStatus.FAILED.value, failure_text(error)
                 _close(member, run)
 
 
-def train_cohort(params: dict[str, Any], *, configs: TrialConfigs, context: dict[str, Any]) -> None:
+def train_cohort(params: dict[str, Any], *, configs: TrialConfigs, context: TrialContext) -> None:
     """Tune function trainable of a cohort. ``params[members]``: each member's lone params;
-    ``context``'s ``metric`` and ``mode``: what the cohort reports to Tune as its own value.
+    ``context.metric`` and ``context.mode``: what the cohort reports to Tune as its own value.
 
     A member's run is made by the metric writer's process while the first epoch trains, and
     waited for before that epoch is logged (each epoch chunk by chunk where the device cannot
@@ -277,13 +265,13 @@ def train_cohort(params: dict[str, Any], *, configs: TrialConfigs, context: dict
     else:
         cohort = trial.open(None)
     if behind:  # Tune restored an older checkpoint's records: one report brings them up to date
-        trial.report(cohort, context["metric"], context["mode"])
+        trial.report(cohort, context.metric, context.mode)
     if cohort is None:
         return
     try:
         while cohort.active:
             trial.epoch(cohort)
-            trial.report(cohort, context["metric"], context["mode"])
+            trial.report(cohort, context.metric, context.mode)
             trial.close_ended(cohort)
     except SystemExit:  # Tune stopped the trial (time budget, cancel): as a lone trial
         trial.stop_running(cohort, None)
