@@ -33,6 +33,7 @@ from workers.tracking.runs import NewRun, ensure_experiment
 
 if TYPE_CHECKING:  # the training stack is imported where a trial runs: the driver never loads torch
     from sweeps.spec.trials import TrialConfigs
+    from sweeps.tune.trial_context import TrialContext
     from workers.train import Trainer
     from workers.trial import TrialRunner
 
@@ -45,13 +46,13 @@ def param_tag(name: str) -> str:
     return f"{TAG_PREFIX}{name}"
 
 
-def delete_leftover_runs(context: dict[str, Any], tags: dict[str, str],
+def delete_leftover_runs(context: TrialContext, tags: dict[str, str],
                          trial_ids: set[str] | None = None) -> None:
     """Delete the sweep's runs carrying ``tags`` (one search), only those of ``trial_ids``
     when given: the runs a trial started before its last failure, with no checkpoint."""
-    client = MlflowClient(tracking_uri=context["tracking_uri"])
-    experiment_id = ensure_experiment(client, context["experiment_name"])
-    stale_filter = runs_with_tag_filter(**{SWEEP_ID_TAG: context["sweep_id"], **tags})
+    client = MlflowClient(tracking_uri=context.tracking_uri)
+    experiment_id = ensure_experiment(client, context.experiment_name)
+    stale_filter = runs_with_tag_filter(**{SWEEP_ID_TAG: context.sweep_id, **tags})
     stale_runs = retrying(lambda: client.search_runs([experiment_id], filter_string=stale_filter),
                           f"search for leftover runs of {tags}")
     for run_id in [stale.info.run_id for stale in stale_runs
@@ -61,12 +62,12 @@ def delete_leftover_runs(context: dict[str, Any], tags: dict[str, str],
 
 
 def open_trial_run(
-    trainer: Trainer, params: dict[str, Any], context: dict[str, Any], trial_id: str,
+    trainer: Trainer, params: dict[str, Any], context: TrialContext, trial_id: str,
     checkpoint_run_id: str | None, extra_tags: dict[str, str] | None = None,
     leftovers_deleted: bool = False,
 ) -> TrialRunner:
     """The trial's MLflow run: deferred (its caller settles it before each ``tune.report``), with
-    PNGs when ``context["trial_plots"]`` (the spec's ``tracking.trial_plots``; absent: none).
+    PNGs when ``context.trial_plots`` (the spec's ``tracking.trial_plots``).
 
     Resumed from a checkpoint: attach to the run recorded in it. Started afresh (first
     try, or a retry before any checkpoint): a leftover run of this trial is deleted
@@ -75,7 +76,7 @@ def open_trial_run(
     """
     from workers.trial import TrialRunner
 
-    uri = context["tracking_uri"]
+    uri = context.tracking_uri
     if checkpoint_run_id is not None:
         return TrialRunner.attach(trainer, uri, checkpoint_run_id, **trial_run_options(context))
     if not leftovers_deleted:
@@ -84,26 +85,26 @@ def open_trial_run(
     return TrialRunner.created(trainer, uri, *new_run.create(), **trial_run_options(context))
 
 
-def trial_run_options(context: dict[str, Any]) -> dict[str, bool]:
+def trial_run_options(context: TrialContext) -> dict[str, bool]:
     """How a sweep's trial run logs: deferred epochs, PNGs only with ``tracking.trial_plots``."""
-    return {"plots": bool(context.get("trial_plots", False)), "deferred": True}
+    return {"plots": context.trial_plots, "deferred": True}
 
 
-def new_trial_run(trainer: Trainer, params: dict[str, Any], context: dict[str, Any], trial_id: str,
+def new_trial_run(trainer: Trainer, params: dict[str, Any], context: TrialContext, trial_id: str,
                   extra_tags: dict[str, str] | None = None) -> NewRun:
     """A sweep trial's new run: its tags (sweep, trial, kind, one per search param) and params."""
     from workers.trial import TrialRunner
 
-    tags = {SWEEP_ID_TAG: context["sweep_id"], TRIAL_ID_TAG: trial_id, RUN_KIND_TAG: RUN_KIND_TRIAL,
+    tags = {SWEEP_ID_TAG: context.sweep_id, TRIAL_ID_TAG: trial_id, RUN_KIND_TAG: RUN_KIND_TRIAL,
             **{param_tag(k): v for k, v in params.items()}, **(extra_tags or {})}
-    return TrialRunner.new_run(trainer, context["tracking_uri"], context["experiment_name"],
-                            trainer.config.name or trial_id, tags, context["parent_run_id"])
+    return TrialRunner.new_run(trainer, context.tracking_uri, context.experiment_name,
+                            trainer.config.name or trial_id, tags, context.parent_run_id)
 
 
-def _ended_run(context: dict[str, Any], run_id: str) -> str | None:
+def _ended_run(context: TrialContext, run_id: str) -> str | None:
     """How the run ended when it ended FINISHED: stopped (early, by the scheduler) or finished
     (a :class:`~workers.contract.TrainingStatus` value); None when it did not."""
-    client = MlflowClient(tracking_uri=context["tracking_uri"])
+    client = MlflowClient(tracking_uri=context.tracking_uri)
     run = retrying(lambda: client.get_run(run_id), f"get run {run_id}")
     if run.info.status != "FINISHED":
         return None
@@ -111,7 +112,7 @@ def _ended_run(context: dict[str, Any], run_id: str) -> str | None:
     return (TrainingStatus.STOPPED if stopped else TrainingStatus.FINISHED).value
 
 
-def train_trial(params: dict[str, Any], *, configs: TrialConfigs, context: dict[str, Any]) -> None:
+def train_trial(params: dict[str, Any], *, configs: TrialConfigs, context: TrialContext) -> None:
     """Tune function trainable. ``params``: alpha, loss_stack, model, seed; ``configs`` builds
     this trial's configuration from them (the sweep's template and stacks, not its spec)."""
     from workers.train import Trainer
@@ -119,7 +120,7 @@ def train_trial(params: dict[str, Any], *, configs: TrialConfigs, context: dict[
 
     config = configs.trial_config_for(params)
     trial_id = tune.get_context().get_trial_id()
-    trainer = Trainer.create(config, context["cache_root"])
+    trainer = Trainer.create(config, context.cache_root)
     checkpoint_run_id, tune_epoch = None, None
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:

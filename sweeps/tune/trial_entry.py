@@ -15,6 +15,7 @@ from workers.imports import heavy_imports
 
 if TYPE_CHECKING:
     from sweeps.spec.trials import TrialConfigs
+    from sweeps.tune.trial_context import TrialContext
 
 
 @functools.cache
@@ -39,7 +40,7 @@ def load_training_stack(tracking_uri: str | None = None) -> None:
 
 
 def train_sweep_trial(params: dict[str, Any], *, configs: TrialConfigs,
-                      context: dict[str, Any]) -> None:
+                      context: TrialContext) -> None:
     """The sweep's Tune function trainable: a cohort of K > 1 by
     :func:`sweeps.tune.cohort_trainable.train_cohort`, a lone trial (cohort size 1, or a cohort
     of one) by :func:`sweeps.tune.trainable.train_trial`."""
@@ -53,8 +54,8 @@ def train_sweep_trial(params: dict[str, Any], *, configs: TrialConfigs,
         # this process's, not beside the first epoch's training.
         with heavy_imports():
             from workers.tracking.writer import write_in_child_process
-        write_in_child_process(tracking_uri=context["tracking_uri"])
-    load_training_stack(context["tracking_uri"])
+        write_in_child_process(tracking_uri=context.tracking_uri)
+    load_training_stack(context.tracking_uri)
     from sweeps.tune.cohort_trainable import train_cohort
     from sweeps.tune.trainable import train_trial
 

@@ -12,6 +12,7 @@ from mlflow.tracking import MlflowClient
 
 import sweeps.tune.trainable as trainable
 import workers.trial
+from sweeps.tune.trial_context import TrialContext
 from tests.support.mlflow_store import sqlite_store_uri
 from workers.contract import SWEEP_ID_TAG, TRIAL_ID_TAG
 from workers.tracking.runs import ensure_experiment
@@ -53,8 +54,9 @@ def test_leftover_run_is_deleted_through_an_outage(tmp_path, monkeypatch):
         new_run=lambda *args: opened.append(args[4]) or SimpleNamespace(create=lambda: ("id", "0")),
         created=lambda *args, **kwargs: "run"))
     trainer = SimpleNamespace(config=SimpleNamespace(name="t1"))
-    context = {"tracking_uri": uri, "experiment_name": "retry-trainable", "sweep_id": "s1",
-               "parent_run_id": None}
+    context = TrialContext(tracking_uri=uri, experiment_name="retry-trainable", sweep_id="s1",
+                           parent_run_id=None, cache_root=str(tmp_path), metric="val/loss",
+                           mode="min")
 
     assert trainable.open_trial_run(trainer, {"alpha": 0.5}, context, "t1", None) == "run"
 
