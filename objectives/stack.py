@@ -126,4 +126,4 @@ class LossStack:
             values[name] = value
             if weights[name] != 0.0:
                 total = total + weights[name] * value.to(total.dtype)
-        return LossOutput(total, values, weights, context._stats.get(self.alpha))
+        return LossOutput(total, values, weights, context.cached_stats(self.alpha))

@@ -35,7 +35,7 @@ BAD_INPUT = (400, 404, 409, 413, 422)
 
 
 @contextlib.contextmanager
-def _exits() -> Iterator[None]:
+def api_errors_exit() -> Iterator[None]:
     """Print a client error and exit: 2 for bad input, a missing sweep or a wrong state; 4
     when the service is down or failed."""
     try:
@@ -54,7 +54,7 @@ def _exits() -> Iterator[None]:
 def request_or_exit(method: str, path: str, **kwargs: Any) -> httpx.Response:
     """One API call for the CLI's other command groups (``ksweep data``): the response, or
     the problem printed and an exit as every command's."""
-    with _exits(), Client() as client:
+    with api_errors_exit(), Client() as client:
         return client.request(method, path, **kwargs)
 
 
@@ -63,7 +63,7 @@ def submit_command(
     idempotency_key: str = typer.Option(None, help="Resubmitting with the same key is safe."),
 ) -> None:
     """Submit a sweep; prints its id and URLs."""
-    with _exits(), Client() as client:
+    with api_errors_exit(), Client() as client:
         sweep = client.submit(spec_path, idempotency_key=idempotency_key)
     console.print(f"sweep [bold]{sweep.id}[/bold] ({sweep.name}): {sweep.state}, "
                   f"{sweep.counters.total} trials")
@@ -74,7 +74,7 @@ def submit_command(
 
 def status_command(sweep_id: str = typer.Argument(None, help="A sweep id; omit to list sweeps.")) -> None:
     """One sweep's state, counters, best so far and ETA; or the list of sweeps."""
-    with _exits(), Client() as client:
+    with api_errors_exit(), Client() as client:
         if sweep_id is None:
             page = client.list(limit=50)
             table = Table(title=f"sweeps ({page.total})")
@@ -107,7 +107,7 @@ def watch_command(
                         MofNCompleteColumn(), TextColumn("{task.fields[state]}"),
                         TextColumn("{task.fields[best]}"), TextColumn("ETA {task.fields[eta]}"),
                         TimeElapsedColumn(), console=console)
-    with _exits(), Client() as client, progress:
+    with api_errors_exit(), Client() as client, progress:
         task = progress.add_task(sweep_id, total=None, state="", best="-", eta="-")
         while True:
             sweep = client.get(sweep_id)
@@ -129,7 +129,7 @@ def watch_command(
 
 def cancel_command(sweep_id: str = typer.Argument(..., help="The sweep to cancel.")) -> None:
     """Cancel a sweep (its driver and trials stop; finished trials stay in MLflow)."""
-    with _exits(), Client() as client:
+    with api_errors_exit(), Client() as client:
         sweep = client.cancel(sweep_id)
     console.print(f"sweep {sweep_id}: {sweep.state} ({counter_line(sweep)})")
 
@@ -149,7 +149,7 @@ def report_command(
     as_json: bool = typer.Option(False, "--json", help="Same as --format json.", hidden=True),
 ) -> None:
     """The comparison: alpha x loss_stack x model, mean and 95% interval over seeds."""
-    with _exits(), Client() as client:
+    with api_errors_exit(), Client() as client:
         # Several sweeps: one report over all of them (GET /sweeps:compare), no MLflow link.
         report = client.compare(sweep_ids) if len(sweep_ids) > 1 else client.report_json(sweep_ids[0])
         sweep = None if len(sweep_ids) > 1 else client.get(sweep_ids[0])
@@ -195,7 +195,7 @@ def export_command(
     """Write one table of a sweep (trials, cells, contrasts, history) as CSV, Parquet or JSON
     records."""
     names = [m for m in (metrics or "").split(",") if m] or None
-    with _exits(), Client() as client:
+    with api_errors_exit(), Client() as client:
         frame = client.frame(sweep_id, table.value, names)
     if format is ExportFormat.parquet and output is None:
         output = Path(f"{sweep_id}-{table.value}.parquet")

@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 
 from ksweep import Client
-from ksweep.cli.client import _exits, console
+from ksweep.cli.client import api_errors_exit, console
 from service.api.schemas import ExtensionPlan
 
 SHOWN_NEW_ROWS = 40
@@ -90,7 +90,7 @@ def extend_command(
             "loss_stacks": _values(loss_stacks, str, "--loss-stacks"),
             "models": _values(models, str, "--models"), "beta": _values(beta, float, "--beta"),
             "free_bits": _values(free_bits, float, "--free-bits")}
-    with _exits(), Client() as client:
+    with api_errors_exit(), Client() as client:
         if validate:
             plan = client.validate_extension(sweep_id, **axes)
         else:

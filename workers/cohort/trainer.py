@@ -110,6 +110,24 @@ class Cohort:
     def epoch(self) -> int:
         return min((m.trainer.epoch for m in self.members), default=0)
 
+    # -- what a compiled step and the phases read (workers/cohort/compiled.py, phases.py) -----
+
+    @property
+    def rows(self) -> list[Member]:
+        """The stacked members, row by row (row k of every stacked tensor is ``rows[k]``)."""
+        return self._rows
+
+    @property
+    def train_tensors(self) -> dict[str, torch.Tensor]:
+        """The members' train splits stacked, one copy per distinct split: each field of the
+        split, ``decoder_input`` and ``base_nll``, ``[S, N, ...]``."""
+        return self._data
+
+    @property
+    def train_source(self) -> torch.Tensor:
+        """``[K]``: which of :attr:`train_tensors`' splits row k trains on."""
+        return self._source
+
     # -- stacking ---------------------------------------------------------------------------
 
     def _stack(self) -> None:
@@ -198,7 +216,7 @@ class Cohort:
         training = active[0].config.training
         groups = loss_groups(active, self._data["target"].shape[1], self.device)
         size = self._data["target"].shape[1]
-        order = torch.stack([torch.randperm(size, generator=m.trainer._generator) for m in active])
+        order = torch.stack([torch.randperm(size, generator=m.trainer.batch_generator) for m in active])
         inject = [m.config.training.inject_nan_at_step for m in active]
         sums = [{} for _ in groups]
         counts = [0 for _ in groups]
@@ -306,7 +324,7 @@ class Cohort:
             member.step_losses.extend(step_losses.tolist())
             count = max(1, int(counts[k]))
             train = {f"train/{key}": float(v) / count for key, v in sums[k].items()}
-            train.update({f"train/{key}": v for key, v in trainer._kappa_metrics["train"].items()})
+            train.update({f"train/{key}": v for key, v in trainer.kappa_metrics["train"].items()})
             train[PERF_EPOCH_SECONDS] = elapsed
             train[PERF_TOKENS_PER_SECOND] = int(trainer.train_data.split.mask.sum()) / elapsed
             train["perf/cohort_size"] = float(len(active))
