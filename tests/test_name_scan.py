@@ -139,7 +139,7 @@ def test_no_module_spells_a_contract_name_outside_its_home() -> None:
 def test_each_value_has_its_home() -> None:
     values = contract_values()
     assert values["ksweep.state"] == ("STATE_TAG", {"sweeps/status.py"})
-    assert values["ksweep.cohort"] == ("COHORT_TAG", {"sweeps/tune/cohort_trainable.py"})
+    assert values["ksweep.cohort"] == ("COHORT_TAG", {"sweeps/tune/member_runs.py"})
     assert values["val/loss"][1] == {CONTRACT}
     assert values["finished"] == ("TrainingStatus", {CONTRACT})
     assert values["running"][1] == {CONTRACT, "sweeps/status.py"}
@@ -300,9 +300,9 @@ def private_attribute_reads(path: Path) -> set[str]:
         if not (isinstance(node, ast.Attribute) and node.attr.startswith("_")
                 and not node.attr.startswith("__")) or node.attr in own:
             continue
-        if isinstance(node.value, ast.Name):
-            if node.value.id in ("self", "cls") or f"{node.value.id}.{node.attr}" in ALLOWED_PRIVATE:
-                continue
+        if isinstance(node.value, ast.Name) and (
+                node.value.id in ("self", "cls") or f"{node.value.id}.{node.attr}" in ALLOWED_PRIVATE):
+            continue
         found.add(f"{node.lineno}: {ast.unparse(node)}")
     return found
 

@@ -253,10 +253,7 @@ class TrialRunner:
                 self.log_epoch(metrics)
                 if after_epoch is not None:
                     after_epoch(trainer, trainer.epoch, metrics)
-            if not trainer.final_metrics:  # resumed from a checkpoint of a finished trial
-                final = trainer.finalize()  # (also restores the selected weights for the plots)
-                if self.logged_epochs < trainer.epoch or self.final_pending:  # else logged
-                    self.logger.log_metrics(final, step=trainer.epoch)
+            self.log_final()
         except SystemExit:
             # ASHA also "stops" a trial at max_t, right after its last epoch: not early.
             self.end(run_end(TrainingStatus.STOPPED, stopped_early=not trainer.finished))
@@ -266,6 +263,16 @@ class TrialRunner:
             raise
         self.end(run_end(TrainingStatus.FINISHED))
         return metrics
+
+    def log_final(self) -> None:
+        """For a trainer restored from a checkpoint of its last epoch: :meth:`Trainer.finalize`
+        (which also restores the selected weights for the plots), its values logged at the last
+        step unless the run holds them already."""
+        trainer = self.trainer
+        if not trainer.final_metrics:
+            final = trainer.finalize()
+            if self.logged_epochs < trainer.epoch or self.final_pending:  # else logged
+                self.logger.log_metrics(final, step=trainer.epoch)
 
     def end(self, end: RunEnd) -> None:
         """End the run as ``end`` says (the one rule: :func:`workers.tracking.run_end.run_end`):

@@ -23,7 +23,7 @@ from sweeps.report.readout_table import TrialOutcome
 from sweeps.spec import SweepSpec
 from sweeps.status import ProgressSink, SweepStatus, TrialState, finished_state
 from sweeps.tune.cohort_results import member_state, saved_members
-from sweeps.tune.cohort_trainable import member_trial_id
+from sweeps.tune.member_runs import member_trial_id
 from sweeps.tune.progress_callback import LIVE, ProgressCallback, trial_record
 from sweeps.tune.reuse import find_reusable, reused_outcomes
 from sweeps.tune.search_space import MEMBERS, is_cohort
