@@ -6,8 +6,9 @@ process, without Ray: ``ray.tune``'s session calls (``get_context``, ``get_check
 in a temporary folder, trains the quickstart sweep's trial config (alpha 1,
 ``raw_token_weighted``, seed 0: 8 epochs, 1,024 training examples), checkpoints and reports
 every epoch and ends its run. ``lone``: the trial's Tune config as a sweep of lone trials
-(``resources.cohort_size: 1``) gives it; ``cohort K=1``: the same trial as the one member of
-a cohort (``members: [params]``). The two alternate (``--repeats`` rounds after one warm-up
+(``resources.cohort_size: 1``) gives it, which since the one trainable is a cohort of one on
+its lone trainer (the K = 1 trial); ``cohort K=1``: the same trial as the one member of a
+stacked cohort (``members: [params]``, which no plan makes: a cohort of one runs as the first). The two alternate (``--repeats`` rounds after one warm-up
 each), torch on one thread as Ray gives a trial, and each is printed as its median wall and
 process-CPU seconds and its ratio to ``lone``.
 

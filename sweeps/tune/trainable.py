@@ -39,12 +39,8 @@ from workers.tracking.run_end import run_end
 if TYPE_CHECKING:  # the training stack is imported where a trial runs: the driver never loads torch
     from sweeps.spec.trials import TrialConfigs
     from sweeps.tune.trial_context import TrialContext
-    from workers.cohort.chunked import ChunkedCohort
-    from workers.cohort.solo import SoloCohort
-    from workers.cohort.trainer import Cohort
+    from sweeps.tune.trial_layouts import Engine
     from workers.trial import TrialRunner
-
-    Engine = Cohort | ChunkedCohort | SoloCohort
 
 __all__ = ["TuneTrial", "train_tune_trial"]
 

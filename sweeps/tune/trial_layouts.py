@@ -20,17 +20,40 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ray import tune
 
 from sweeps.tune.cohort_results import COHORT_MEMBERS_KEY, ENDED, MEMBERS_FILE, progress_record
+from sweeps.tune.member_runs import MemberRuns
 from sweeps.tune.state_backup import seal_checkpoint
+from sweeps.tune.trial_context import TrialContext
 from workers.contract import TrainingStatus
 
 if TYPE_CHECKING:
-    from sweeps.tune.trainable import Engine, TuneTrial
+    from workers.cohort.chunked import ChunkedCohort
     from workers.cohort.solo import SoloCohort
+    from workers.cohort.trainer import Cohort
+    from workers.train.config import TrialConfig
+
+    Engine = Cohort | ChunkedCohort | SoloCohort
+
+
+class LaidOutTrial(Protocol):
+    """What a layout reads and calls of its trial (:class:`sweeps.tune.trainable.TuneTrial`)."""
+
+    context: TrialContext
+    member_runs: MemberRuns
+    configs: list[TrialConfig]
+    records: list[dict[str, Any]]
+    running: list[int]
+    last: dict[int, dict[str, float]]
+
+    def wait_for_runs(self, engine: Engine, raising: bool = True) -> None: ...
+
+    def settle(self) -> None: ...
+
+    def best(self) -> float: ...
 
 __all__ = ["CHECKPOINT_FILE", "RUN_FILE", "CohortLayout", "LoneLayout"]
 
@@ -45,7 +68,7 @@ def _checkpoint_folder() -> tempfile.TemporaryDirectory[str]:
 class LoneLayout:
     """A trial of one, reported as a lone Tune trial (the module doc)."""
 
-    def __init__(self, trial: TuneTrial) -> None:
+    def __init__(self, trial: LaidOutTrial) -> None:
         self.trial = trial
         self.constants: dict[str, float] = {}
 
@@ -109,7 +132,7 @@ class LoneLayout:
 class CohortLayout:
     """A cohort of K > 1, reported as its members' records (the module doc)."""
 
-    def __init__(self, trial: TuneTrial) -> None:
+    def __init__(self, trial: LaidOutTrial) -> None:
         self.trial = trial
 
     def _engine(self, folder: Path | None) -> Engine | None:
