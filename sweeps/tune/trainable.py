@@ -93,7 +93,7 @@ class TuneTrial:
                 self.making[position] = self.member_runs.make_later(
                     member.trainer, self.members[k], record["trial_id"],
                     None if self.lone else {COHORT_TAG: self.tune_id})
-            elif not self.member_runs.is_running(record["run_id"]):
+            elif self.layout.run_ended(record["run_id"]):
                 self.runs.append(None)
             else:
                 run = self.member_runs.attach(member.trainer, record["run_id"])

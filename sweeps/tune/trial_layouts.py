@@ -71,6 +71,7 @@ class LoneLayout:
     def __init__(self, trial: LaidOutTrial) -> None:
         self.trial = trial
         self.constants: dict[str, float] = {}
+        self.ended: str | None = None  # how the run the checkpoint names ended, if FINISHED
 
     def _engine(self, folder: Path | None) -> SoloCohort:
         from workers.cohort.solo import SoloCohort
@@ -92,9 +93,17 @@ class LoneLayout:
         a scheduler stopped the trial before the kill (it stays stopped)."""
         run_id = json.loads((folder / RUN_FILE).read_text())["run_id"]
         self.trial.records[0]["run_id"] = run_id
-        if self.trial.member_runs.ended_as(run_id) == TrainingStatus.STOPPED:
+        self.ended = self.trial.member_runs.ended_as(run_id)
+        if self.ended == TrainingStatus.STOPPED:
             return None
         return self._engine(folder)
+
+    def run_ended(self, run_id: str) -> bool:
+        """Whether the checkpoint's run ended FINISHED (the trial completed under a driver
+        killed before Tune recorded that): it is whole, and the trial only replays its last
+        epochs for Tune. A run ended otherwise (FAILED by the driver's backstop) is attached
+        and goes on."""
+        return self.ended is not None
 
     def _payload(self, metrics: dict[str, Any]) -> dict[str, Any]:
         return {**metrics, "mlflow_run_id": self.trial.records[0]["run_id"], **self.constants}
@@ -149,6 +158,11 @@ class CohortLayout:
 
     def fresh(self) -> Engine | None:
         return self._engine(None)
+
+    def run_ended(self, run_id: str) -> bool:
+        """Whether a running member's run ended under a killed driver (any end: the member only
+        replays its last epochs from the checkpoint's exact state, touching nothing in MLflow)."""
+        return not self.trial.member_runs.is_running(run_id)
 
     def restore(self, folder: Path) -> Engine | None:
         """The members' records from the checkpoint; the runs of members that ended before a
