@@ -17,7 +17,6 @@ from mlflow.tracking import MlflowClient
 from workers.contract import (
     RUN_KIND_TAG,
     RUN_KIND_TRIAL,
-    STOPPED_EARLY_TAG,
     SWEEP_ID_TAG,
     TAG_PREFIX,
     TRIAL_ID_TAG,
@@ -25,7 +24,7 @@ from workers.contract import (
     runs_with_tag_filter,
 )
 from workers.tracking.retry import retrying
-from workers.tracking.run_end import end_run_by_id, run_end
+from workers.tracking.run_end import end_run_by_id, run_end, was_stopped_early
 from workers.tracking.runs import NewRun, ensure_experiment
 from workers.tracking.writer import create_run_later
 
@@ -113,7 +112,7 @@ class MemberRuns:
         run = retrying(lambda: self.client.get_run(run_id), f"get run {run_id}")
         if run.info.status != "FINISHED":
             return None
-        stopped = run.data.tags.get(STOPPED_EARLY_TAG) == "true"
+        stopped = was_stopped_early(run.data.tags)
         return (TrainingStatus.STOPPED if stopped else TrainingStatus.FINISHED).value
 
     def is_running(self, run_id: str) -> bool:

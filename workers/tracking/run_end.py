@@ -15,6 +15,7 @@ Torch-free: the driver imports it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from mlflow.tracking import MlflowClient
@@ -27,7 +28,7 @@ from workers.contract import (
     failure_text,
 )
 
-__all__ = ["RunEnd", "end_run_by_id", "run_end"]
+__all__ = ["RunEnd", "end_run_by_id", "run_end", "was_stopped_early"]
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,12 @@ class RunEnd:
 
     @property
     def stopped_early(self) -> bool:
-        return self.tags.get(STOPPED_EARLY_TAG) == "true"
+        return was_stopped_early(self.tags)
+
+
+def was_stopped_early(tags: Mapping[str, str]) -> bool:
+    """Whether a run's tags say something outside its trial stopped it (the rule's reading)."""
+    return tags.get(STOPPED_EARLY_TAG) == "true"
 
 
 def run_end(state: TrainingStatus | str, error: BaseException | str | None = None, *,
