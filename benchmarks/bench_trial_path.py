@@ -10,7 +10,8 @@ every epoch and ends its run. ``lone``: the trial's Tune config as a sweep of lo
 its lone trainer (the K = 1 trial); ``cohort K=1``: the same trial as the one member of a
 stacked cohort (``members: [params]``, which no plan makes: a cohort of one runs as the first). The two alternate (``--repeats`` rounds after one warm-up
 each), torch on one thread as Ray gives a trial, and each is printed as its median wall and
-process-CPU seconds and its ratio to ``lone``.
+process-CPU seconds and their least (contention on a shared machine only adds), each with its
+ratio to the first line.
 
 ``--baseline TREE`` also runs both in a second process on another checkout of the code (e.g.
 ``git worktree add /tmp/before COMMIT``), alternating with this checkout's, so a restructure is
@@ -18,7 +19,7 @@ measured against the code before it in one run. ``--sweep`` adds the quickstart 
 process (``ksweep sweep run sweeps/examples/quickstart.yaml --num-cpus 2``: launch to exit,
 wall and the CPU of its waited-for processes).
 
-    python -m benchmarks.bench_trial_path [--repeats 5] [--baseline TREE] [--sweep] [--out FILE]
+    python -m benchmarks.bench_trial_path [--repeats 5] [--paths lone] [--baseline TREE] [--sweep] [--out FILE]
 """
 
 from __future__ import annotations
@@ -117,28 +118,28 @@ def run_one(path: str, spec: Any, params: dict[str, Any], folder: Path) -> tuple
     return wall, cpu
 
 
-def measure(repeats: int) -> dict[str, list[tuple[float, float]]]:
-    """Each path ``repeats`` times, alternating (A B B A ...), after one warm-up each."""
+def measure(repeats: int, paths: tuple[str, ...] = PATHS) -> dict[str, list[tuple[float, float]]]:
+    """Each of ``paths`` ``repeats`` times, alternating (A B B A ...), after one warm-up each."""
     import torch
 
     torch.set_num_threads(1)
     spec, params = _trial_params()
-    samples: dict[str, list[tuple[float, float]]] = {path: [] for path in PATHS}
+    samples: dict[str, list[tuple[float, float]]] = {path: [] for path in paths}
     with tempfile.TemporaryDirectory(prefix="bench-trial-path-") as tmp:
-        for path in PATHS:
+        for path in paths:
             run_one(path, spec, params, Path(tmp))  # imports, the MLflow schema, the caches
         for index in range(repeats):
-            for path in (PATHS if index % 2 == 0 else PATHS[::-1]):
+            for path in (paths if index % 2 == 0 else paths[::-1]):
                 samples[path].append(run_one(path, spec, params, Path(tmp)))
     return samples
 
 
-def _child(tree: Path, repeats: int) -> dict[str, list[tuple[float, float]]]:
+def _child(tree: Path, repeats: int, paths: tuple[str, ...]) -> dict[str, list[tuple[float, float]]]:
     """:func:`measure` in a fresh process on the code of ``tree``."""
     env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-m", "benchmarks.bench_trial_path", "--child",
-                           "--repeats", str(repeats)], cwd=tree, env=env, capture_output=True,
-                          text=True, check=False)
+                           "--repeats", str(repeats), "--paths", *paths], cwd=tree, env=env,
+                          capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"the run on {tree} exited {done.returncode}:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -170,19 +171,27 @@ def _median(values: list[tuple[float, float]]) -> tuple[float, float]:
     return statistics.median(w for w, _ in values), statistics.median(c for _, c in values)
 
 
+def _least(values: list[tuple[float, float]]) -> tuple[float, float]:
+    """The least wall and CPU: what a shared machine's contention adds to least."""
+    return min(w for w, _ in values), min(c for _, c in values)
+
+
 def _lines(label: str, samples: dict[str, list[tuple[float, float]]],
-           reference: tuple[float, float]) -> list[str]:
+           reference: tuple[tuple[float, float], tuple[float, float]]) -> list[str]:
     lines = []
     for path, values in samples.items():
         wall, cpu = _median(values)
+        least = _least(values)
         runs = ", ".join(f"{w:.2f}/{c:.2f}" for w, c in values)
-        lines.append(f"  {label + ' ' + path:<26s} wall {wall:6.2f} s ({wall / reference[0]:5.3f}x)  "
-                     f"CPU {cpu:6.2f} s ({cpu / reference[1]:5.3f}x)   runs wall/CPU: {runs}")
+        lines.append(f"  {label + ' ' + path:<26s} median wall {wall:6.2f} s ({wall / reference[0][0]:5.3f}x)  "
+                     f"CPU {cpu:6.2f} s ({cpu / reference[0][1]:5.3f}x); least wall {least[0]:6.2f} s "
+                     f"({least[0] / reference[1][0]:5.3f}x) CPU {least[1]:6.2f} s "
+                     f"({least[1] / reference[1][1]:5.3f}x)   runs wall/CPU: {runs}")
     return lines
 
 
 def main(repeats: int = 5, baseline: Path | None = None, sweep: bool = False,
-         out: Path | None = None) -> list[str]:
+         out: Path | None = None, paths: tuple[str, ...] = PATHS) -> list[str]:
     load = os.getloadavg()
     lines = [f"== bench_trial_path {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC on "
              f"{platform.machine()} ({os.cpu_count()} CPUs, load {load[0]:.1f} {load[1]:.1f} "
@@ -191,19 +200,19 @@ def main(repeats: int = 5, baseline: Path | None = None, sweep: bool = False,
              f"medians of {repeats} alternating runs; ratios to the first line"]
     print("\n".join(lines), flush=True)
     if baseline is None:
-        results = {"this": measure(repeats)}
+        results = {"this": measure(repeats, paths)}
     else:  # each checkout in its own process, alternating, the baseline first
-        results = {"before": {p: [] for p in PATHS}, "this": {p: [] for p in PATHS}}
+        results = {"before": {p: [] for p in paths}, "this": {p: [] for p in paths}}
         rounds = max(1, repeats // 2)
         for index in range(rounds):
             order = [("before", baseline), ("this", ROOT)]
             for label, tree in (order if index % 2 == 0 else order[::-1]):
-                for path, values in _child(tree, 2).items():
+                for path, values in _child(tree, 2, paths).items():
                     results[label][path].extend(values)
         lines.append(f"   before = {baseline} (git {_commit(baseline)}), its own process; "
                      f"{rounds} rounds of 2 runs each, alternating with this checkout")
     first = next(iter(results.values()))
-    reference = _median(first["lone"])
+    reference = _median(first[paths[0]]), _least(first[paths[0]])
     for label, samples in results.items():
         lines.extend(_lines(label, samples, reference))
     if sweep:
@@ -231,10 +240,12 @@ if __name__ == "__main__":
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--baseline", type=Path, help="another checkout to measure beside this one")
     parser.add_argument("--sweep", action="store_true", help="also the quickstart sweep's whole process")
+    parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=PATHS,
+                        help="which ways to run the trial (default both)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(measure(args.repeats)))
+        print(json.dumps(measure(args.repeats, tuple(args.paths))))
     else:
-        main(args.repeats, args.baseline, args.sweep, args.out)
+        main(args.repeats, args.baseline, args.sweep, args.out, tuple(args.paths))
