@@ -19,6 +19,7 @@ from benchmarks import (
     bench_shared_ray,
     bench_sweep,
     bench_training,
+    bench_trial_path,
     bench_writer_process,
     cohort_profile,
     gpu_trial,
@@ -34,6 +35,7 @@ def main() -> None:
     bench_compiled.main()
     bench_readouts.main([])
     cohort_profile.main(out=None)  # the committed raw output: python -m benchmarks.cohort_profile
+    bench_trial_path.main(repeats=3)  # a trial of one against a stacked cohort of one, one process
     bench_datasets.main([])
     bench_dataset_training.main([])
     gpu_trial.main()
