@@ -88,11 +88,14 @@ class TuneTrial:
         for position, (member, k) in enumerate(zip(engine.members, self.running, strict=True)):
             record = self.records[k]
             record["final"].update(run_constants(member.trainer))
-            if not record["run_id"]:
+            if not record["run_id"] and self.lone:  # one run: made now, nothing to overlap it with
+                new_run = self.member_runs.new_run(member.trainer, self.members[k], record["trial_id"])
+                self.runs.append(self.member_runs.created(member.trainer, *new_run.create()))
+                record["run_id"] = self.runs[-1].logger.run_id
+            elif not record["run_id"]:
                 self.runs.append(None)  # waited for before its first epoch is logged (wait_for_runs)
                 self.making[position] = self.member_runs.make_later(
-                    member.trainer, self.members[k], record["trial_id"],
-                    None if self.lone else {COHORT_TAG: self.tune_id})
+                    member.trainer, self.members[k], record["trial_id"], {COHORT_TAG: self.tune_id})
             elif self.layout.run_ended(record["run_id"]):
                 self.runs.append(None)
             else:
