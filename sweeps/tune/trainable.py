@@ -75,8 +75,9 @@ class TuneTrial:
     # -- opening -------------------------------------------------------------------------
 
     def open_runs(self, engine: Engine) -> None:
-        """Each trained member's run: made while the first epoch trains when it has none yet,
-        None when it ended under a killed driver (the member only replays its last epochs from
+        """Each trained member's run: made when it has none yet (a cohort's by the metric writer
+        while the first epoch trains; a trial of one's now: its first epoch has nothing to
+        overlap), None when it ended under a killed driver (the member only replays its last epochs from
         the checkpoint's exact state, touching nothing in MLflow), else attached."""
         from workers.trial import run_constants
 
