@@ -21,6 +21,7 @@ from benchmarks import (
     bench_sweep,
     bench_text_cohort,
     bench_training,
+    bench_trial_path,
     bench_writer_process,
     cohort_profile,
     gpu_trial,
@@ -36,6 +37,7 @@ def main() -> None:
     bench_compiled.main()
     bench_readouts.main([])
     cohort_profile.main(out=None)  # the committed raw output: python -m benchmarks.cohort_profile
+    bench_trial_path.main(repeats=3)  # a trial of one against a stacked cohort of one, one process
     bench_datasets.main([])
     bench_dataset_training.main([])
     bench_text_cohort.main([])  # a real-text member's epoch against its floor (minutes)

@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             "data": data.model_dump(), "base": {"kind": "precomputed"},
             "training": {"epochs": 1, "batch_size": 64}})
         trainer = Trainer.create(config, root)
-        stack, _ = trainer._stacks()
+        stack, _ = trainer.loss_stacks()
         split = trainer.train_data
         order = torch.randperm(len(split.split), generator=torch.Generator().manual_seed(0))
         wait = compute = 0.0

@@ -46,7 +46,7 @@ from benchmarks.bare_trial import bare_trial
 from service.orchestrator.driver_env import TUNE_ENV
 from sweeps.plan.build import build_plan
 from sweeps.spec import SweepSpec, load_sweep_spec
-from sweeps.tune.runner import run_sweep
+from sweeps.tune.runner import SweepSettings, run_sweep
 from workers.tracking.runs import ensure_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -165,8 +165,8 @@ def run_ksweep(spec: SweepSpec, root: Path, tracking_uri: str, sweep_id: str,
     fit_s: list[float] = []
     with _driver_environ(), _timed_fit(fit_s), _profiled_trainable(profile):
         started_at, started, cpu = time.time(), time.perf_counter(), time.process_time()
-        outcome = run_sweep(spec, build_plan(spec), sweep_id=sweep_id, sweep_root=root, tracking_uri=tracking_uri,
-                            num_cpus=NUM_CPUS)
+        outcome = run_sweep(spec, build_plan(spec), SweepSettings(
+            sweep_id=sweep_id, sweep_root=root, tracking_uri=tracking_uri, num_cpus=NUM_CPUS))
         wall = time.perf_counter() - started
         cpu = time.process_time() - cpu
     states = [o.state for o in outcome.outcomes]

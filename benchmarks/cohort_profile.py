@@ -1,6 +1,6 @@
 """Where a cohort's time goes: one cohort at K = 1, 32, 128 on the CPU, phase by phase.
 
-The cohort runs the way a sweep's cohort trainable runs it (sweeps/tune/cohort_trainable.py),
+The cohort runs the way a sweep's trainable runs a cohort (sweeps/tune/trainable.py),
 without Ray: ``Cohort.create``, one MLflow run per member (a sqlite store in a temporary
 folder), then per epoch the cohort's training pass and each member's epoch end, one
 ``log_batch`` per member (queued for the writer thread, as a sweep's runs are), one checkpoint

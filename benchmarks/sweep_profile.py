@@ -41,7 +41,7 @@ _TRAINER_PHASES = (
 _KSWEEP_PHASES = (
     ("workers.train.loop", "Trainer.save_checkpoint", "checkpoint file"),
     ("workers.train.loop", "Trainer.load_checkpoint", "checkpoint load"),
-    ("sweeps.tune.trainable", "open_trial_run", "mlflow: start the run"),
+    ("sweeps.tune.trainable", "TuneTrial.open_runs", "mlflow: start the run"),
     ("workers.tracking.runs", "RunLogger.log_metrics", "mlflow: epoch metrics"),
     ("workers.trial", "log_trial_plots", "five PNGs"),
     ("workers.tracking.runs", "RunLogger.finish", "mlflow: end the run"),

@@ -10,10 +10,10 @@ from objectives._checks import check_alpha, check_pair
 from objectives.reference_scale import ReferenceScale
 from objectives.token_weighting import (
     TokenWeightStats,
-    _divide_by_kappa,
-    _r_tok,
-    _stats,
+    divide_by_kappa,
     masked_example_mean,
+    r_tok_from_stats,
+    weight_stats_unchecked,
 )
 
 __all__ = [
@@ -44,7 +44,7 @@ def squared_coefficient_of_variation(base_nll: torch.Tensor, mask: torch.Tensor)
     Computed as kappa_1 - 1 (so in log space); 0 on all-zero and empty rows.
     """
     check_pair(base_nll, mask)
-    stats = _stats(base_nll, mask, 1.0)
+    stats = weight_stats_unchecked(base_nll, mask, 1.0)
     return torch.where(stats.n_active > 0, stats.kappa - 1.0, 0.0)
 
 
@@ -92,7 +92,7 @@ def kappa_summary(
     check_pair(base_nll, mask)
     alpha_value = check_alpha(alpha)
     if stats is None:
-        stats = _stats(base_nll, mask, alpha_value)
+        stats = weight_stats_unchecked(base_nll, mask, alpha_value)
     active = stats.n_active > 0
     cv2 = squared_coefficient_of_variation(base_nll, mask)
     return _summarise(stats.kappa[active], cv2[active])
@@ -117,7 +117,7 @@ class KappaSummaryAccumulator:
         """Add a batch (``stats`` at this accumulator's alpha may be passed to save work)."""
         check_pair(base_nll, mask)
         if stats is None:
-            stats = _stats(base_nll, mask, self.alpha)
+            stats = weight_stats_unchecked(base_nll, mask, self.alpha)
         self._kappa.append(stats.kappa.detach().to(torch.float64))
         self._cv2.append(squared_coefficient_of_variation(base_nll, mask))
         self._active.append(stats.n_active > 0)
@@ -171,8 +171,8 @@ def baseline_self_check(
         c_base = scale.compute()
     except ValueError as error:
         return BaselineSelfCheck(float("nan"), float("nan"), False, str(error))
-    stats = _stats(base_nll, mask, alpha_value)
-    r_hat = _divide_by_kappa(_r_tok(base_nll.detach(), mask, stats), stats) / c_base
+    stats = weight_stats_unchecked(base_nll, mask, alpha_value)
+    r_hat = divide_by_kappa(r_tok_from_stats(base_nll.detach(), mask, stats), stats) / c_base
     mean_r_hat = float(masked_example_mean(r_hat, mask))
     deviation = abs(mean_r_hat - 1.0)
     passed = deviation <= tolerance

@@ -144,4 +144,4 @@ class LossStack:
                 weight = (inputs.kl_weight.to(total.dtype) if name == "kl" and inputs.kl_weight is not None
                           else weights[name])
                 total = total + weight * value.to(total.dtype)
-        return LossOutput(total, values, weights, context._stats.get(self.alpha))
+        return LossOutput(total, values, weights, context.cached_stats(self.alpha))

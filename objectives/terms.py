@@ -20,10 +20,10 @@ from objectives.schedules import kl_anneal_factor
 from objectives.spec import TERM_INFO, TermDeclaration
 from objectives.token_weighting import (
     TokenWeightStats,
-    _divide_by_kappa,
-    _r_tok,
-    _stats,
+    divide_by_kappa,
     masked_example_mean,
+    r_tok_from_stats,
+    weight_stats_unchecked,
     working_dtype,
 )
 
@@ -90,15 +90,20 @@ class TermContext:
         key = self.alpha if alpha is None else alpha
         if key not in self._stats:
             dtype = working_dtype(inputs.token_nll, inputs.base_nll)
-            self._stats[key] = _stats(inputs.base_nll, inputs.mask, key, dtype)
+            self._stats[key] = weight_stats_unchecked(inputs.base_nll, inputs.mask, key, dtype)
         return self._stats[key]
 
     def r_tok(self, inputs: LossInputs, alpha: float | None = None) -> torch.Tensor:
         """Per-example R_tok at ``alpha`` (default the stack's), ``[B]``."""
         key = self.alpha if alpha is None else alpha
         if key not in self._r_tok:
-            self._r_tok[key] = _r_tok(inputs.token_nll, inputs.mask, self.stats(inputs, key))
+            self._r_tok[key] = r_tok_from_stats(inputs.token_nll, inputs.mask, self.stats(inputs, key))
         return self._r_tok[key]
+
+    def cached_stats(self, alpha: float | None = None) -> TokenWeightStats | None:
+        """The statistics at ``alpha`` (default the stack's) if a term of this call computed
+        them, else None (no term weighs tokens)."""
+        return self._stats.get(self.alpha if alpha is None else alpha)
 
 
 TermFunction = Callable[[LossInputs, TermContext, Any], torch.Tensor]
@@ -176,7 +181,7 @@ def _concentration_corrected(
     inputs: LossInputs, context: TermContext, options: WeightingOptions
 ) -> torch.Tensor:
     stats = context.stats(inputs, options.alpha)
-    return _batch_mean(_divide_by_kappa(context.r_tok(inputs, options.alpha), stats), inputs)
+    return _batch_mean(divide_by_kappa(context.r_tok(inputs, options.alpha), stats), inputs)
 
 
 def _train_kappa_corrected(inputs: LossInputs, context: TermContext, options: WeightingOptions) -> torch.Tensor:
@@ -189,7 +194,7 @@ def _normalized_concentration_corrected(
 ) -> torch.Tensor:
     assert context.c_base is not None
     stats = context.stats(inputs, options.alpha)
-    r_tilde = _divide_by_kappa(context.r_tok(inputs, options.alpha), stats)
+    r_tilde = divide_by_kappa(context.r_tok(inputs, options.alpha), stats)
     return _batch_mean(r_tilde, inputs) / context.c_base
 
 

@@ -54,7 +54,7 @@ class TokenWeightStats(NamedTuple):
     n_active: torch.Tensor
 
 
-def _stats(
+def weight_stats_unchecked(
     base_nll: torch.Tensor, mask: torch.Tensor, alpha: float, dtype: torch.dtype | None = None
 ) -> TokenWeightStats:
     """The statistics, computed in float64 and returned in ``dtype`` (default float64).
@@ -170,7 +170,7 @@ def token_weight_stats(
             non-float base_nll, or (with ``validate``) non-finite or negative b.
     """
     alpha_value = _prepare(None, base_nll, mask, alpha, validate)
-    return _stats(base_nll, mask, alpha_value, base_nll.dtype)
+    return weight_stats_unchecked(base_nll, mask, alpha_value, base_nll.dtype)
 
 
 def working_dtype(token_nll: torch.Tensor, base_nll: torch.Tensor) -> torch.dtype:
@@ -178,13 +178,13 @@ def working_dtype(token_nll: torch.Tensor, base_nll: torch.Tensor) -> torch.dtyp
     return torch.promote_types(token_nll.dtype, base_nll.dtype)
 
 
-def _r_tok(token_nll: torch.Tensor, mask: torch.Tensor, stats: TokenWeightStats) -> torch.Tensor:
+def r_tok_from_stats(token_nll: torch.Tensor, mask: torch.Tensor, stats: TokenWeightStats) -> torch.Tensor:
     """``sum_t pi_t l_t`` in the stats' dtype; off-mask l (maybe inf/NaN padding) is zeroed first."""
     token = torch.where(mask, token_nll, 0.0).to(stats.weights.dtype)
     return (stats.weights * token).sum(dim=-1)
 
 
-def _divide_by_kappa(r_tok: torch.Tensor, stats: TokenWeightStats) -> torch.Tensor:
+def divide_by_kappa(r_tok: torch.Tensor, stats: TokenWeightStats) -> torch.Tensor:
     """R~ = R_tok / kappa; kappa is 0 only on empty rows, whose R_tok is 0: divide by 1 there."""
     return r_tok / torch.where(stats.n_active > 0, stats.kappa, 1.0)
 
@@ -215,8 +215,8 @@ def token_weighted_reconstruction(
     At alpha = 0 this is the uniform token mean of l. Empty rows give 0.
     """
     alpha_value = _prepare(token_nll, base_nll, mask, alpha, validate)
-    stats = _stats(base_nll, mask, alpha_value, working_dtype(token_nll, base_nll))
-    return _r_tok(token_nll, mask, stats)
+    stats = weight_stats_unchecked(base_nll, mask, alpha_value, working_dtype(token_nll, base_nll))
+    return r_tok_from_stats(token_nll, mask, stats)
 
 
 def concentration_corrected_reconstruction(
@@ -233,8 +233,8 @@ def concentration_corrected_reconstruction(
     kappa = 1, so R~ = R_tok = mean l there. Empty rows give 0.
     """
     alpha_value = _prepare(token_nll, base_nll, mask, alpha, validate)
-    stats = _stats(base_nll, mask, alpha_value, working_dtype(token_nll, base_nll))
-    return _divide_by_kappa(_r_tok(token_nll, mask, stats), stats)
+    stats = weight_stats_unchecked(base_nll, mask, alpha_value, working_dtype(token_nll, base_nll))
+    return divide_by_kappa(r_tok_from_stats(token_nll, mask, stats), stats)
 
 
 def normalized_concentration_corrected_reconstruction(
@@ -257,8 +257,8 @@ def normalized_concentration_corrected_reconstruction(
     """
     c_value = check_c_base(c_base)
     alpha_value = _prepare(token_nll, base_nll, mask, alpha, validate)
-    stats = _stats(base_nll, mask, alpha_value, working_dtype(token_nll, base_nll))
-    return _divide_by_kappa(_r_tok(token_nll, mask, stats), stats) / c_value
+    stats = weight_stats_unchecked(base_nll, mask, alpha_value, working_dtype(token_nll, base_nll))
+    return divide_by_kappa(r_tok_from_stats(token_nll, mask, stats), stats) / c_value
 
 
 def masked_example_mean(per_example: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

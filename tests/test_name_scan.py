@@ -8,7 +8,9 @@ package module) or a state of the state enums fails the test outside the value's
 module that defines it) unless ``tests/name_scan_allowlist.txt`` lists that value for that
 file, with the reason. The module-level classes, type aliases and constants of those packages
 and ``ksweep/`` are read the same way: a name two modules define fails (import it from its home),
-and so does a private name (``_name``) one package imports from another.
+and so does a private name (``_name``) one module imports from another, and a private attribute
+one module reads on another's object (``x._name``, x not ``self`` or ``cls``), torch's and the
+other names of :data:`ALLOWED_PRIVATE` aside.
 """
 
 from __future__ import annotations
@@ -137,7 +139,7 @@ def test_no_module_spells_a_contract_name_outside_its_home() -> None:
 def test_each_value_has_its_home() -> None:
     values = contract_values()
     assert values["ksweep.state"] == ("STATE_TAG", {"sweeps/status.py"})
-    assert values["ksweep.cohort"] == ("COHORT_TAG", {"sweeps/tune/cohort_trainable.py"})
+    assert values["ksweep.cohort"] == ("COHORT_TAG", {"sweeps/tune/member_runs.py"})
     assert values["val/loss"][1] == {CONTRACT}
     assert values["finished"] == ("TrainingStatus", {CONTRACT})
     assert values["running"][1] == {CONTRACT, "sweeps/status.py"}
@@ -199,26 +201,51 @@ def test_the_definition_scan_sees_classes_aliases_and_constants(tmp_path: Path) 
     assert defined_names(module) == {"LIMIT", "Rows", "Cells", "WIDTH", "Shape"}
 
 
+# Private names of other projects this one reads on purpose, each with its reason.
+ALLOWED_PRIVATE = {
+    "torch._dynamo": "torch._dynamo.reset(): a new compiled cohort starts dynamo's code cache afresh",
+    "os._exit": "a writer process whose parent died exits without running the parent's hooks",
+    "ray._private": "the local Ray's node handle, to stop its autoscaler monitor first at the end",
+}
+# Private imports across modules still to be made public (none now: keep it empty).
+PENDING_PRIVATE_IMPORTS: dict[str, set[str]] = {}
+
+
+def _module_name(path: Path) -> str:
+    parts = Path(_relative(path)).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
 def private_imports(path: Path) -> set[str]:
-    """``module.name`` for each private name (``_name``) ``path`` imports from another package
-    of the project (a package is a folder: a module's own folder may share its private names)."""
-    own = ".".join(Path(_relative(path)).parent.parts)
+    """``module.name`` for each private name (``_name``) ``path`` imports from another module of
+    the project (relative imports resolved)."""
+    own = _module_name(path)
+    package = own if path.name == "__init__.py" else own.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
-                and node.module.split(".")[0] in DEFINING_PACKAGES:
-            package = node.module if (ROOT / node.module.replace(".", "/")).is_dir() \
-                else node.module.rpartition(".")[0]
-            found.update(f"{node.module}.{alias.name}" for alias in node.names
-                         if alias.name.startswith("_") and not alias.name.startswith("__")
-                         and package != own)
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            base = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+            module = ".".join([*base, *([node.module] if node.module else [])])
+        else:
+            module = node.module or ""
+        if module.split(".")[0] not in DEFINING_PACKAGES or module == own:
+            continue
+        found.update(f"{module}.{alias.name}" for alias in node.names
+                     if alias.name.startswith("_") and not alias.name.startswith("__"))
     return found
 
 
-def test_no_private_name_is_imported_across_packages() -> None:
-    crossing = {_relative(path): sorted(names) for package in DEFINING_PACKAGES
+def test_no_private_name_is_imported_across_modules() -> None:
+    crossing = {_relative(path): names for package in DEFINING_PACKAGES
                 for path in sorted((ROOT / package).rglob("*.py")) if (names := private_imports(path))}
-    assert not crossing, f"make these public, or move the user beside them: {crossing}"
+    unexpected = {path: sorted(names - PENDING_PRIVATE_IMPORTS.get(path, set()))
+                  for path, names in crossing.items() if names - PENDING_PRIVATE_IMPORTS.get(path, set())}
+    assert not unexpected, f"make these public, or move the user beside them: {unexpected}"
+    stale = {path: sorted(names - crossing.get(path, set()))
+             for path, names in PENDING_PRIVATE_IMPORTS.items() if names - crossing.get(path, set())}
+    assert not stale, f"no longer imported: take them off PENDING_PRIVATE_IMPORTS: {stale}"
 
 
 def test_the_private_import_scan_sees_a_crossing(tmp_path: Path, monkeypatch) -> None:
@@ -226,6 +253,66 @@ def test_the_private_import_scan_sees_a_crossing(tmp_path: Path, monkeypatch) ->
     for folder in ("workers/tracking", "ksweep/cli"):
         (tmp_path / folder).mkdir(parents=True)
     (tmp_path / "ksweep/cli/a.py").write_text("from workers.tracking.writer import _THREAD, log\n")
-    (tmp_path / "workers/tracking/b.py").write_text("from workers.tracking.writer import _THREAD\n")
+    (tmp_path / "workers/tracking/b.py").write_text("from workers.tracking.writer import _THREAD\n"
+                                                     "from .runs import _chunks, RunLogger\n")
+    (tmp_path / "workers/tracking/writer.py").write_text("from workers.tracking.writer import _own\n")
     assert private_imports(tmp_path / "ksweep/cli/a.py") == {"workers.tracking.writer._THREAD"}
-    assert private_imports(tmp_path / "workers/tracking/b.py") == set()
+    assert private_imports(tmp_path / "workers/tracking/b.py") == {
+        "workers.tracking.writer._THREAD", "workers.tracking.runs._chunks"}
+    assert private_imports(tmp_path / "workers/tracking/writer.py") == set()
+
+
+def _defined_private(tree: ast.AST) -> set[str]:
+    """The private attributes a module's own classes define: their methods and fields, and what
+    they assign (``self._x = ...``, ``trainer._x = ...`` in a classmethod, ``setattr``)."""
+    names: set[str] = set()
+    for cls in (node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)):
+        for node in cls.body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names.add(node.name)
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names.add(node.target.id)
+            elif isinstance(node, ast.Assign):
+                names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        for node in ast.walk(cls):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names.add(node.attr)
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                  and node.func.id == "setattr" and len(node.args) > 1
+                  and isinstance(node.args[1], ast.Constant)):
+                names.add(str(node.args[1].value))
+    return {name for name in names if name.startswith("_")}
+
+
+def private_attribute_reads(path: Path) -> set[str]:
+    """``line: expression`` for each private attribute (``x._name``, not a dunder) ``path`` reads
+    on something other than ``self`` or ``cls`` that the module does not define itself (so it is
+    another module's), less :data:`ALLOWED_PRIVATE`."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    own = _defined_private(tree)
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                and not node.attr.startswith("__")) or node.attr in own:
+            continue
+        if isinstance(node.value, ast.Name) and (
+                node.value.id in ("self", "cls") or f"{node.value.id}.{node.attr}" in ALLOWED_PRIVATE):
+            continue
+        found.add(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_reads_another_modules_private_attributes() -> None:
+    reads = {_relative(path): sorted(found) for package in DEFINING_PACKAGES
+             for path in sorted((ROOT / package).rglob("*.py")) if (found := private_attribute_reads(path))}
+    assert not reads, f"give the owner a public name for these: {reads}"
+
+
+def test_the_private_attribute_scan_sees_a_read(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("import os, torch\n"
+                      "class Own:\n    def __init__(self):\n        self._mine = 1\n"
+                      "def use(other, own: Own, cohort):\n"
+                      "    torch._dynamo.reset()\n    os._exit(0)\n"
+                      "    return own._mine + other.__dict__ + cohort._data + cohort.rows[0]._stacks()\n")
+    assert private_attribute_reads(module) == {"8: cohort._data", "8: cohort.rows[0]._stacks"}

@@ -3,8 +3,8 @@
 
 The run gets the trial's params when it starts, one metric point per epoch (none twice after a
 resume, and those a checkpoint holds but the run lacks logged from the restored history), its
-PNGs at the end when asked, and how it ended: ``FINISHED``, ``FINISHED`` with
-``ksweep.stopped_early`` when a scheduler stopped it, or ``FAILED`` with ``ksweep.failure``.
+PNGs at the end when asked, and how it ended, by the one rule of
+:mod:`workers.tracking.run_end` (:meth:`TrialRunner.end`).
 """
 
 from __future__ import annotations
@@ -23,15 +23,14 @@ from workers.contract import (
     C_BASE_PARAM,
     DATASET_DIGEST_CHARS,
     ELBO_BETA_PARAM,
-    FAILURE_TAG,
-    STOPPED_EARLY_TAG,
     TARGET_RATE_PARAM,
     TOTAL_STEPS_PARAM,
     TRAIN_TARGET_LENGTH_PARAM,
     TRAINED_BETA_PARAM,
-    failure_text,
+    TrainingStatus,
 )
 from workers.tracking.params import flatten_config, provenance_params
+from workers.tracking.run_end import RunEnd, run_end
 from workers.tracking.runs import NewRun, RunLogger
 from workers.train import Trainer, TrialConfig
 
@@ -260,26 +259,36 @@ class TrialRunner:
                 self.log_epoch(metrics)
                 if after_epoch is not None:
                     after_epoch(trainer, trainer.epoch, metrics)
-            if not trainer.final_metrics:  # resumed from a checkpoint of a finished trial
-                final = trainer.finalize()  # (also restores the selected weights for the plots)
-                if self.logged_epochs < trainer.epoch or self.final_pending:  # else logged
-                    self.logger.log_metrics(final, step=trainer.epoch)
+            self.log_final()
         except SystemExit:
             # ASHA also "stops" a trial at max_t, right after its last epoch: not early.
-            if not trainer.finished:
-                self.logger.set_tags({STOPPED_EARLY_TAG: "true"})
-            else:
-                self.log_plots()
-            self.logger.finish("FINISHED")
+            self.end(run_end(TrainingStatus.STOPPED, stopped_early=not trainer.finished))
             raise
         except Exception as error:
-            self.logger.set_tags({FAILURE_TAG: failure_text(error)})
-            self.log_plots()
-            self.logger.finish("FAILED")
+            self.end(run_end(TrainingStatus.FAILED, error))
             raise
-        self.log_plots()
-        self.logger.finish("FINISHED")
+        self.end(run_end(TrainingStatus.FINISHED))
         return metrics
+
+    def log_final(self) -> None:
+        """For a trainer restored from a checkpoint of its last epoch: :meth:`Trainer.finalize`
+        (which also restores the selected weights for the plots), its values logged at the last
+        step unless the run holds them already."""
+        trainer = self.trainer
+        if not trainer.final_metrics:
+            final = trainer.finalize()
+            if self.logged_epochs < trainer.epoch or self.final_pending:  # else logged
+                self.logger.log_metrics(final, step=trainer.epoch)
+
+    def end(self, end: RunEnd) -> None:
+        """End the run as ``end`` says (the one rule: :func:`workers.tracking.run_end.run_end`):
+        its tags, its PNGs (when asked, and not for a run stopped early: it has no selected
+        checkpoint's profiles), then its status once every queued epoch is written."""
+        if end.tags:
+            self.logger.set_tags(end.tags)
+        if not end.stopped_early:
+            self.log_plots()
+        self.logger.finish(end.status)
 
 
 def run_logged_trial(

@@ -201,7 +201,7 @@ def run_command(
     with heavy_imports():
         from service.settings import get_settings
         from sweeps.report.build import report_markdown
-        from sweeps.tune.runner import run_sweep
+        from sweeps.tune.runner import SweepSettings, run_sweep
         from sweeps.tune.setup import end_driver_process
 
     spec = load_spec_or_exit(spec_path)
@@ -216,11 +216,11 @@ def run_command(
 
     try:
         with view.live:
-            outcome = run_sweep(spec, plan, sweep_id=sweep_id, sweep_root=default_sweep_root(),
-                                tracking_uri=tracking_uri, num_cpus=num_cpus, sinks=[view],
-                                experiment_name=experiment, data_root=default_data_root(),
-                                mlflow_ui_url=get_settings().mlflow_ui_url,
-                                model_root=default_model_root())
+            outcome = run_sweep(spec, plan, SweepSettings(
+                sweep_id=sweep_id, sweep_root=default_sweep_root(), tracking_uri=tracking_uri,
+                num_cpus=num_cpus, sinks=[view], experiment_name=experiment,
+                data_root=default_data_root(), mlflow_ui_url=get_settings().mlflow_ui_url,
+                model_root=default_model_root()))
     except DatasetResolutionError as error:
         console.print(f"[red]{error}[/red]")
         raise typer.Exit(2) from None

@@ -26,7 +26,7 @@ from service.store.retry import store_retrying
 from sweeps.plan.budget import build_plan_within_budget
 from sweeps.spec import SweepSpec
 from sweeps.status import SweepState, SweepStatus
-from sweeps.tune.runner import run_sweep
+from sweeps.tune.runner import SweepSettings, run_sweep
 from sweeps.tune.setup import end_driver_process
 
 
@@ -124,14 +124,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         while True:
             extensions = list(row.extensions or [])
-            outcome = run_sweep(
-                spec, plan, sweep_id=sweep_id, sweep_root=settings.sweep_root,
+            outcome = run_sweep(spec, plan, SweepSettings(
+                sweep_id=sweep_id, sweep_root=settings.sweep_root,
                 tracking_uri=settings.mlflow_tracking_uri, num_cpus=settings.driver_num_cpus,
                 ray_address=settings.ray_address, sinks=[sink], mlflow_ui_url=settings.mlflow_ui_url,
                 data_root=settings.dataset_root, model_root=settings.resolved_model_root,
                 extensions=extensions, refresh=refresher(store, sweep_id),
                 reuse_from=reusable_sweeps(store, row), submitted_at=row.created_at,
-            )
+            ))
             count = len(outcome.report.get("extensions", extensions))
             if sink.finish(outcome.status, outcome.report, extension_count=count):
                 break

@@ -9,16 +9,34 @@ Live progress reads the compact member records of the cohort's last report
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from sweeps.plan.build import SEARCH_AXES
 from sweeps.status import TrialState, finished_state
-from sweeps.tune.cohort_trainable import COHORT_MEMBERS_KEY, ENDED, MEMBERS_FILE, member_trial_id
+from sweeps.tune.member_runs import member_trial_id
 from sweeps.tune.search_space import MEMBERS
-from workers.contract import TrainingStatus
+from workers.contract import METRIC_NAMES, TrainingStatus
 
-__all__ = ["member_state", "member_views", "saved_members"]
+__all__ = ["COHORT_MEMBERS_KEY", "ENDED", "MEMBERS_FILE", "member_state", "member_views",
+           "progress_record", "saved_members"]
+
+MEMBERS_FILE = "members.json"
+"""In a cohort's checkpoint: every member's record (state, run id, epochs, error, last
+metrics with ``selected/*`` and ``c_base``, the report's curves)."""
+COHORT_MEMBERS_KEY = "cohort_members"
+"""Key of a cohort Tune trial's report: its members' progress records as one JSON string."""
+ENDED = frozenset(TrainingStatus) - {TrainingStatus.RUNNING}
+
+
+def progress_record(record: dict[str, Any]) -> dict[str, Any]:
+    """The compact part of a member record that goes into every report (progress, best)."""
+    final = record.get("final") or {}
+    return {"trial_id": record["trial_id"], "state": record["state"], "epochs": record["epochs"],
+            "run_id": record["run_id"], "error": record["error"],
+            "metrics": {k: final[k] for k in METRIC_NAMES if isinstance(final.get(k), float)
+                        and math.isfinite(final[k])}}
 
 
 def member_state(record_state: str | None, tune_state: str, epochs: int, budget: int) -> str:

@@ -22,7 +22,8 @@ from sweeps.plan.build import SEARCH_AXES
 from sweeps.status import ProgressSink, SweepStatus, TrialState, finished_state, publish
 from sweeps.tune.cohort_results import member_views
 from sweeps.tune.search_space import MEMBERS, is_cohort
-from workers.contract import METRIC_NAMES, STOPPED_EARLY_TAG
+from workers.contract import METRIC_NAMES, TrainingStatus
+from workers.tracking.run_end import end_run_by_id, run_end
 
 log = logging.getLogger("ksweep.runner")
 
@@ -123,10 +124,10 @@ class ProgressCallback(tune.Callback):
     def _close_one(self, client: MlflowClient, trial_id: str, result: dict[str, Any],
                    status: str) -> None:
         run_id = result["mlflow_run_id"]
+        early = status == "FINISHED" and result.get("training_iteration", 0) < self.epochs
+        state = TrainingStatus.FAILED if status == "FAILED" else TrainingStatus.STOPPED
         try:
-            if status == "FINISHED" and result.get("training_iteration", 0) < self.epochs:
-                client.set_tag(run_id, STOPPED_EARLY_TAG, "true")
-            client.set_terminated(run_id, status)
+            end_run_by_id(client, run_id, run_end(state, stopped_early=early))
         except (MlflowException, OSError):  # the run's state is cosmetic next to the sweep's progress
             log.warning("could not close the MLflow run %s of trial %s", run_id, trial_id,
                         exc_info=True)

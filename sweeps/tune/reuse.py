@@ -23,13 +23,13 @@ from workers.contract import (
     RUN_KIND_TAG,
     RUN_KIND_TRIAL,
     SELECTED_EPOCH,
-    STOPPED_EARLY_TAG,
     SWEEP_ID_TAG,
     TRIAL_HASH_TAG,
     TRIAL_ID_TAG,
     runs_with_tag_filter,
 )
 from workers.tracking.retry import retrying
+from workers.tracking.run_end import was_stopped_early
 
 __all__ = ["find_reusable", "reused_outcomes"]
 
@@ -37,7 +37,7 @@ __all__ = ["find_reusable", "reused_outcomes"]
 def _usable(run: Any) -> bool:
     """A FINISHED run that ran its budget, or stopped early by its own val-loss rule (it logged
     the epoch it chose); one the scheduler stopped is not comparable."""
-    stopped = run.data.tags.get(STOPPED_EARLY_TAG) == "true"
+    stopped = was_stopped_early(run.data.tags)
     return run.info.status == "FINISHED" and (not stopped or SELECTED_EPOCH in run.data.metrics)
 
 
@@ -100,7 +100,7 @@ def reused_outcomes(tracking_uri: str, reused: Sequence[dict[str, Any]], epochs:
         history = retrying(lambda entry=entry: _history(client, entry["run_id"]),
                            f"metric history of {entry['run_id']} (reused)")
         reached = max((len(curve) for curve in history.values()), default=epochs)
-        stopped = run.data.tags.get(STOPPED_EARLY_TAG) == "true"
+        stopped = was_stopped_early(run.data.tags)
         trial = entry["trial"]
         outcomes.append(TrialOutcome(
             trial_id=entry["trial_id"], params={key: trial.get(key) for key in SEARCH_AXES},

@@ -50,6 +50,7 @@ from sweeps.tune.progress_callback import trial_record
 from sweeps.tune.segment_run import SegmentRun, run_segments
 from sweeps.tune.setup import ensure_ray, local_ray_mode, param_space
 from sweeps.tune.tag_sink import MlflowTagSink
+from sweeps.tune.trial_context import TrialContext
 from workers.contract import (
     FAILURE_TAG,
     LOCAL_MLFLOW_UI,
@@ -65,8 +66,8 @@ from workers.tracking.retry import retrying
 from workers.tracking.runs import RunLogger, ensure_experiment
 from workers.tracking.writer_process import writer_process_min_runs
 
-__all__ = ["STATUS_FILE", "SweepOutcome", "ensure_ray", "param_space", "run_sweep",
-           "sweep_dir"]
+__all__ = ["STATUS_FILE", "SweepOutcome", "SweepSettings", "ensure_ray", "param_space",
+           "run_sweep", "sweep_dir"]
 
 STATUS_FILE = "status.json"
 NOTE_TAG = "mlflow.note.content"  # the run description the MLflow UI shows
@@ -167,109 +168,135 @@ def _final_status(status: SweepStatus, spec: SweepSpec, outcomes: list[TrialOutc
         status.state = SweepState.SUCCEEDED.value
 
 
-def run_sweep(
-    spec: SweepSpec,
-    plan: SweepPlan,
-    *,
-    sweep_id: str,
-    sweep_root: Path | str,
-    tracking_uri: str,
-    num_cpus: int | None = None,
-    ray_address: str | None = None,
-    sinks: Sequence[ProgressSink] = (),
-    experiment_name: str | None = None,
-    mlflow_ui_url: str = LOCAL_MLFLOW_UI,
-    data_root: Path | str | None = None,
-    model_root: Path | str | None = None,
-    extensions: Sequence[dict[str, Any]] = (),
-    refresh: Callable[[int], tuple[SweepSpec, list[dict[str, Any]]] | None] | None = None,
-    reuse_from: Collection[str] | None = None,
-    submitted_at: datetime | None = None,
-) -> SweepOutcome:
+@dataclass(frozen=True)
+class SweepSettings:
+    """Where and how :func:`run_sweep` runs a sweep: everything but the spec and its plan.
+
+    Attributes:
+        sweep_id: the sweep's id (a new one, or the one to resume).
+        sweep_root: Tune state and caches live under ``<sweep_root>/<sweep_id>``.
+        tracking_uri: the MLflow tracking store.
+        num_cpus, ray_address: the local Ray's CPUs, or the Ray cluster to join.
+        experiment_name: the MLflow experiment (default: the spec's name).
+        mlflow_ui_url: the MLflow UI the report's saved-view links point at.
+        data_root, model_root: the dataset store a spec naming a dataset reads and the model
+            store a ``base.kind: causal_lm`` reads (each resolved to its hash once, before
+            anything is written: :mod:`sweeps.spec.datasets`).
+        sinks: who else hears the progress (the status file and the parent run's tags always do).
+        extensions: a grown sweep's extension records (:mod:`service.api.routes.growth`), which
+            the report reads; the spec is then the union of its axes.
+        refresh: ``refresh(n)``, asked each time the trials known so far have ended, returns a
+            newer spec and its ``n + k`` extension records when the sweep was extended
+            meanwhile (else None): its new trials run before the report is written.
+        reuse_from: the sweeps whose trials ``spec.reuse`` may take (None: every sweep of the
+            tracking store).
+        submitted_at: when the sweep was submitted (None: now), recorded with its predictions
+            when its first segment starts (:mod:`sweeps.report.predictions`).
+    """
+
+    sweep_id: str
+    sweep_root: Path | str
+    tracking_uri: str
+    num_cpus: int | None = None
+    ray_address: str | None = None
+    experiment_name: str | None = None
+    mlflow_ui_url: str = LOCAL_MLFLOW_UI
+    data_root: Path | str | None = None
+    model_root: Path | str | None = None
+    sinks: Sequence[ProgressSink] = ()
+    extensions: Sequence[dict[str, Any]] = ()
+    refresh: Callable[[int], tuple[SweepSpec, list[dict[str, Any]]] | None] | None = None
+    reuse_from: Collection[str] | None = None
+    submitted_at: datetime | None = None
+
+
+def _resolve(spec: SweepSpec, plan: SweepPlan, settings: SweepSettings) -> tuple[SweepSpec, SweepPlan]:
+    """The spec with its dataset and model resolved to their hashes, and its plan."""
+    resolved = resolve_spec_data(spec, settings.data_root,
+                                 sweep_dir(settings.sweep_root, settings.sweep_id) / "spec.json",
+                                 model_root=settings.model_root)
+    if resolved is not spec:  # the dataset's hash (and label-less defaults) change the trials
+        return resolved, build_plan_within_budget(resolved)
+    return spec, plan
+
+
+def _start(spec: SweepSpec, plan: SweepPlan, settings: SweepSettings, experiment_name: str
+           ) -> tuple[MlflowClient, RunLogger]:
+    """The sweep's folder, then its parent run (and a sqlite store's set-up) and the report's
+    plotting import while Ray starts, which is mostly a wait on Ray's own processes."""
+    _prepare_folder(spec, settings.sweep_root, settings.sweep_id)
+    with ThreadPoolExecutor(1, thread_name_prefix="ksweep-while-ray-starts") as pool:
+        made = pool.submit(_parent_run, settings.tracking_uri, spec, plan, settings.sweep_id,
+                           experiment_name)
+        plotting = pool.submit(prepare_plotting)
+        ensure_ray(settings.num_cpus, settings.ray_address)
+        client, parent = made.result()
+        plotting.result()
+    return client, parent
+
+
+def _log_extensions(parent: RunLogger, spec: SweepSpec, extensions: list[dict[str, Any]]) -> None:
+    """A grown sweep's union spec and extension records beside the first spec's params."""
+    parent.log_dict_json(json.loads(spec.canonical_json()), "spec.json")
+    parent.log_dict_json(extensions, "extensions.json")
+
+
+def run_sweep(spec: SweepSpec, plan: SweepPlan, settings: SweepSettings) -> SweepOutcome:
     """Run (or resume) a sweep to the end and write its report to the parent run.
 
     ``plan`` is the spec's (:func:`~sweeps.plan.budget.build_plan_within_budget`), built once
     by the caller; the parent run, the search space, the counters and the report all read it.
-    ``mlflow_ui_url``: the MLflow UI the report's saved-view links point at.
+    ``settings``: where and how (:class:`SweepSettings`).
 
     The driver process should carry ``TUNE_ENV`` (:mod:`service.orchestrator.driver_env`) in its environment (the launchers and
     ``ksweep sweep run`` see to it); this function reads no environment variable itself
     beyond what Ray and Tune read, ``KSWEEP_LOCAL_RAY`` and ``KSWEEP_WRITER_PROCESS_MIN_RUNS``
-    (both checked before anything is written). ``data_root`` is the dataset store a spec naming a
-    dataset reads (resolved to its hash here, once: :mod:`sweeps.spec.datasets`); ``model_root``
-    the model store a ``base.kind: causal_lm`` reads (resolved alike).
-
-    A grown sweep: ``spec`` is the union of its axes and ``extensions`` the extension
-    records (:mod:`service.api.routes.growth`), which the report reads; ``refresh(n)``, asked
-    each time the trials known so far have ended, returns a newer spec and its ``n + k``
-    records when the sweep was extended meanwhile (else None): its new trials run before
-    the report is written. ``reuse_from``: the sweeps whose trials ``spec.reuse`` may take
-    (None: every sweep of the tracking store). ``submitted_at``: when the sweep was submitted
-    (None: now), recorded with its predictions when its first segment starts
-    (:mod:`sweeps.report.predictions`).
+    (both checked before anything is written).
 
     Raises:
         DatasetResolutionError: the spec's dataset is missing, its pin differs, or the spec
             asks what the dataset cannot give (before anything is written).
     """
-    def resolve(spec: SweepSpec, plan: SweepPlan) -> tuple[SweepSpec, SweepPlan]:
-        resolved = resolve_spec_data(spec, data_root, sweep_dir(sweep_root, sweep_id) / "spec.json",
-                                     model_root=model_root)
-        if resolved is not spec:  # the dataset's hash (and label-less defaults) change the trials
-            return resolved, build_plan_within_budget(resolved)
-        return spec, plan
-
     # Wrong values are refused here, not after the parent run is made (the trial workers
     # of a local Ray read the second from this process's environment).
     local_ray_mode()
     writer_process_min_runs()
-    spec, plan = resolve(spec, plan)
-    extensions = list(extensions)
-    folder = _prepare_folder(spec, sweep_root, sweep_id)
-    predictions = record_predictions(folder, spec, submitted_at)  # once: the first segment's
-    experiment_name = experiment_name or spec.name
-    with ThreadPoolExecutor(1, thread_name_prefix="ksweep-while-ray-starts") as pool:
-        # The parent run (and a sqlite store's set-up), then the report's plotting import, are
-        # done while Ray starts, which is mostly a wait on Ray's own processes.
-        made = pool.submit(_parent_run, tracking_uri, spec, plan, sweep_id, experiment_name)
-        plotting = pool.submit(prepare_plotting)
-        ensure_ray(num_cpus, ray_address)
-        client, parent = made.result()
-        plotting.result()
+    spec, plan = _resolve(spec, plan, settings)
+    extensions = list(settings.extensions)
+    sweep_id, folder = settings.sweep_id, sweep_dir(settings.sweep_root, settings.sweep_id)
+    experiment_name = settings.experiment_name or spec.name
+    client, parent = _start(spec, plan, settings, experiment_name)
+    predictions = record_predictions(folder, spec, settings.submitted_at)  # once: the first segment's
     if extensions:  # the parent run's params are the first spec's; the union is logged beside them
-        parent.log_dict_json(json.loads(spec.canonical_json()), "spec.json")
-        parent.log_dict_json(extensions, "extensions.json")
+        _log_extensions(parent, spec, extensions)
     status = SweepStatus(sweep_id=sweep_id, total=plan.trial_count, pending=plan.trial_count,
                          parent_run_id=parent.run_id, experiment_id=parent.experiment_id)
     all_sinks: list[ProgressSink] = [StatusFileSink(folder / STATUS_FILE),
-                                     MlflowTagSink(client, parent.run_id), *sinks]
+                                     MlflowTagSink(client, parent.run_id), *settings.sinks]
     publish(all_sinks, status)
-    context = {
-        "tracking_uri": tracking_uri, "experiment_name": experiment_name, "sweep_id": sweep_id,
-        "parent_run_id": parent.run_id, "cache_root": str(Path(sweep_root).resolve()),
-        "metric": spec.primary_metric, "mode": spec.primary_mode,
-        "trial_plots": spec.tracking.trial_plots,
-    }
-    segments = SegmentRun(sweep_id, folder, context, status, all_sinks, reuse_from)
+    context = TrialContext(
+        tracking_uri=settings.tracking_uri, experiment_name=experiment_name, sweep_id=sweep_id,
+        parent_run_id=parent.run_id, cache_root=str(Path(settings.sweep_root).resolve()),
+        metric=spec.primary_metric, mode=spec.primary_mode, trial_plots=spec.tracking.trial_plots)
+    segments = SegmentRun(sweep_id, folder, context, status, all_sinks, settings.reuse_from)
     try:
         while True:
             outcomes, environment_notes = run_segments(spec, plan, segments)
-            grown = refresh(len(extensions)) if refresh is not None else None
+            grown = settings.refresh(len(extensions)) if settings.refresh is not None else None
             if grown is None:
                 break
             # Extended while it ran: the new trials run now, the report waits for them.
-            spec, plan = resolve(grown[0], build_plan_within_budget(grown[0]))
+            spec, plan = _resolve(grown[0], build_plan_within_budget(grown[0]), settings)
             extensions = grown[1]
-            _prepare_folder(spec, sweep_root, sweep_id)
-            parent.log_dict_json(json.loads(spec.canonical_json()), "spec.json")
-            parent.log_dict_json(extensions, "extensions.json")
+            _prepare_folder(spec, settings.sweep_root, sweep_id)
+            _log_extensions(parent, spec, extensions)
         report = build_report(spec, sweep_id, outcomes, plan, extensions=extensions,
                               predictions=predictions)
         report["limitations"] += environment_notes
         # Run again whole after a failure: it replaces the summary runs it had made.
         report["mlflow_views"] = retrying(lambda: publish_summary(
-            tracking_uri, experiment_name, parent.run_id, parent.experiment_id, report,
-            mlflow_ui_url),
+            settings.tracking_uri, experiment_name, parent.run_id, parent.experiment_id, report,
+            settings.mlflow_ui_url),
             "publish_summary")
         _log_report(parent, report, outcomes, folder)
         _final_status(status, spec, outcomes)

@@ -23,13 +23,14 @@ from sweeps.report.readout_table import TrialOutcome
 from sweeps.spec import SweepSpec
 from sweeps.status import ProgressSink, SweepStatus, TrialState, finished_state
 from sweeps.tune.cohort_results import member_state, saved_members
-from sweeps.tune.cohort_trainable import member_trial_id
+from sweeps.tune.member_runs import member_trial_id
 from sweeps.tune.progress_callback import LIVE, ProgressCallback, trial_record
 from sweeps.tune.reuse import find_reusable, reused_outcomes
 from sweeps.tune.search_space import MEMBERS, is_cohort
 from sweeps.tune.segments import Segment, load_segments, tune_folder, write_outcomes, write_segment
 from sweeps.tune.setup import make_tuner
 from sweeps.tune.state_backup import ExperimentStateBackup
+from sweeps.tune.trial_context import TrialContext
 from sweeps.tune.trial_entry import train_sweep_trial
 from workers.contract import HISTORY_METRICS
 
@@ -90,7 +91,7 @@ def tune_outcomes(results, epochs: int) -> list[TrialOutcome]:
 
 
 
-def _fit(spec: SweepSpec, plan: SweepPlan, folder: Path, context: dict[str, Any],
+def _fit(spec: SweepSpec, plan: SweepPlan, folder: Path, context: TrialContext,
          callback: ProgressCallback, experiment: str) -> Any:
     """Run (or resume) the Tuner of one segment (its folder ``experiment``) to the end;
     returns Tune's result grid."""
@@ -122,7 +123,7 @@ class SegmentRun:
 
     sweep_id: str
     folder: Path
-    context: dict[str, Any]
+    context: TrialContext
     status: SweepStatus
     sinks: list[ProgressSink]
     reuse_from: Collection[str] | None
@@ -133,7 +134,7 @@ class SegmentRun:
         outcomes = [o for segment in segments for o in segment.outcomes or []]
         reused = [entry for segment in segments for entry in segment.reused]
         if reused:
-            outcomes += reused_outcomes(self.context["tracking_uri"], reused, epochs)
+            outcomes += reused_outcomes(self.context.tracking_uri, reused, epochs)
         return outcomes
 
     def fit(self, spec: SweepSpec, plan: SweepPlan, segment: Segment,
@@ -143,7 +144,7 @@ class SegmentRun:
         outcomes: list[TrialOutcome] = []
         if segment.trials:
             callback = ProgressCallback(self.sweep_id, epochs, spec.primary_metric,
-                                        spec.primary_mode, self.context["tracking_uri"])
+                                        spec.primary_mode, self.context.tracking_uri)
             LIVE.register(self.status, self.sinks, [_record(o) for o in carried])
             try:
                 results = _fit(spec, subplan(spec, plan, segment.trials), self.folder,
@@ -168,7 +169,7 @@ class SegmentRun:
         if not missing:
             return None
         reused = [] if spec.reuse == "none" else find_reusable(
-            self.context["tracking_uri"], missing, self.sweep_id, self.reuse_from)
+            self.context.tracking_uri, missing, self.sweep_id, self.reuse_from)
         taken = {id(entry["trial"]) for entry in reused}
         segment = Segment(len(segments), [t for t in missing if id(t) not in taken], reused,
                           environment)

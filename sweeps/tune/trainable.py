@@ -1,175 +1,245 @@
-"""The Ray Tune trainable: one trial of a sweep, with its MLflow child run.
+"""The Ray Tune trainable: one Tune trial trains a cohort of K >= 1 members (:func:`train_tune_trial`).
 
-It runs in the trial's process, possibly on another node, so every location it
-needs (MLflow tracking URI, cache root) is passed explicitly. Progress goes to
-Tune only through ``ray.tune.report`` with a checkpoint every epoch, so ASHA can
-stop a trial and a restored sweep resumes it mid-run. The run's lifecycle is
-:class:`workers.trial.TrialRunner`, the one ``ksweep train`` uses.
+Every member keeps everything a trial has: its own MLflow run (made, attached and ended
+through :class:`sweeps.tune.member_runs.MemberRuns` and :class:`workers.trial.TrialRunner`, by
+the one rule of :mod:`workers.tracking.run_end`), one metric point per epoch, its plots, its end
+state and its checkpoint. K > 1 members train stacked (:func:`workers.cohort.chunked.open_cohort`);
+K = 1 trains on its lone trainer (:class:`workers.cohort.solo.SoloCohort`), at a lone trial's
+cost. It runs in the trial's process, possibly on another node: every place it needs comes in
+the :class:`~sweeps.tune.trial_context.TrialContext`.
+
+Each epoch, in this order: the members' epoch, each member's metrics queued for its run as
+soon as its epoch end is done, every run settled, then one ``tune.report`` with a checkpoint
+(a checkpoint holds no epoch MLflow lacks unless the server is failing), then the runs of the
+members that ended are ended. Tune hears a trial in one of two layouts
+(:mod:`sweeps.tune.trial_layouts`): a lone trial's (its Tune config without ``members``: every
+epoch's metrics, ``state.pt`` and ``run.json``, so ASHA and the result grid read it as any
+Tune trial) or a cohort's (the members' records). A restored trial re-runs no member that
+ended; a fresh start deletes a member's leftover run first, so no member ever has two runs.
 """
 
 from __future__ import annotations
 
-import json
-import tempfile
+import contextlib
+import math
+from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mlflow.tracking import MlflowClient
 from ray import tune
 
-from sweeps.tune.state_backup import restored_as, seal_checkpoint
-from workers.contract import (
-    RUN_KIND_TAG,
-    RUN_KIND_TRIAL,
-    STOPPED_EARLY_TAG,
-    SWEEP_ID_TAG,
-    TAG_PREFIX,
-    TRIAL_ID_TAG,
-    TrainingStatus,
-    runs_with_tag_filter,
-)
-from workers.tracking.retry import retrying
-from workers.tracking.runs import NewRun, ensure_experiment
+from sweeps.tune.cohort_results import ENDED
+from sweeps.tune.member_runs import COHORT_TAG, MemberRuns, member_trial_id
+from sweeps.tune.search_space import MEMBERS, is_cohort, lone_params
+from sweeps.tune.state_backup import restored_as
+from sweeps.tune.trial_layouts import CohortLayout, LoneLayout
+from workers.contract import HISTORY_METRICS, TRIAL_ID_TAG, TrainingStatus, failure_text
+from workers.tracking.run_end import run_end
 
 if TYPE_CHECKING:  # the training stack is imported where a trial runs: the driver never loads torch
     from sweeps.spec.trials import TrialConfigs
-    from workers.train import Trainer
+    from sweeps.tune.trial_context import TrialContext
+    from sweeps.tune.trial_layouts import Engine
     from workers.trial import TrialRunner
 
-CHECKPOINT_FILE = "state.pt"
-RUN_FILE = "run.json"
+__all__ = ["TuneTrial", "train_tune_trial"]
 
 
-def param_tag(name: str) -> str:
-    """The run tag mirroring a trial's search param (``ksweep.alpha``...)."""
-    return f"{TAG_PREFIX}{name}"
+def _numbers(metrics: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics.items()
+            if isinstance(v, int | float) and not isinstance(v, bool)}
 
 
-def delete_leftover_runs(context: dict[str, Any], tags: dict[str, str],
-                         trial_ids: set[str] | None = None) -> None:
-    """Delete the sweep's runs carrying ``tags`` (one search), only those of ``trial_ids``
-    when given: the runs a trial started before its last failure, with no checkpoint."""
-    client = MlflowClient(tracking_uri=context["tracking_uri"])
-    experiment_id = ensure_experiment(client, context["experiment_name"])
-    stale_filter = runs_with_tag_filter(**{SWEEP_ID_TAG: context["sweep_id"], **tags})
-    stale_runs = retrying(lambda: client.search_runs([experiment_id], filter_string=stale_filter),
-                          f"search for leftover runs of {tags}")
-    for run_id in [stale.info.run_id for stale in stale_runs
-                   if trial_ids is None or stale.data.tags.get(TRIAL_ID_TAG) in trial_ids]:
-        retrying(lambda run_id=run_id: client.delete_run(run_id), f"delete leftover run {run_id}",
-                 done=lambda run_id=run_id: client.get_run(run_id).info.lifecycle_stage == "deleted")
+class TuneTrial:
+    """One Tune trial: its members' params, records, runs and the engine that trains them."""
+
+    def __init__(self, params: dict[str, Any], configs: TrialConfigs, context: TrialContext) -> None:
+        self.lone = not is_cohort(params)  # a trial of one from a lone Tune config
+        self.members: list[dict[str, Any]] = [lone_params(params)] if self.lone else params[MEMBERS]
+        self.context = context
+        self.member_runs = MemberRuns(context)
+        self.tune_id = tune.get_context().get_trial_id()
+        self.layout = LoneLayout(self) if self.lone else CohortLayout(self)
+        self.configs = [configs.trial_config_for(m) for m in self.members]
+        self.records: list[dict[str, Any]] = [
+            {"trial_id": self.tune_id if self.lone else member_trial_id(self.tune_id, k), "params": member,
+             "state": TrainingStatus.RUNNING.value, "epochs": 0, "run_id": None, "error": None,
+             "final": {}, "history": {}}
+            for k, member in enumerate(self.members)]
+        self.running: list[int] = []  # the positions the engine trains, in its order
+        self.runs: list[TrialRunner | None] = []  # None: replayed, its run already ended (or not made yet)
+        self.making: dict[int, Future[tuple[str, str]]] = {}  # position -> its run being made
+        self.unclosed: list[int] = []  # positions that ended but whose runs are not ended yet
+        self.last: dict[int, dict[str, float]] = {}  # each position's last epoch's metrics
+
+    # -- opening -------------------------------------------------------------------------
+
+    def open_runs(self, engine: Engine) -> None:
+        """Each trained member's run: made when it has none yet (a cohort's by the metric writer
+        while the first epoch trains; a trial of one's now: its first epoch has nothing to
+        overlap), None when it ended under a killed driver (the member only replays its last epochs from
+        the checkpoint's exact state, touching nothing in MLflow), else attached."""
+        from workers.trial import run_constants
+
+        fresh = {self.records[k]["trial_id"] for k in self.running if not self.records[k]["run_id"]}
+        if fresh:  # one search for the trial's leftover runs
+            tags = {TRIAL_ID_TAG: self.tune_id} if self.lone else {COHORT_TAG: self.tune_id}
+            self.member_runs.delete_leftovers(tags, fresh)
+        self.runs = []
+        for position, (member, k) in enumerate(zip(engine.members, self.running, strict=True)):
+            record = self.records[k]
+            record["final"].update(run_constants(member.trainer))
+            if not record["run_id"] and self.lone:  # one run: made now, nothing to overlap it with
+                new_run = self.member_runs.new_run(member.trainer, self.members[k], record["trial_id"])
+                self.runs.append(self.member_runs.created(member.trainer, *new_run.create()))
+                record["run_id"] = self.runs[-1].logger.run_id
+            elif not record["run_id"]:
+                self.runs.append(None)  # waited for before its first epoch is logged (wait_for_runs)
+                self.making[position] = self.member_runs.make_later(
+                    member.trainer, self.members[k], record["trial_id"], {COHORT_TAG: self.tune_id})
+            elif self.layout.run_ended(record["run_id"]):
+                self.runs.append(None)
+            else:
+                run = self.member_runs.attach(member.trainer, record["run_id"])
+                self.runs.append(run)
+                if member.status != TrainingStatus.RUNNING:  # restored at its end: end the run
+                    with self.member_rng(engine, member):
+                        run.log_final()
+                    self.unclosed.append(position)
+
+    def wait_for_runs(self, engine: Engine, raising: bool = True) -> None:
+        """Wait for the runs :meth:`open_runs` had made; ``raising`` False: a run that could not
+        be made stays None (nothing to end), as when the trial fails."""
+        while self.making:
+            position = next(iter(self.making))
+            future = self.making.pop(position)
+            try:
+                run_id, experiment_id = future.result()
+            except Exception:
+                if raising:
+                    raise
+                continue
+            self.runs[position] = self.member_runs.created(engine.members[position].trainer,
+                                                           run_id, experiment_id)
+            self.records[self.running[position]]["run_id"] = run_id
+
+    # -- training ------------------------------------------------------------------------
+
+    @staticmethod
+    def member_rng(engine: Engine, member) -> contextlib.AbstractContextManager:
+        """The member's own RNG streams around its lone steps (finalize): a stacked cohort's
+        are swapped in; a trial of one's are the process's."""
+        from workers.cohort.member import own_rng
+
+        return engine.member_rng(member) if hasattr(engine, "member_rng") else own_rng(member)
+
+    def train(self, engine: Engine) -> None:
+        """Epochs until no member runs (the module doc's order); on Tune's stop (``SystemExit``:
+        a scheduler, the time budget, a cancel) or an error, the runs still open are ended."""
+        try:
+            while engine.active:
+                self.epoch(engine)
+                self.layout.report(engine)
+                self.close_ended(engine)
+            self.close_ended(engine)  # a member restored at its end
+        except SystemExit:
+            self.stop_running(engine, None)
+            raise
+        except Exception as error:
+            self.stop_running(engine, error)
+            raise
+
+    def epoch(self, engine: Engine) -> None:
+        """Train one epoch, log it per member; the members that ended go to ``unclosed``."""
+        # Each member queued as soon as its epoch end is done: the write overlaps the next one's.
+        def on_member(position: int, metrics: dict[str, float]) -> None:
+            self.wait_for_runs(engine)  # the first one waits for the runs being made, if any
+            self._log_member(engine, position, metrics)
+
+        logged = engine.run_epoch(on_member=on_member)
+        for position, member in enumerate(engine.members):
+            record = self.records[self.running[position]]
+            if position in logged or record["state"] in ENDED:
+                continue
+            if member.status == TrainingStatus.FAILED:
+                record.update(state=TrainingStatus.FAILED.value, error=member.error)
+                self.unclosed.append(position)
+
+    def _log_member(self, engine: Engine, position: int, metrics: dict[str, float]) -> None:
+        """Member ``position``'s epoch: finalized if it ended, queued for its run, recorded."""
+        from workers.trial import run_constants
+
+        member = engine.members[position]
+        record = self.records[self.running[position]]
+        if member.status in (TrainingStatus.FINISHED, TrainingStatus.STOPPED):  # its lone last epoch
+            with self.member_rng(engine, member):
+                metrics = {**metrics, **member.trainer.finalize()}
+            self.unclosed.append(position)
+        if self.runs[position] is not None:
+            self.runs[position].log_epoch(metrics)
+        self.last[position] = metrics
+        history = member.trainer.history
+        record.update(state=member.status, epochs=member.trainer.epoch, final={
+            **_numbers(metrics), **_numbers(run_constants(member.trainer)),
+            "training_iteration": float(member.trainer.epoch)},
+            history={k: list(history[k]) for k in HISTORY_METRICS if k in history})
+
+    def settle(self) -> None:
+        """Wait until MLflow holds every epoch logged so far (before Tune records a checkpoint)."""
+        for run in self.runs:
+            if run is not None:
+                run.settle()
+
+    def close_ended(self, engine: Engine) -> None:
+        self.wait_for_runs(engine)
+        while self.unclosed:
+            position = self.unclosed.pop(0)
+            member, run = engine.members[position], self.runs[position]
+            if run is not None:
+                run.end(run_end(member.status, member.error))
+
+    def stop_running(self, engine: Engine, error: BaseException | None) -> None:
+        """End the runs of members still running: stopped early (Tune's stop) or failed."""
+        self.wait_for_runs(engine, raising=False)
+        self.close_ended(engine)
+        for position, member in enumerate(engine.members):
+            if member.status != TrainingStatus.RUNNING or self.records[self.running[position]]["state"] in ENDED:
+                continue
+            run = self.runs[position]
+            if run is None:
+                continue
+            if error is None:
+                run.end(run_end(TrainingStatus.STOPPED, stopped_early=True))
+            else:
+                member.status, member.error = TrainingStatus.FAILED.value, failure_text(error)
+                run.end(run_end(member.status, member.error))
+
+    def best(self) -> float:
+        """The best of the members' last values of the sweep's metric (NaN: none yet)."""
+        values = [r["final"].get(self.context.metric) for r in self.records]
+        values = [v for v in values if v is not None and math.isfinite(v)]
+        if not values:
+            return math.nan
+        return max(values) if self.context.mode == "max" else min(values)
 
 
-def open_trial_run(
-    trainer: Trainer, params: dict[str, Any], context: dict[str, Any], trial_id: str,
-    checkpoint_run_id: str | None, extra_tags: dict[str, str] | None = None,
-    leftovers_deleted: bool = False,
-) -> TrialRunner:
-    """The trial's MLflow run: deferred (its caller settles it before each ``tune.report``), with
-    PNGs when ``context["trial_plots"]`` (the spec's ``tracking.trial_plots``; absent: none).
-
-    Resumed from a checkpoint: attach to the run recorded in it. Started afresh (first
-    try, or a retry before any checkpoint): a leftover run of this trial is deleted
-    first (unless ``leftovers_deleted``: a cohort deletes its members' in one search), so no
-    trial ever has two runs.
-    """
-    from workers.trial import TrialRunner
-
-    uri = context["tracking_uri"]
-    if checkpoint_run_id is not None:
-        return TrialRunner.attach(trainer, uri, checkpoint_run_id, **trial_run_options(context))
-    if not leftovers_deleted:
-        delete_leftover_runs(context, {TRIAL_ID_TAG: trial_id})
-    new_run = new_trial_run(trainer, params, context, trial_id, extra_tags)
-    return TrialRunner.created(trainer, uri, *new_run.create(), **trial_run_options(context))
-
-
-def trial_run_options(context: dict[str, Any]) -> dict[str, bool]:
-    """How a sweep's trial run logs: deferred epochs, PNGs only with ``tracking.trial_plots``."""
-    return {"plots": bool(context.get("trial_plots", False)), "deferred": True}
-
-
-def new_trial_run(trainer: Trainer, params: dict[str, Any], context: dict[str, Any], trial_id: str,
-                  extra_tags: dict[str, str] | None = None) -> NewRun:
-    """A sweep trial's new run: its tags (sweep, trial, kind, one per search param) and params."""
-    from workers.trial import TrialRunner
-
-    tags = {SWEEP_ID_TAG: context["sweep_id"], TRIAL_ID_TAG: trial_id, RUN_KIND_TAG: RUN_KIND_TRIAL,
-            **{param_tag(k): v for k, v in params.items()}, **(extra_tags or {})}
-    return TrialRunner.new_run(trainer, context["tracking_uri"], context["experiment_name"],
-                            trainer.config.name or trial_id, tags, context["parent_run_id"])
-
-
-def _ended_run(context: dict[str, Any], run_id: str) -> str | None:
-    """How the run ended when it ended FINISHED: stopped (early, by the scheduler) or finished
-    (a :class:`~workers.contract.TrainingStatus` value); None when it did not."""
-    client = MlflowClient(tracking_uri=context["tracking_uri"])
-    run = retrying(lambda: client.get_run(run_id), f"get run {run_id}")
-    if run.info.status != "FINISHED":
-        return None
-    stopped = run.data.tags.get(STOPPED_EARLY_TAG) == "true"
-    return (TrainingStatus.STOPPED if stopped else TrainingStatus.FINISHED).value
-
-
-def train_trial(params: dict[str, Any], *, configs: TrialConfigs, context: dict[str, Any]) -> None:
-    """Tune function trainable. ``params``: alpha, loss_stack, model, seed; ``configs`` builds
-    this trial's configuration from them (the sweep's template and stacks, not its spec)."""
-    from workers.train import Trainer
-    from workers.trial import run_constants
-
-    config = configs.trial_config_for(params)
-    trial_id = tune.get_context().get_trial_id()
-    trainer = Trainer.create(config, context["cache_root"])
-    checkpoint_run_id, tune_epoch = None, None
+def train_tune_trial(params: dict[str, Any], *, configs: TrialConfigs, context: TrialContext) -> None:
+    """Tune function trainable: ``params`` a lone trial's (alpha, loss_stack, model, seed...) or a
+    cohort's (``members``: each member's lone params); ``configs`` builds each member's
+    configuration from them (the sweep's template and stacks, not its spec)."""
+    trial = TuneTrial(params, configs, context)
     checkpoint = tune.get_checkpoint()
+    behind = None
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
-            trainer.load_checkpoint(Path(folder) / CHECKPOINT_FILE)
-            checkpoint_run_id = json.loads((Path(folder) / RUN_FILE).read_text())["run_id"]
-            tune_epoch = restored_as(Path(folder))
-    ended = None if checkpoint_run_id is None else _ended_run(context, checkpoint_run_id)
-    if ended == TrainingStatus.STOPPED:  # stopped early by the scheduler before the kill: it stays stopped
-        return
-    run = None if ended else open_trial_run(trainer, params, context, trial_id, checkpoint_run_id)
-    run_id = checkpoint_run_id if run is None else run.logger.run_id
-    constants = run_constants(trainer)
+            engine = trial.layout.restore(Path(folder))
+            behind = restored_as(Path(folder))
+    else:
+        engine = trial.layout.fresh()
+    if engine is not None:
+        trial.open_runs(engine)
+    if behind is not None:  # Tune restored an older checkpoint's iteration: bring it up to date
+        trial.layout.catch_up(engine, behind)
+    if engine is not None:
+        trial.train(engine)
 
-    def report(trainer: Trainer, epoch: int, metrics: dict[str, float], checkpoint: bool = True) -> None:
-        payload = {**metrics, "mlflow_run_id": run_id, **constants}
-        if not checkpoint:  # an epoch replayed to Tune ahead of the checkpoint that holds it
-            tune.report(payload)
-            return
-        with tempfile.TemporaryDirectory(prefix="ksweep-ckpt-") as folder:
-            trainer.save_checkpoint(Path(folder) / CHECKPOINT_FILE)
-            (Path(folder) / RUN_FILE).write_text(json.dumps({"run_id": run_id}))
-            seal_checkpoint(Path(folder))
-            if run is not None:  # MLflow holds the epoch before Tune records its checkpoint
-                run.settle()
-            tune.report(payload, checkpoint=tune.Checkpoint.from_directory(folder))
-
-    if tune_epoch is not None:
-        _replay_to_tune(trainer, tune_epoch, report)
-    if run is None:
-        # The trial completed under a driver killed before Tune recorded that (its
-        # experiment state is saved every few seconds). Its run is whole: touch nothing in
-        # MLflow; only hand Tune the epochs it has not seen (none when the checkpoint is the
-        # last epoch's), replayed from the checkpoint's exact state.
-        while not trainer.finished:
-            metrics = trainer.run_epoch()
-            report(trainer, trainer.epoch, {**metrics, **trainer.finalize()} if trainer.finished
-                   else metrics)
-        return
-    run.train(after_epoch=report)
-
-
-def _replay_to_tune(trainer: Trainer, tune_epoch: int, report) -> None:
-    """Report the epochs after ``tune_epoch`` that the restored checkpoint already holds
-    (MLflow logged each before Tune saw it), from the trainer's history: Tune restored an older
-    checkpoint's iteration (:func:`sweeps.tune.state_backup.fill_deleted_checkpoints`), and its
-    iteration count must match the epochs again. The last one carries the checkpoint."""
-    for epoch in range(tune_epoch + 1, trainer.epoch + 1):
-        metrics = {name: values[epoch - 1] for name, values in trainer.history.items()
-                   if len(values) >= epoch}
-        last = epoch == trainer.epoch
-        report(trainer, epoch, {**metrics, **trainer.finalize()} if last and trainer.finished else metrics,
-               checkpoint=last)

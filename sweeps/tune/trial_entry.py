@@ -15,6 +15,7 @@ from workers.imports import heavy_imports
 
 if TYPE_CHECKING:
     from sweeps.spec.trials import TrialConfigs
+    from sweeps.tune.trial_context import TrialContext
 
 
 @functools.cache
@@ -25,8 +26,9 @@ def load_training_stack(tracking_uri: str | None = None) -> None:
     with heavy_imports():
         from mlflow.store.db.db_types import DATABASE_ENGINES
 
-        import sweeps.tune.cohort_trainable  # noqa: F401
+        import sweeps.tune.trainable  # noqa: F401
         import workers.cohort.chunked  # noqa: F401
+        import workers.cohort.solo  # noqa: F401
         import workers.train  # noqa: F401
         import workers.trial  # noqa: F401
 
@@ -39,26 +41,20 @@ def load_training_stack(tracking_uri: str | None = None) -> None:
 
 
 def train_sweep_trial(params: dict[str, Any], *, configs: TrialConfigs,
-                      context: dict[str, Any]) -> None:
-    """The sweep's Tune function trainable: a cohort of K > 1 by
-    :func:`sweeps.tune.cohort_trainable.train_cohort`, a lone trial (cohort size 1, or a cohort
-    of one) by :func:`sweeps.tune.trainable.train_trial`."""
-    from sweeps.tune.search_space import MEMBERS, is_cohort, lone_params
+                      context: TrialContext) -> None:
+    """The sweep's Tune function trainable: a cohort of K >= 1 members
+    (:func:`sweeps.tune.trainable.train_tune_trial`; a lone trial is a cohort of one)."""
+    from sweeps.tune.search_space import MEMBERS, is_cohort
     from workers.tracking.writer_process import worth_a_writer_process
 
-    cohort = is_cohort(params)
-    if cohort and worth_a_writer_process(len(params[MEMBERS])):
+    if is_cohort(params) and worth_a_writer_process(len(params[MEMBERS])):
         # One metric batch per member per epoch: a writer process takes MLflow's store work off
         # this process's GIL. Started first, its own imports of MLflow and the store run beside
         # this process's, not beside the first epoch's training.
         with heavy_imports():
             from workers.tracking.writer import write_in_child_process
-        write_in_child_process(tracking_uri=context["tracking_uri"])
-    load_training_stack(context["tracking_uri"])
-    from sweeps.tune.cohort_trainable import train_cohort
-    from sweeps.tune.trainable import train_trial
+        write_in_child_process(tracking_uri=context.tracking_uri)
+    load_training_stack(context.tracking_uri)
+    from sweeps.tune.trainable import train_tune_trial
 
-    if cohort:
-        train_cohort(params, configs=configs, context=context)
-    else:
-        train_trial(lone_params(params), configs=configs, context=context)
+    train_tune_trial(params, configs=configs, context=context)

@@ -10,7 +10,7 @@ from conftest import auth, tiny_spec
 from test_lifecycle import _driver_pid, _sweep_runs, _wait, cancel_and_check_stopped
 
 from sweeps.status import STATE_TAG
-from sweeps.tune.cohort_trainable import COHORT_TAG
+from sweeps.tune.member_runs import COHORT_TAG
 from workers.contract import FAILURE_TAG, STOPPED_EARLY_TAG
 
 pytestmark = pytest.mark.slow

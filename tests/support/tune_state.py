@@ -18,7 +18,7 @@ from sweeps.tune.state_backup import BACKUP_NAME, STATE_PATTERN, latest_checkpoi
 
 def cohort_trial_id(trial_id: str) -> str:
     """The Tune trial id a trial of the progress record trains under: a cohort member's id less
-    its ``-m<position>`` (``sweeps.tune.cohort_trainable.member_trial_id``); a lone trial's own."""
+    its ``-m<position>`` (``sweeps.tune.member_runs.member_trial_id``); a lone trial's own."""
     return trial_id.rsplit("-m", 1)[0]
 
 

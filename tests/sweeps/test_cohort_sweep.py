@@ -18,7 +18,7 @@ from test_runner import SMALL_DATA, _runs, _sweep, _write_spec
 from sweeps.plan.build import build_plan
 from sweeps.spec import load_sweep_spec
 from sweeps.status import read_status
-from sweeps.tune.cohort_trainable import COHORT_TAG
+from sweeps.tune.member_runs import COHORT_TAG
 from tests.support.tune_state import cohort_trial_id, wait_restorable
 from workers.cohort.memory import HEADROOM, member_step_bytes
 from workers.contract import SWEEP_ID_TAG, TRIAL_ID_TAG

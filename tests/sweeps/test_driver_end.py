@@ -54,7 +54,7 @@ def test_an_unknown_local_ray_mode_is_refused_naming_the_variable_before_a_sweep
         monkeypatch, tmp_path):
     from sweeps.plan.budget import build_plan_within_budget
     from sweeps.spec.loading import parse_sweep_spec
-    from sweeps.tune.runner import run_sweep
+    from sweeps.tune.runner import SweepSettings, run_sweep
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setenv("KSWEEP_LOCAL_RAY", "minimal")
@@ -63,8 +63,9 @@ def test_an_unknown_local_ray_mode_is_refused_naming_the_variable_before_a_sweep
         ensure_ray(num_cpus=1)
     spec = parse_sweep_spec((ROOT / "sweeps" / "examples" / "quickstart.yaml").read_text())
     with pytest.raises(ValueError, match=refused):
-        run_sweep(spec, build_plan_within_budget(spec), sweep_id="refused",
-                  sweep_root=tmp_path / "root", tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+        run_sweep(spec, build_plan_within_budget(spec), SweepSettings(
+            sweep_id="refused", sweep_root=tmp_path / "root",
+            tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}"))
     assert list(tmp_path.iterdir()) == []  # no sweep folder, no MLflow store, no parent run
 
 
@@ -72,12 +73,13 @@ def test_a_wrong_writer_process_threshold_is_refused_naming_the_variable_before_
         monkeypatch, tmp_path):
     from sweeps.plan.budget import build_plan_within_budget
     from sweeps.spec.loading import parse_sweep_spec
-    from sweeps.tune.runner import run_sweep
+    from sweeps.tune.runner import SweepSettings, run_sweep
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setenv("KSWEEP_WRITER_PROCESS_MIN_RUNS", "eight")
     spec = parse_sweep_spec((ROOT / "sweeps" / "examples" / "quickstart.yaml").read_text())
     with pytest.raises(ValueError, match=r"KSWEEP_WRITER_PROCESS_MIN_RUNS='eight': expected a whole number"):
-        run_sweep(spec, build_plan_within_budget(spec), sweep_id="refused",
-                  sweep_root=tmp_path / "root", tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+        run_sweep(spec, build_plan_within_budget(spec), SweepSettings(
+            sweep_id="refused", sweep_root=tmp_path / "root",
+            tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}"))
     assert list(tmp_path.iterdir()) == []  # no sweep folder, no MLflow store, no parent run

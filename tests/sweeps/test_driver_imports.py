@@ -30,7 +30,7 @@ def test_the_driver_modules_load_no_torch_sklearn_or_tensorboard():
 
 def test_the_function_tune_ships_to_workers_unpickles_without_mlflow_or_torch():
     loaded = _loaded("sweeps.tune.trial_entry",
-                     ("mlflow", "torch", "sklearn", "sweeps.tune.cohort_trainable"))
+                     ("mlflow", "torch", "sklearn", "sweeps.tune.trainable"))
     assert loaded == "[]", loaded
 
 

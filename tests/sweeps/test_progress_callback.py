@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 from mlflow.tracking import MlflowClient
 
-from sweeps.tune.cohort_trainable import COHORT_MEMBERS_KEY
+from sweeps.tune.cohort_results import COHORT_MEMBERS_KEY
 from sweeps.tune.progress_callback import ProgressCallback
 from sweeps.tune.search_space import MEMBERS
 from tests.support.mlflow_store import sqlite_store_uri

@@ -10,8 +10,9 @@ from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import INTERNAL_ERROR
 from mlflow.tracking import MlflowClient
 
-import sweeps.tune.trainable as trainable
+import sweeps.tune.member_runs as member_runs
 import workers.trial
+from sweeps.tune.trial_context import TrialContext
 from tests.support.mlflow_store import sqlite_store_uri
 from workers.contract import SWEEP_ID_TAG, TRIAL_ID_TAG
 from workers.tracking.runs import ensure_experiment
@@ -46,17 +47,19 @@ def test_leftover_run_is_deleted_through_an_outage(tmp_path, monkeypatch):
     experiment_id = ensure_experiment(real, "retry-trainable")
     leftover = real.create_run(experiment_id, tags={SWEEP_ID_TAG: "s1", TRIAL_ID_TAG: "t1"})
     faulty = OutageClient(real)
-    monkeypatch.setattr(trainable, "MlflowClient", lambda tracking_uri: faulty)
+    monkeypatch.setattr(member_runs, "MlflowClient", lambda tracking_uri: faulty)
     # Only the cleanup is under test: making the new run (TrialRunner.new_run) is recorded instead.
     opened = []
     monkeypatch.setattr(workers.trial, "TrialRunner", SimpleNamespace(  # imported where a trial runs
-        new_run=lambda *args: opened.append(args[4]) or SimpleNamespace(create=lambda: ("id", "0")),
-        created=lambda *args, **kwargs: "run"))
+        new_run=lambda *args: opened.append(args[4]) or SimpleNamespace(create=lambda: ("id", "0"))))
     trainer = SimpleNamespace(config=SimpleNamespace(name="t1"))
-    context = {"tracking_uri": uri, "experiment_name": "retry-trainable", "sweep_id": "s1",
-               "parent_run_id": None}
+    context = TrialContext(tracking_uri=uri, experiment_name="retry-trainable", sweep_id="s1",
+                           parent_run_id=None, cache_root=str(tmp_path), metric="val/loss",
+                           mode="min")
 
-    assert trainable.open_trial_run(trainer, {"alpha": 0.5}, context, "t1", None) == "run"
+    runs = member_runs.MemberRuns(context)  # a fresh start: the leftover goes, then the new run
+    runs.delete_leftovers({TRIAL_ID_TAG: "t1"}, {"t1"})
+    assert runs.new_run(trainer, {"alpha": 0.5}, "t1").create() == ("id", "0")
 
     assert faulty.calls == ["search", "search", "delete"]  # the lost delete was not sent again
     assert real.get_run(leftover.info.run_id).info.lifecycle_stage == "deleted"

@@ -43,7 +43,7 @@ def test_the_lone_trainer_takes_the_steps_it_plans_and_resolves_fractions(tmp_pa
     trainer = Trainer.create(config, tmp_path)
     assert trainer.total_steps == config.total_steps(577) == 57
     assert trainer.model.gumbel_decay_steps == 14  # 0.25 x 57 = 14.25
-    stack_now, _ = trainer._stacks()
+    stack_now, _ = trainer.loss_stacks()
     assert stack_now.weights_at(0)["kl"] == 0.0
     assert stack_now.weights_at(14)["kl"] == pytest.approx(2.0 * 14 / 29)  # 0.5 x 57 -> 29
     assert stack_now.weights_at(29)["kl"] == 2.0

@@ -25,7 +25,7 @@ from workers.cohort import phases
 from workers.cohort.losses import loss_groups
 from workers.cohort.member import POSTERIOR_PROBS, per_member
 from workers.cohort.optim import clip_per_member
-from workers.cohort.phases import Draws
+from workers.cohort.phases import Draws, member_draws
 from workers.contract import PERF_COMPILE_SECONDS, TrainingStatus
 from workers.models import CVAEOutput
 from workers.models.backbone import upcast
@@ -121,11 +121,11 @@ class CompiledStep:
 
     def __init__(self, cohort, backend: str) -> None:
         self.cohort, self.backend = cohort, backend
-        self.rows = list(cohort._rows)
+        self.rows = list(cohort.rows)
         self.compile_seconds = 0.0
         self.fallback: str | None = None
         self._warm: set[int] = set()
-        data = cohort._data
+        data = cohort.train_tensors
         self._buckets = length_buckets(data["mask"].shape[-1])
         mask = data["mask"].cpu()  # per stored row: 1 + its last active position (0: none)
         positions = torch.arange(1, mask.shape[-1] + 1)
@@ -136,7 +136,7 @@ class CompiledStep:
         # inductor cache still serves their kernels).
         torch._dynamo.reset()
         for name, param in cohort.params.items():  # every state exists before the first compile
-            cohort.optimizer._state(name, param)
+            cohort.optimizer.state_of(name, param)
         self._loss = torch.compile(self._loss_fn, backend=backend, dynamic=False)
         self._update = torch.compile(self._update_fn, backend=backend, dynamic=False)
         self._weights: dict[tuple, list[torch.Tensor]] = {}
@@ -172,10 +172,10 @@ class CompiledStep:
     def _build_groups(self) -> list[dict]:
         """Members with one loss stack share a vmapped loss; which outputs each term reaches."""
         groups = []
-        for index, positions, _ in loss_groups(self.rows, self.cohort._data["target"].shape[1],
+        for index, positions, _ in loss_groups(self.rows, self.cohort.train_tensors["target"].shape[1],
                                                self.cohort.device):
-            stack, diagnostics = self.rows[positions[0]].trainer._stacks()
-            stack = train_phases.training_stack(stack, self.rows[0].config.training, self.cohort._data["target"].shape[1])
+            stack, diagnostics = self.rows[positions[0]].trainer.loss_stacks()
+            stack = train_phases.training_stack(stack, self.rows[0].config.training, self.cohort.train_tensors["target"].shape[1])
 
             def member_loss(token_nll, base_nll, mask, kl, bow_logits, targets, weights, posterior_probs,
                             stack=stack, diagnostics=diagnostics):
@@ -197,10 +197,10 @@ class CompiledStep:
     def _reaches(self, stack, row: int) -> dict[str, frozenset[str]]:
         """Per term of ``stack``: the model outputs its value has a gradient path to (one eager probe)."""
         cohort = self.cohort
-        data = {k: v[cohort._source[row:row + 1], :2] for k, v in cohort._data.items()}
+        data = {k: v[cohort.train_source[row:row + 1], :2] for k, v in cohort.train_tensors.items()}
         params = {n: p[row:row + 1].detach() for n, p in cohort.params.items()}
         generator = torch.Generator(cohort.device).manual_seed(0)
-        noise, dropped = cohort._draws([generator], 2)
+        noise, dropped = member_draws(cohort, [generator], 2)
         with torch.no_grad():
             out = cvae_forward(params, cohort.model_config, cohort.num_categories, data["context"],
                                data["decoder_input"], data["target"], data["mask"], noise, 1.0,
@@ -272,7 +272,7 @@ class CompiledStep:
 
     def _bucket(self, rows: torch.Tensor, indices: torch.Tensor) -> int:
         """The smallest length bucket holding every running member's active tokens of the batch."""
-        source = self.cohort._source.cpu()[rows]
+        source = self.cohort.train_source.cpu()[rows]
         longest = int(self._row_length[source.unsqueeze(1), indices[rows]].max()) if len(rows) else 1
         return next(b for b in self._buckets if b >= longest)
 
@@ -293,16 +293,16 @@ class CompiledStep:
         """The cohort's train pass for ``active`` (rows of the stack that still run); eager's result shape."""
         cohort, rows = self.cohort, self.rows
         training = rows[0].config.training
-        size, batch_size = cohort._data["target"].shape[1], training.batch_size
+        size, batch_size = cohort.train_tensors["target"].shape[1], training.batch_size
         alive = tuple(m.status == TrainingStatus.RUNNING for m in rows)
         alive_tensor = torch.tensor(alive, device=cohort.device)
         running = torch.tensor([k for k, a in enumerate(alive) if a], dtype=torch.long)
-        order = torch.stack([torch.randperm(size, generator=m.trainer._generator) if a else torch.arange(size)
+        order = torch.stack([torch.randperm(size, generator=m.trainer.batch_generator) if a else torch.arange(size)
                              for m, a in zip(rows, alive, strict=True)])
         dtype = upcast(next(iter(cohort.params.values()))).dtype
         autocast = (torch.autocast("cuda", dtype=torch.bfloat16)
                     if training.bf16 and cohort.device.type == "cuda" else contextlib.nullcontext())
-        source = cohort._source.unsqueeze(1)
+        source = cohort.train_source.unsqueeze(1)
         sums = [{} for _ in self._groups]
         counts = [0 for _ in self._groups]
         losses: list[list[torch.Tensor]] = [[] for _ in self._groups]
@@ -317,7 +317,7 @@ class CompiledStep:
             bucket = self._bucket(running, indices)
             padded = torch.cat([indices, indices.new_zeros(len(rows), batch_size - real)], dim=1)
             padded = padded.to(cohort.device)
-            batch = {k: v[source, padded] for k, v in cohort._data.items()}
+            batch = {k: v[source, padded] for k, v in cohort.train_tensors.items()}
             batch["mask"][:, real:] = False  # padding rows: no active token, so they count for nothing
             draws = self._draws(alive, real, batch_size)
             batch["dropped"] = draws[1]
@@ -365,7 +365,7 @@ class CompiledStep:
         running = [m for m, a in zip(self.rows, alive, strict=True) if a]
         rows = torch.tensor([k for k, a in enumerate(alive) if a], device=self.cohort.device)
         padded = []
-        for drawn in self.cohort._draws([m.generator for m in running], real):
+        for drawn in member_draws(self.cohort, [m.generator for m in running], real):
             if drawn is not None:
                 full = drawn.new_zeros(len(self.rows), batch_size, *drawn.shape[2:])
                 full[rows, :real] = drawn

@@ -56,7 +56,7 @@ def loss_groups(active: list[Member], target_length: int, device: torch.device) 
         groups.setdefault(key, []).append(k)
     result = []
     for indices in groups.values():
-        stack, diagnostics = active[indices[0]].trainer._stacks()
+        stack, diagnostics = active[indices[0]].trainer.loss_stacks()
         stack = train_phases.training_stack(stack, active[0].config.training, target_length)
 
         def member_loss(token_nll, base_nll, mask, kl, bow_logits, targets, step, posterior_probs,

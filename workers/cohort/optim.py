@@ -42,7 +42,8 @@ class StackedAdamW:
         self.eps = eps
         self.state: dict[str, Tensors] = {}
 
-    def _state(self, name: str, param: torch.Tensor) -> Tensors:
+    def state_of(self, name: str, param: torch.Tensor) -> Tensors:
+        """Parameter ``name``'s AdamW state (every member's row), made at zero on first use."""
         if name not in self.state:
             self.state[name] = {
                 "step": torch.zeros(param.shape[0], dtype=torch.float64, device=param.device),
@@ -55,7 +56,7 @@ class StackedAdamW:
         """One update; ``grads[name]`` as the params, ``used[name]`` a ``[K]`` bool tensor."""
         for name, grad in grads.items():
             param = self.params[name]
-            state = self._state(name, param)
+            state = self.state_of(name, param)
             mask = used[name]
             if mask.device.type == "cpu" and bool(mask.all()):  # no device sync on the CPU
                 self._step_all(param, grad, state)
@@ -114,7 +115,7 @@ class StackedAdamW:
 
     def load_member_state(self, name: str, member: int, state: Tensors) -> None:
         """Set member's state of one parameter from a ``torch.optim.AdamW`` state entry."""
-        own = self._state(name, self.params[name])
+        own = self.state_of(name, self.params[name])
         own["step"][member] = float(state["step"])
         own["exp_avg"][member] = state["exp_avg"]
         own["exp_avg_sq"][member] = state["exp_avg_sq"]

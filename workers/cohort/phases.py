@@ -23,7 +23,7 @@ def member_draws(cohort, generators: list[torch.Generator], batch: int) -> Draws
     config, device = cohort.model_config, cohort.device
     dropped = None
     if config.word_dropout > 0:  # per generator, the mask is drawn before the noise
-        shape = (batch, cohort._data["decoder_input"].shape[-1])
+        shape = (batch, cohort.train_tensors["decoder_input"].shape[-1])
         dropped = torch.stack([word_dropout_mask(shape, config.word_dropout, device, g) for g in generators])
     dtype = upcast(next(iter(cohort.params.values()))).dtype
     if cohort.members[0].config.training.bf16 and device.type == "cuda":
@@ -49,7 +49,7 @@ def reset_decoders(cohort, members) -> None:
         trainer = member.trainer
         initial = phases.initial_decoder(trainer.config, trainer.view.vocab_size, trainer.view.num_strategies)
         phases.reset_decoder(trainer.model, trainer.optimizer, initial)
-        row = cohort._rows.index(member)
+        row = cohort.rows.index(member)
         with torch.no_grad():
             for name, value in initial.items():
                 cohort.params[name][row] = value.to(cohort.params[name].dtype)

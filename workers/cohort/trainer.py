@@ -111,6 +111,24 @@ class Cohort:
     def epoch(self) -> int:
         return min((m.trainer.epoch for m in self.members), default=0)
 
+    # -- what a compiled step and the phases read (workers/cohort/compiled.py, phases.py) -----
+
+    @property
+    def rows(self) -> list[Member]:
+        """The stacked members, row by row (row k of every stacked tensor is ``rows[k]``)."""
+        return self._rows
+
+    @property
+    def train_tensors(self) -> dict[str, torch.Tensor]:
+        """The members' train splits stacked, one copy per distinct split: each field of the
+        split, ``decoder_input`` and ``base_nll``, ``[S, N, ...]``."""
+        return self._data
+
+    @property
+    def train_source(self) -> torch.Tensor:
+        """``[K]``: which of :attr:`train_tensors`' splits row k trains on."""
+        return self._source
+
     # -- stacking ---------------------------------------------------------------------------
 
     def _stack(self) -> None:
@@ -200,7 +218,7 @@ class Cohort:
         groups = loss_groups(active, self._data["target"].shape[1], self.device)
         controls = group_rate_controls(active, groups, self._data["target"].shape[1])  # members' own
         size = self._data["target"].shape[1]
-        order = torch.stack([torch.randperm(size, generator=m.trainer._generator) for m in active])
+        order = torch.stack([torch.randperm(size, generator=m.trainer.batch_generator) for m in active])
         inject = [m.config.training.inject_nan_at_step for m in active]
         sums = [{} for _ in groups]
         counts = [0 for _ in groups]
@@ -312,7 +330,7 @@ class Cohort:
             member.step_losses.extend(step_losses.tolist())
             count = max(1, int(counts[k]))
             train = {f"train/{key}": float(v) / count for key, v in sums[k].items()}
-            train.update({f"train/{key}": v for key, v in trainer._kappa_metrics["train"].items()})
+            train.update({f"train/{key}": v for key, v in trainer.kappa_metrics["train"].items()})
             train.update(kl_multiplier_metrics(trainer.rate_control, train_phases.training_stack(
                 trainer.build_stack(member.config.loss_stack), member.config.training,
                 len(trainer.train_data.split)), self.step))

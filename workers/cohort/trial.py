@@ -2,8 +2,8 @@
 
 Every member gets a :class:`~workers.trial.TrialRunner` (its params, one metric point per epoch
 through one ``log_batch`` call, its PNGs when asked, its end state), so in MLflow and in the service a
-member is indistinguishable from a lone trial: FINISHED; FINISHED with ``ksweep.stopped_early``
-when it left the cohort early; FAILED with the reason in ``ksweep.failure`` when it diverged.
+member is indistinguishable from a lone trial: its run ends by the one rule of
+:mod:`workers.tracking.run_end`.
 """
 
 from __future__ import annotations
@@ -14,25 +14,19 @@ from typing import Any
 
 from workers.cohort.chunked import open_cohort
 from workers.cohort.member import Member, MemberCallback
-from workers.contract import (
-    FAILURE_TAG,
-    MAX_ERROR_CHARS,
-    STOPPED_EARLY_TAG,
-    TrainingStatus,
-    failure_text,
-)
+from workers.contract import TrainingStatus, failure_text
+from workers.tracking.run_end import run_end
 from workers.train.config import TrialConfig
 from workers.trial import TrialRunner, default_run_name
 
 
 def finish_member_run(member: Member, run: TrialRunner) -> None:
-    """End a member's run the way :meth:`TrialRunner.train` ends a lone trial's."""
-    if member.status == TrainingStatus.FAILED:
-        run.logger.set_tags({FAILURE_TAG: (member.error or TrainingStatus.FAILED.value)[:MAX_ERROR_CHARS]})
-    elif member.status == TrainingStatus.STOPPED and member.trainer.epoch < member.config.training.epochs:
-        run.logger.set_tags({STOPPED_EARLY_TAG: "true"})
-    run.log_plots()
-    run.logger.finish("FAILED" if member.status == TrainingStatus.FAILED else "FINISHED")
+    """End a member's run by the one rule (:meth:`TrialRunner.end`): stopped early when the
+    cohort took it out before its budget (:meth:`Cohort.stop`, ``patience``), not when its own
+    early stopping ended it (as a lone trial's run)."""
+    outside = (member.status == TrainingStatus.STOPPED and not member.trainer.selection.stopped
+               and member.trainer.epoch < member.config.training.epochs)
+    run.end(run_end(member.status, member.error, stopped_early=outside))
 
 
 def run_logged_cohort(

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from workers.lm.surprisal import _batches, model_inputs
+from workers.lm.surprisal import model_inputs, token_batches
 
 
 def mean_hidden_states(
@@ -47,7 +47,7 @@ def mean_hidden_states(
     lengths = [len(ids) for ids in inputs]
     bar = tqdm(total=len(inputs), unit="row", desc="hidden states", disable=not progress)
     with torch.inference_mode():
-        for batch in _batches(lengths, max_batch_tokens, max_batch_size):
+        for batch in token_batches(lengths, max_batch_tokens, max_batch_size):
             width = max(lengths[i] for i in batch)
             input_ids = torch.zeros(len(batch), width, dtype=torch.long)
             attention = torch.zeros(len(batch), width, dtype=torch.long)

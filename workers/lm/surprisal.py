@@ -52,7 +52,7 @@ class LMBaseNLL:
     cache_path: Path
 
 
-def _batches(lengths: Sequence[int], max_batch_tokens: int, max_batch_size: int) -> list[list[int]]:
+def token_batches(lengths: Sequence[int], max_batch_tokens: int, max_batch_size: int) -> list[list[int]]:
     """Row indices grouped longest first so that ``rows * longest <= max_batch_tokens``."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     batches: list[list[int]] = []
@@ -125,7 +125,7 @@ def token_surprisal(
     lengths = [len(ids) - 1 for ids in inputs]
     bar = tqdm(total=sum(len(y) for y in y_ids), unit="tok", desc=description, disable=not progress)
     with torch.inference_mode():
-        for batch in _batches(lengths, max_batch_tokens, max_batch_size):
+        for batch in token_batches(lengths, max_batch_tokens, max_batch_size):
             width = max(lengths[i] for i in batch)
             input_ids = torch.zeros(len(batch), width, dtype=torch.long)
             attention = torch.zeros(len(batch), width, dtype=torch.long)

@@ -152,6 +152,21 @@ class Trainer:
         stack = self.build_stack(self.config.loss_stack)
         return stack, diagnostic_stack(self.config.alpha, self.c_base)
 
+    def loss_stacks(self):
+        """The trial's loss stack and its diagnostic stack, as its training pass builds them (a
+        cohort's builds each member's from here)."""
+        return self._stacks()
+
+    @property
+    def batch_generator(self) -> torch.Generator | None:
+        """The stream the training batches' order is drawn from (a checkpoint keeps its state)."""
+        return self._generator
+
+    @property
+    def kappa_metrics(self) -> dict[str, dict[str, float]]:
+        """Each split's kappa summaries at the trial's alpha (``{split: {name: value}}``)."""
+        return self._kappa_metrics
+
     @property
     def splits(self) -> dict[str, SplitData]:
         """The three splits with their read-out tensors."""

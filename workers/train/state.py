@@ -37,7 +37,7 @@ def seed_everything(seed: int) -> None:
 def trainer_state(trainer: Any) -> dict[str, Any]:
     """A :class:`~workers.train.loop.Trainer`'s model, optimiser, counters, history, KL multiplier
     and every RNG state (module doc)."""
-    generator = trainer._generator
+    generator = trainer.batch_generator
     return {
         "model": trainer.model.state_dict(),
         "optimizer": trainer.optimizer.state_dict(),
@@ -74,8 +74,8 @@ def load_trainer_state(trainer: Any, state: dict[str, Any]) -> None:
     torch.set_rng_state(rng["torch"])
     if rng["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(rng["cuda"])
-    if rng["batching"] is not None and trainer._generator is not None:
-        trainer._generator.set_state(rng["batching"])
+    if rng["batching"] is not None and trainer.batch_generator is not None:
+        trainer.batch_generator.set_state(rng["batching"])
 
 
 def save_state(state: dict[str, Any], path: Path | str) -> Path:
