@@ -62,7 +62,7 @@ def lone_run(config: TrialConfig, cache: Path) -> tuple[Trainer, list[float]]:
     """The existing trainer, alone, recording every optimisation step's loss."""
     trainer = Trainer.create(config, cache)
     losses: list[float] = []
-    stacks = trainer._stacks
+    stacks = trainer.loss_stacks
 
     def recording():
         stack, diagnostics = stacks()
@@ -74,7 +74,7 @@ def lone_run(config: TrialConfig, cache: Path) -> tuple[Trainer, list[float]]:
             return out
         return call, diagnostics
 
-    trainer._stacks = recording
+    trainer.loss_stacks = recording  # type: ignore[method-assign]
     trainer.run()
     return trainer, losses
 

@@ -12,8 +12,10 @@ import numpy as np
 import torch
 
 from workers.cohort.grouping import cohort_key, cohort_problem
-from workers.contract import TrainingStatus
+from workers.contract import PERF_EPOCH_SECONDS, PERF_TOKENS_PER_SECOND, TrainingStatus
 from workers.models.config import ModelConfig
+from workers.train import phases as train_phases
+from workers.train.batch_metrics import kl_multiplier_metrics
 from workers.train.config import TrialConfig
 from workers.train.loop import Trainer
 
@@ -108,3 +110,21 @@ def per_member(active, groups, sums, counts, losses, terms):
             result[k] = ({key: v[j] for key, v in sums[g].items()}, counts[g][j], step_losses[j],
                          {key: v[j] for key, v in step_terms.items()})
     return [list(column) for column in zip(*result, strict=True)]
+
+
+def train_metrics(member: Member, sums: dict[str, torch.Tensor], count: torch.Tensor, elapsed: float,
+                  cohort_size: int, step: int) -> dict[str, float]:
+    """The member's train metrics of an epoch, as its lone ``train_epoch`` returns them: the
+    running means of its steps (``sums / count``), its kappa summaries, its KL multiplier and the
+    epoch's speed (``elapsed``: the cohort's train pass). A logging point: host syncs."""
+    trainer = member.trainer
+    count_value = max(1, int(count))
+    train = {f"train/{key}": float(v) / count_value for key, v in sums.items()}
+    train.update({f"train/{key}": v for key, v in trainer.kappa_metrics["train"].items()})
+    schedule = train_phases.training_stack(trainer.build_stack(member.config.loss_stack),
+                                           member.config.training, len(trainer.train_data.split))
+    train.update(kl_multiplier_metrics(trainer.rate_control, schedule, step))
+    train[PERF_EPOCH_SECONDS] = elapsed
+    train[PERF_TOKENS_PER_SECOND] = int(trainer.train_data.split.mask.sum()) / elapsed
+    train["perf/cohort_size"] = float(cohort_size)
+    return train

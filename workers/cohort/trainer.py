@@ -37,13 +37,14 @@ from workers.cohort.member import (
     loss_outputs,
     own_rng,
     per_member,
+    train_metrics,
 )
 from workers.cohort.optim import StackedAdamW, clip_per_member
-from workers.contract import PERF_EPOCH_SECONDS, PERF_TOKENS_PER_SECOND, VAL_LOSS, TrainingStatus
+from workers.contract import VAL_LOSS, TrainingStatus
 from workers.models.backbone import upcast
 from workers.models.functional import cvae_forward
 from workers.train import phases as train_phases
-from workers.train.batch_metrics import kl_multiplier_metrics
+from workers.train.batch_metrics import divergence
 from workers.train.config import TrialConfig
 from workers.train.loop import Trainer, TrialCheckFailed
 
@@ -319,24 +320,12 @@ class Cohort:
         results: dict[int, dict[str, float]] = {}
         for k, member in enumerate(active):
             trainer = member.trainer
-            step_losses = losses[k]
-            finite = torch.isfinite(step_losses)
-            if not bool(finite.all()):
-                bad = int((~finite).nonzero()[0])
-                detail = ", ".join(f"{key}={float(v[bad]):.6g}" for key, v in terms[k].items())
-                self._fail(member, f"TrialDiverged: loss became {float(step_losses[bad])} at step "
-                           f"{first_step + bad} (epoch {trainer.epoch + 1}); terms: {detail}")
+            diverged = divergence(losses[k], terms[k], first_step, trainer.epoch)
+            if diverged is not None:
+                self._fail(member, f"TrialDiverged: {diverged}")
                 continue
-            member.step_losses.extend(step_losses.tolist())
-            count = max(1, int(counts[k]))
-            train = {f"train/{key}": float(v) / count for key, v in sums[k].items()}
-            train.update({f"train/{key}": v for key, v in trainer.kappa_metrics["train"].items()})
-            train.update(kl_multiplier_metrics(trainer.rate_control, train_phases.training_stack(
-                trainer.build_stack(member.config.loss_stack), member.config.training,
-                len(trainer.train_data.split)), self.step))
-            train[PERF_EPOCH_SECONDS] = elapsed
-            train[PERF_TOKENS_PER_SECOND] = int(trainer.train_data.split.mask.sum()) / elapsed
-            train["perf/cohort_size"] = float(len(active))
+            member.step_losses.extend(losses[k].tolist())
+            train = train_metrics(member, sums[k], counts[k], elapsed, len(active), self.step)
             train.update(self._compiled.metrics() if self._compiled is not None else {})
             trainer.train_epoch = lambda metrics=train: metrics  # the lone run_epoch, minus its pass
             if outputs is not None:  # its lone read-outs, on its slice of the batched forward

@@ -15,7 +15,7 @@ from workers.models import CVAEOutput
 from workers.models.backbone import upcast
 from workers.readouts.evaluate import DIAGNOSTIC_TERMS
 
-__all__ = ["RUNNING_TRAIN_METRICS", "batch_metrics", "kl_multiplier_metrics"]
+__all__ = ["RUNNING_TRAIN_METRICS", "batch_metrics", "divergence", "kl_multiplier_metrics"]
 
 # Overall train names kept from the running means of the epoch's steps (not the eval pass).
 RUNNING_TRAIN_METRICS = ("loss", "kl", *DIAGNOSTIC_TERMS)
@@ -40,3 +40,20 @@ def kl_multiplier_metrics(control: RateControl | None, stack: LossStack, step: i
         return {TRAIN_KL_MULTIPLIER: float(control.beta)}
     weights = stack.weights_at(max(step - 1, 0))
     return {TRAIN_KL_MULTIPLIER: weights["kl"]} if "kl" in weights else {}
+
+
+def divergence(losses: torch.Tensor, terms: dict[str, torch.Tensor], first_step: int,
+               epoch: int) -> str | None:
+    """Where an epoch's training diverged, in words, or None when every step's loss is finite.
+
+    ``losses``: ``[S]`` the epoch's step losses; ``terms``: each term's ``[S]`` values (named in
+    the message at the first non-finite step); ``epoch``: the epoch's 0-based index. A logging
+    point: one host sync. The lone trainer and a cohort's members word it alike.
+    """
+    finite = torch.isfinite(losses)
+    if bool(finite.all()):
+        return None
+    bad = int((~finite).nonzero()[0])
+    detail = ", ".join(f"{key}={float(values[bad]):.6g}" for key, values in terms.items())
+    return (f"loss became {float(losses[bad])} at step {first_step + bad} (epoch {epoch + 1}); "
+            f"terms: {detail}")

@@ -44,7 +44,7 @@ from workers.readouts.gradients import (
 )
 from workers.readouts.split_data import SplitData, readout_split
 from workers.train import phases
-from workers.train.batch_metrics import batch_metrics, kl_multiplier_metrics
+from workers.train.batch_metrics import batch_metrics, divergence, kl_multiplier_metrics
 from workers.train.config import TrialConfig
 from workers.train.selection import Selection, selected_metrics, selection_target, speed_metrics
 from workers.train.sources import TaskView, load_sources
@@ -148,14 +148,10 @@ class Trainer:
             self._train_kappa_means[alpha] = float(accumulator.compute()["kappa_mean"])
         return {alpha: self._train_kappa_means[alpha] for alpha in sorted(spec.term_alphas())}
 
-    def _stacks(self):
-        stack = self.build_stack(self.config.loss_stack)
-        return stack, diagnostic_stack(self.config.alpha, self.c_base)
-
     def loss_stacks(self):
         """The trial's loss stack and its diagnostic stack, as its training pass builds them (a
         cohort's builds each member's from here)."""
-        return self._stacks()
+        return self.build_stack(self.config.loss_stack), diagnostic_stack(self.config.alpha, self.c_base)
 
     @property
     def batch_generator(self) -> torch.Generator | None:
@@ -205,7 +201,7 @@ class Trainer:
     def train_epoch(self) -> dict[str, float]:
         """One pass over the train split; returns the epoch's train metrics (a logging point)."""
         self.model.train()
-        stack, diagnostics = self._stacks()
+        stack, diagnostics = self.loss_stacks()
         data, clip, training = self.train_data, self.config.training.grad_clip, self.config.training
         stack = phases.training_stack(stack, training, len(data.split))  # KL off in pre-training
         inject = training.inject_nan_at_step
@@ -217,7 +213,6 @@ class Trainer:
         first_step = self.step
         control = self.rate_control  # the weights' schedule: when the KL is on, its weight when not controlled
         schedule = phases.training_stack(self.build_stack(self.config.loss_stack), training, len(data.split))
-        tokens = 0
         started = time.perf_counter()
         batches = torch.randperm(len(data.split), generator=self._generator).split(training.batch_size)
         for index, part in phases.update_plan(len(batches), training, self.epoch):
@@ -247,18 +242,12 @@ class Trainer:
                 total_count = total_count + count
             step_losses.append(loss.detach())
             step_terms.append({k: v.detach() for k, v in stack_out.terms.items()})
-            tokens += int(indices.numel()) * data.split.mask.shape[1]
             self.step += 1
         # Logging point: one host sync for the whole epoch.
-        losses = torch.stack(step_losses)
-        finite = torch.isfinite(losses)
-        if not bool(finite.all()):
-            bad = int((~finite).nonzero()[0])
-            terms = ", ".join(f"{k}={float(v):.6g}" for k, v in step_terms[bad].items())
-            raise TrialDiverged(
-                f"loss became {float(losses[bad])} at step {first_step + bad} "
-                f"(epoch {self.epoch + 1}); terms: {terms}"
-            )
+        terms = {key: torch.stack([t[key] for t in step_terms]) for key in (step_terms or [{}])[0]}
+        diverged = divergence(torch.stack(step_losses), terms, first_step, self.epoch)
+        if diverged is not None:
+            raise TrialDiverged(diverged)
         elapsed = time.perf_counter() - started
         count = max(1, int(total_count))
         result = {f"train/{k}": float(v) / count for k, v in sums.items()}
@@ -273,7 +262,7 @@ class Trainer:
         """Read-outs of one split at the current model, prefixed ``{name}/`` (no train step);
         ``collected``: the model's outputs on the split when the caller ran them (a cohort)."""
         self.model.eval()
-        stack, diagnostics = self._stacks()
+        stack, diagnostics = self.loss_stacks()
         data = self.splits[name]
         data = readout_split(data, name, self.config.readouts.train_subset)
         if collected is None:
