@@ -29,7 +29,7 @@ import statistics as pystats
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from scipy.special import nctdtr, stdtrit
+from scipy.special import nctdtr, ndtr, stdtrit
 
 from sweeps.report.contrasts import SIGNIFICANCE  # the family's level
 from sweeps.report.statistics import MIN_PAIRS_FOR_CLAIM
@@ -69,7 +69,10 @@ def paired_power(effect: float, sd: float, n: int, level: float) -> float:
     critical = float(stdtrit(df, 1 - level / 2))
     shift = abs(effect) / sd * math.sqrt(n)
     # P(T > c) + P(T < -c) for T noncentral t(df, shift).
-    return float(1 - nctdtr(df, shift, critical) + nctdtr(df, shift, -critical))
+    lower = float(nctdtr(df, shift, -critical))
+    if not math.isfinite(lower):  # scipy gives NaN far out in that tail; it is below P(T < 0) = Phi(-shift)
+        lower = float(ndtr(-shift))
+    return float(1 - nctdtr(df, shift, critical) + lower)
 
 
 def detectable_effect(sd: float, n: int, level: float, power: float = POWER) -> float:

@@ -380,3 +380,11 @@ def test_a_joined_report_adds_seeds_to_each_sweep_compared():
     commands = report["power"]["extend"]
     assert [c.split(" --seeds ")[0] for c in commands] == ["ksweep extend a", "ksweep extend b"]
     assert all(c.split(" --seeds ")[1].startswith("5,") for c in commands)  # seeds 0-4 ran
+
+
+def test_power_stays_finite_where_scipys_lower_tail_gives_nan():
+    # Two pairs, an effect 30 SDs out: scipy's noncentral t CDF returns NaN for the lower tail
+    # there (it is ~0); the power is the upper tail alone, 1 - P(T <= c) = 0.99913 (scipy.stats.nct).
+    power = paired_power(0.03, 0.001, 2, 0.05)
+    assert math.isfinite(power) and power == pytest.approx(1 - 0.0008724058153932409, abs=1e-9)
+    assert math.isfinite(detectable_effect(0.001, 2, 0.0125))

@@ -58,7 +58,9 @@ class StackedAdamW:
             param = self.params[name]
             state = self.state_of(name, param)
             mask = used[name]
-            if mask.device.type == "cpu" and bool(mask.all()):  # no device sync on the CPU
+            # Eager on the CPU only: no device sync there, and under torch.compile a branch on a
+            # tensor's value would be a guard that recompiles the update whenever it flips.
+            if mask.device.type == "cpu" and not torch.compiler.is_compiling() and bool(mask.all()):
                 self._step_all(param, grad, state)
                 continue
             keep = _per_member(mask, param).bool()
