@@ -4,7 +4,7 @@
     scripts/cluster_faults.py [--only node-loss|head-restart|worker-cut-off]
                                         on the stack `scripts/compose-smoke --keep` left up
 
-Each fault runs scripts/cluster_faults_spec.yaml (8 lone trials of 8 epochs, two at once):
+Each fault runs scripts/cluster_faults_spec.yaml (8 lone trials of 16 epochs, two at once):
 
 - ``node-loss``: ``docker kill`` of a ray-worker running a trial; ``docker compose up -d
   --scale ray-worker=2`` brings a replacement, which later trials must use.
