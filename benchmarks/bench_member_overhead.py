@@ -101,11 +101,11 @@ def print_medians(samples: dict[str, list[tuple[float, float]]]) -> dict[str, tu
     return medians
 
 
-def _run(command: list[str], env: dict[str, str]) -> tuple[float, float, str]:
+def timed_process(command: list[str], env: dict[str, str], cwd: Path = ROOT) -> tuple[float, float, str]:
     """Run a whole process; (wall s, CPU s of the reaped tree, stdout)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=1800)
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
@@ -152,10 +152,10 @@ def measure(members: int, epochs: int, rounds: int, train_size: int) -> dict[str
                      "--cache", str(root / "cache")],
             "ksweep": [str(ksweep), "sweep", "run", str(spec), "--num-cpus", "2"],
         }
-        _run(commands["bare"], env)  # warm-up: the oracle cache, the page cache
+        timed_process(commands["bare"], env)  # warm-up: the oracle cache, the page cache
         for _ in range(rounds):
             for name in ("bare", "ksweep", "ksweep", "bare"):
-                wall, cpu, out = _run(commands[name], env)
+                wall, cpu, out = timed_process(commands[name], env)
                 samples[name].append((wall, cpu))
                 loads.append(os.getloadavg()[0])
                 if name == "bare":

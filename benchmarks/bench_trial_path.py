@@ -30,7 +30,6 @@ import datetime
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -148,22 +147,17 @@ def _child(tree: Path, repeats: int, paths: tuple[str, ...]) -> dict[str, list[t
 def sweep_process(tree: Path) -> tuple[float, float]:
     """``ksweep sweep run`` of the quickstart sweep on ``tree``'s code: (wall s, the CPU s of its
     waited-for processes)."""
+    # Imported here, in the parent only: a child process may run another tree's code.
+    from benchmarks.bench_member_overhead import timed_process
+
     with tempfile.TemporaryDirectory(prefix="bench-trial-path-sweep-") as tmp:
         env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1",
                "MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/mlflow.db",
                "KSWEEP_SWEEP_ROOT": f"{tmp}/sweeps"}
         env.pop("RAY_ADDRESS", None)
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        started = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "ksweep.cli", "sweep", "run",
-                               str(tree / "sweeps" / "examples" / "quickstart.yaml"), "--num-cpus", "2"],
-                              cwd=tree, env=env, capture_output=True, text=True, check=False)
-        wall = time.perf_counter() - started
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        if done.returncode != 0:
-            raise RuntimeError(f"ksweep sweep run exited {done.returncode}:\n{done.stdout[-3000:]}"
-                               f"{done.stderr[-3000:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        wall, cpu, _ = timed_process([sys.executable, "-m", "ksweep.cli", "sweep", "run",
+                                      str(tree / "sweeps" / "examples" / "quickstart.yaml"),
+                                      "--num-cpus", "2"], env, cwd=tree)
     return wall, cpu
 
 
