@@ -23,6 +23,7 @@ from service.orchestrator.launchers import DriverHealth, RayJobLauncher, head_re
 from service.orchestrator.supervisor import Supervisor
 from service.settings import Settings
 from service.store.queries import Store
+from tests.support.fake_http import answer_json
 
 
 class Head:
@@ -34,12 +35,7 @@ class Head:
 
         class Handler(BaseHTTPRequestHandler):
             def _answer(self, status: int, body: dict) -> None:
-                payload = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+                answer_json(self, status, body)
 
             def do_GET(self) -> None:  # noqa: N802 (the http.server interface)
                 if self.path == "/api/version":

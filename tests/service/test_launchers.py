@@ -6,7 +6,6 @@ port and a socket that accepts but never answers play an unreachable and a hung 
 
 from __future__ import annotations
 
-import json
 import socket
 import threading
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from service.orchestrator.launchers import DriverHealth, RayJobLauncher
 from service.orchestrator.supervisor import Supervisor
 from service.settings import Settings
 from service.store.queries import Store
+from tests.support.fake_http import answer_json
 from tests.support.serve_process import free_port
 
 # Job id -> (HTTP status, body) the fake Jobs API answers.
@@ -36,12 +36,7 @@ class JobsApi(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 (the http.server interface)
         job_id = self.path.rsplit("/", 1)[-1]
         status, body = JOBS.get(job_id, (404, {"detail": f"Job {job_id} does not exist"}))
-        payload = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
+        answer_json(self, status, body)
 
     def log_message(self, *args: object) -> None:
         return None
