@@ -129,6 +129,14 @@ class KLOptions(BaseModel):
         description="The target-rate controller's step size: the change of log beta per optimizer "
         "step when the batch's rate is twice the target (or, with the sign reversed, 0).",
     )
+    rate_control_held_out: bool = Field(
+        True,
+        description="Hold the declared rate on held-out data: at every epoch's end the train rate "
+        "the multiplier steers to moves halfway to R* x (the epoch's train rate / its val rate), "
+        "within [R*/4, 4 R*], so an encoder that spends more nats on unseen rows than on the rows "
+        "it trained on still reaches R* on val and test. false: the train batches' rate is held "
+        "at R* and the held-out rate may drift from it.",
+    )
     rate_control_min_beta: float = Field(
         1e-6, gt=0, allow_inf_nan=False,
         description="The smallest beta the target-rate controller may set (a rate the model cannot "

@@ -44,7 +44,11 @@ ACTIVE_UNITS = "active_units"
 USED_CATEGORIES = "used_categories"
 KL = "kl"  # the rate E[KL] (nats per example), every split
 KL_MULTIPLIER = "kl_multiplier"  # train/kl_multiplier: the KL weight in effect at the epoch's end
+KL_TRAIN_TARGET = "kl_train_target"  # train/kl_train_target: the train rate the epoch's steps steered to
 TARGET_RATE_PARAM = "target_rate"  # the kl target rate in nats per example; NaN when rate control is off
+RATE_TOLERANCE = 0.15
+"""A rate is on its target within 15%: |achieved / target - 1| <= 0.15. The report flags a cell
+off beyond it; under a target rate the checkpoint is chosen among the epochs on target."""
 LATENT_AMI, LATENT_NMI_SHUFFLED = "latent_ami", "latent_nmi_shuffled"
 # Latent recovery and use, valid objective metrics on val.
 LATENT_METRICS: tuple[str, ...] = ("latent_nmi", "latent_ari", LATENT_AMI, MUTUAL_INFO, ACTIVE_UNITS)
@@ -67,9 +71,13 @@ PERF_EPOCH_SECONDS = "perf/epoch_seconds"
 PERF_TOKENS_PER_SECOND = "perf/tokens_per_second"
 PERF_COMPILE_SECONDS = "perf/compile_seconds"  # a compiled cohort's warm-up steps (compile included)
 VAL_KL = metric_name(VAL, KL)
+TRAIN_KL = metric_name(TRAIN, KL)
 TRAIN_KL_MULTIPLIER = metric_name(TRAIN, KL_MULTIPLIER)
 """The KL's weight beta in effect at each epoch's end (train only, every trial with a kl term):
 the target-rate control's multiplier, else the configured weight at its schedule."""
+TRAIN_KL_TRAIN_TARGET = metric_name(TRAIN, KL_TRAIN_TARGET)
+"""Under a target rate only: the train rate the multiplier steered to in the epoch (the target,
+corrected at each epoch's end by the val rate; objectives/rate_control.py)."""
 VAL_KAPPA_MEAN = metric_name(VAL, "kappa_mean")
 
 # The per-epoch curves a trial's outcome keeps (the report's plots; a cohort keeps them per member).

@@ -29,6 +29,7 @@ from workers.contract import (
     KL,
     KL_MULTIPLIER,
     MUTUAL_INFO,
+    RATE_TOLERANCE,
     SELECTION_METRIC,
     TRAIN,
     metric_name,
@@ -40,9 +41,6 @@ __all__ = ["CREDIT", "DISTORTION", "RATE_READOUTS", "RATE_TOLERANCE", "SELECTED_
            "annotate_credit", "credit_words", "off_target", "rate_limitations", "rate_table",
            "rd_plane", "trained_options"]
 
-RATE_TOLERANCE = 0.15
-"""A cell is off its target when its mean achieved KL differs from the target by more than 15%
-of the target: |achieved / target - 1| > 0.15 (the training side's own test of "within 15%")."""
 DISTORTION = "recon_uniform"
 """The distortion of the rate-distortion plane: the unweighted NLL per target token, the same
 unit for every stack (a weighted stack's own loss is on its own scale)."""
@@ -54,10 +52,10 @@ CREDIT = "kl_mutual_info_credit"
 # What a trial trained with: the columns of the trials table and the fields of every cell.
 TRAINED_OPTIONS: tuple[str, ...] = (
     "kl_weight", "kl_scale", "kl_weight_units", "kl_free_bits", "kl_free_bits_mode", "kl_anneal",
-    CREDIT, "kl_target_rate", "prior", "latent_estimator", "selection")
+    CREDIT, "kl_target_rate", "kl_rate_control_held_out", "prior", "latent_estimator", "selection")
 _CONFIG = tuple(axis for axis in SEARCH_AXES if axis != "seed")  # a cell (as sweeps.report.build)
 _KL_FIELDS = ("scale", "weight_units", "free_bits", "free_bits_mode", "anneal",
-              "mutual_info_credit", "target_rate")
+              "mutual_info_credit", "target_rate", "rate_control_held_out")
 
 
 def trained_options(spec: SweepSpec, params: Mapping[str, Any]) -> dict[str, Any]:

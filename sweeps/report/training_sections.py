@@ -17,7 +17,7 @@ from sweeps.plan.build import SweepPlan, trial_key
 from sweeps.plan.units import listed, overrun_groups
 from sweeps.report.readout_table import TrialOutcome
 from sweeps.spec import SweepSpec
-from workers.contract import SELECTION_METRIC, TEST_ELBO, TOTAL_STEPS_PARAM
+from workers.contract import RATE_TOLERANCE, SELECTION_METRIC, TEST_ELBO, TOTAL_STEPS_PARAM
 
 __all__ = ["ORACLE_ABSENT_REASON", "context_free_prior", "data_section", "schedule_overruns",
            "selection_section"]
@@ -37,10 +37,21 @@ def selection_section(spec: SweepSpec) -> dict[str, Any]:
                 "epochs run)")
     pretraining = (f"; epochs 1-{training.autoencoder_epochs} (autoencoder pre-training) never "
                    "chosen" if training.autoencoder_epochs else "")
+    on_target = (f" among the epochs whose val rate is within {RATE_TOLERANCE:.0%} of the "
+                 "trial's target rate (all epochs if none is)" if rate_controlled(spec) else "")
     return {"selection": training.selection, "metric": training.selection_metric or SELECTION_METRIC,
-            "rule": training.selection_rule,
-            "words": f"each trial's checkpoint is the epoch of {training.selection_rule} (ties: "
-                     f"the earlier epoch); {stopping}{pretraining}; test is read there."}
+            "rule": training.selection_rule, "on_target": bool(on_target),
+            "words": f"each trial's checkpoint is the epoch of {training.selection_rule}{on_target} "
+                     f"(ties: the earlier epoch); {stopping}{pretraining}; test is read there."}
+
+
+def rate_controlled(spec: SweepSpec) -> bool:
+    """Whether any trial of ``spec`` trains to a target rate (the axis, or a kl option)."""
+    def declares(node: Any) -> bool:
+        if isinstance(node, dict):
+            return node.get("target_rate") is not None or any(declares(v) for v in node.values())
+        return isinstance(node, list) and any(declares(v) for v in node)
+    return declares(spec.model_dump(mode="json"))
 
 
 def schedule_overruns(spec: SweepSpec, plan: SweepPlan, outcomes: Sequence[TrialOutcome]) -> list[str]:

@@ -53,6 +53,46 @@ def test_stacked_members_update_each_on_its_own_rate():
         RateControl.stack([_control(0.5), _control(0.7)])
 
 
+def test_the_held_out_gap_moves_the_train_target_halfway_and_within_bounds():
+    control = _control(0.3, rate_control_lr=0.1)
+    assert float(control.train_target) == 0.3  # R* at the start
+    control.correct(held_out_rate=0.5, train_rate=0.3)  # val spends 5/3 of train's nats
+    assert float(control.train_target) == pytest.approx(0.5 * 0.3 + 0.5 * 0.3 * 0.3 / 0.5, rel=1e-12)
+    before = float(control.log_beta)
+    control.update(torch.tensor(0.24, dtype=torch.float64))  # the steps steer to 0.24: on it, beta holds
+    assert float(control.log_beta) == pytest.approx(before, abs=1e-12)
+    control.correct(held_out_rate=0.01, train_rate=0.02)  # train below R*/10: no gap to read
+    assert float(control.train_target) == pytest.approx(0.24, rel=1e-12)
+    for _ in range(20):
+        control.correct(held_out_rate=10.0, train_rate=0.3)
+    assert float(control.train_target) == pytest.approx(0.3 / 4, rel=1e-9)  # the lower bound
+    for _ in range(20):
+        control.correct(held_out_rate=0.05, train_rate=3.0)
+    assert float(control.train_target) == pytest.approx(0.3 * 4, rel=1e-9)  # the upper bound
+
+
+def test_without_held_out_correction_the_train_target_stays_the_declared_rate():
+    control = _control(0.3, rate_control_held_out=False)
+    control.correct(held_out_rate=0.5, train_rate=0.3)
+    assert float(control.train_target) == 0.3
+    control = _control(0.3)
+    control.correct(held_out_rate=float("nan"), train_rate=0.3)
+    assert float(control.train_target) == 0.3
+
+
+def test_the_train_target_is_stacked_sliced_and_checkpointed():
+    controls = [_control(0.3), _control(0.3)]
+    controls[1].correct(held_out_rate=0.6, train_rate=0.3)
+    stacked = RateControl.stack(controls)
+    assert stacked.train_target.tolist() == pytest.approx([0.3, 0.225], rel=1e-12)
+    assert float(stacked.member(1).train_target) == pytest.approx(0.225, rel=1e-12)
+    restored = _control(0.3)
+    restored.load_state_dict(controls[1].state_dict())
+    assert float(restored.train_target) == pytest.approx(0.225, rel=1e-12)
+    restored.load_state_dict({"log_beta": torch.tensor(0.0, dtype=torch.float64)})  # an older checkpoint
+    assert float(restored.train_target) == 0.3
+
+
 def test_the_rate_is_the_mean_kl_over_examples_with_an_active_token():
     kl = torch.tensor([[0.2, 0.3], [5.0, 5.0], [1.0, 0.0]])  # [B, D]: the per-example sum
     mask = torch.tensor([[True, False], [False, False], [True, True]])

@@ -12,7 +12,7 @@ from tests.support.mlflow_store import sqlite_store_uri
 from workers.cohort.chunked import run_cohort
 from workers.cohort.grouping import cohort_key, group_cohorts
 from workers.cohort.trainer import Cohort, check_cohort
-from workers.contract import TRAIN_KL_MULTIPLIER
+from workers.contract import TRAIN_KL_MULTIPLIER, TRAIN_KL_TRAIN_TARGET
 from workers.train import Trainer, TrialConfig, load_trial_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,11 +140,11 @@ def test_mutual_info_credit_members_match_lone_trials(estimator, target_encoder,
 def test_rate_controlled_members_match_lone_trials_each_with_its_own_multiplier(float64, tmp_path):
     """Two members of one stack (one vmapped group) keep their own multiplier; another target and
     an uncontrolled member beside them: steps, parameters and the beta reached are the lone ones."""
-    config = base_config("discrete", epochs=2, prior="standard")
+    config = base_config("discrete", epochs=3, prior="standard")
     rate = lambda target, **more: {"kl": {"weight": 0.5, "options": {  # noqa: E731
         "target_rate": target, "rate_control_lr": 0.1, **more}}}
-    configs = [variant(config, 0, {"preset": "uniform", "terms": rate(0.3)}, 3e-3),
-               variant(config, 1, {"preset": "uniform", "terms": rate(0.3)}, 5e-3),
+    configs = [variant(config, 0, {"preset": "uniform", "terms": rate(0.02)}, 3e-3),  # rates the
+               variant(config, 1, {"preset": "uniform", "terms": rate(0.02)}, 5e-3),  # correction reads
                variant(config, 2, {"preset": "ncc", "alpha": 1.0, "terms": rate(0.5, free_bits=0.1)}, 3e-3),
                variant(config, 3, {"preset": "uniform", "terms": KL}, 3e-3)]
     cohort = Cohort.create(configs, tmp_path)
@@ -156,11 +156,15 @@ def test_rate_controlled_members_match_lone_trials_each_with_its_own_multiplier(
         assert member.step_losses == pytest.approx(losses, abs=1e-9, rel=0)
         mine, theirs = member.trainer.history[TRAIN_KL_MULTIPLIER], lone.history[TRAIN_KL_MULTIPLIER]
         assert mine == pytest.approx(theirs, abs=1e-12, rel=0)
+        if TRAIN_KL_TRAIN_TARGET in lone.history:  # the held-out correction, member by member
+            assert member.trainer.history[TRAIN_KL_TRAIN_TARGET] == pytest.approx(
+                lone.history[TRAIN_KL_TRAIN_TARGET], abs=1e-12, rel=0)
         betas.append(mine[-1])
         for (name, value), other in zip(member.trainer.model.named_parameters(),
                                         lone.model.parameters(), strict=True):
             assert torch.allclose(value, other, atol=1e-9, rtol=0), name
     assert betas[3] == 0.5 and len(set(betas)) == 4  # the uncontrolled member kept its weight
+    assert result[0].trainer.history[TRAIN_KL_TRAIN_TARGET][-1] != 0.02  # the correction moved it
 
 
 def test_diverging_member_fails_alone_and_the_others_go_on(tmp_path):

@@ -42,6 +42,22 @@ def test_the_selection_field_changes_which_epoch_is_read():
                           selection_metric="val/latent_ami").selection_rule == "highest val/latent_ami"
 
 
+@pytest.mark.parametrize(("rates", "chosen"), [
+    ([0.0, 0.1, 0.55, 0.9, 0.62], 5),   # epochs 3 and 5 on target (0.6 within 15%): 5 has the lower loss
+    ([0.0, 0.1, 0.2, 0.3, 0.4], 2),     # never on target: the lowest val loss of all
+    ([0.6, 0.1, 0.2, 0.3, 0.4], 1),     # on target only at epoch 1: it stays chosen
+])
+def test_under_a_target_rate_the_checkpoint_is_chosen_among_epochs_on_target(rates, chosen):
+    history = {**HISTORY, "val/loss": [3.0, 1.0, 2.2, 2.0, 2.1], "val/kl": rates}
+    selection = Selection(None, 1, 0.0, rate_target=0.6)
+    for epoch in range(1, 6):
+        selection.update(epoch, {k: v[epoch - 1] for k, v in history.items()}, torch.nn.Linear(1, 1))
+    assert selection.best_epoch == chosen
+    restored = Selection(None, 1, 0.0, rate_target=0.6)
+    restored.load_state_dict(selection.state_dict())
+    assert restored.on_target == selection.on_target  # a resumed trial keeps the rule
+
+
 def test_early_stopping_reads_val_loss_whatever_the_selection():
     training = TrainingConfig(selection="val_metric", selection_metric="val/latent_ami", patience=1)
     selection = run(training)

@@ -10,7 +10,7 @@ import torch
 
 from objectives.rate_control import RateControl, batch_rate
 from objectives.stack import LossStack
-from workers.contract import TRAIN_KL_MULTIPLIER
+from workers.contract import TRAIN_KL_MULTIPLIER, TRAIN_KL_TRAIN_TARGET
 from workers.models import CVAEOutput
 from workers.models.backbone import upcast
 from workers.readouts.evaluate import DIAGNOSTIC_TERMS
@@ -35,9 +35,10 @@ def batch_metrics(stack_out, diag_out, output: CVAEOutput,
 def kl_multiplier_metrics(control: RateControl | None, stack: LossStack, step: int) -> dict[str, float]:
     """``train/kl_multiplier``: the KL weight in effect at the last step taken before ``step``
     (the target-rate control's multiplier, else ``stack``'s scheduled weight, pre-training
-    included); empty without a kl term. A logging point: it reads the multiplier off the device."""
+    included); empty without a kl term. Under a target rate also ``train/kl_train_target``, the
+    rate the steps steered to. A logging point: it reads the control off the device."""
     if control is not None:
-        return {TRAIN_KL_MULTIPLIER: float(control.beta)}
+        return {TRAIN_KL_MULTIPLIER: float(control.beta), TRAIN_KL_TRAIN_TARGET: float(control.train_target)}
     weights = stack.weights_at(max(step - 1, 0))
     return {TRAIN_KL_MULTIPLIER: weights["kl"]} if "kl" in weights else {}
 

@@ -24,7 +24,9 @@ from workers.adamw import AdamW
 from workers.contract import (
     PERF_EPOCH_SECONDS,
     PERF_TOKENS_PER_SECOND,
+    TRAIN_KL,
     VAL_BASELINE_SELF_CHECK,
+    VAL_KL,
     selected_name,
 )
 from workers.models import CVAE, CVAEOutput
@@ -118,6 +120,8 @@ class Trainer:
                       view, view.data_hashes)
         trainer._generator = torch.Generator().manual_seed(config.seed)
         trainer.rate_control = trainer.build_stack(config.loss_stack).rate_control(device)
+        if trainer.rate_control is not None:  # the checkpoint is chosen among epochs on target
+            trainer.selection.rate_target = trainer.rate_control.target
         trainer._summarise_kappa()
         return trainer
 
@@ -328,6 +332,8 @@ class Trainer:
         """Train one epoch, evaluate, record the history and the selection; returns the metrics."""
         running = self.train_epoch()
         metrics = self.evaluate()
+        if self.rate_control is not None:  # the held-out rate corrects the train target
+            self.rate_control.correct(metrics.get(VAL_KL, math.nan), running.get(TRAIN_KL, math.nan))
         metrics.update(running)  # overall train losses: the running means of the steps
         self.epoch += 1
         metrics["epoch"] = float(self.epoch)

@@ -7,6 +7,12 @@ ends training after ``patience`` epochs in a row without an improvement of more 
 ``val_metric``): the epoch with its lowest value, or its highest where ``maximise`` (ties:
 the earlier one). The chosen epoch's model weights are kept (a copy on the model's device)
 and restored at the end.
+
+Under a target rate (``rate_target``) the checkpoint is chosen among the epochs whose val rate
+is on target (within :data:`~workers.contract.RATE_TOLERANCE`): the comparison the report makes
+is at one rate, and an epoch before the rate was reached (the latent still off) would otherwise
+often have the lowest val loss. Until an epoch is on target every epoch competes; from the first
+one on, only epochs on target do.
 """
 
 from __future__ import annotations
@@ -19,10 +25,12 @@ from typing import Any
 import torch
 
 from workers.contract import (
+    RATE_TOLERANCE,
     SELECTED_EPOCH,
     SELECTED_PREFIX,
     SELECTION_METRIC,
     STOP_EPOCH,
+    VAL_KL,
     selection_maximises,
 )
 from workers.data import KINDS
@@ -47,6 +55,8 @@ class Selection:
     best_epoch: int = 0
     bad_epochs: int = 0
     stopped: bool = False
+    rate_target: float | None = None  # kl target_rate: choose among epochs on target
+    on_target: bool = False  # an epoch on target was seen: only such epochs compete from then on
     best_model: dict[str, torch.Tensor] | None = field(default=None, repr=False)
 
     def update(self, epoch: int, metrics: dict[str, float], model: torch.nn.Module) -> None:
@@ -63,9 +73,13 @@ class Selection:
                            "logged val metric or selection: val_loss")
         value = metrics[self.metric]
         score = -value if self.maximise else value
+        eligible = self.rate_target is None or abs(
+            metrics.get(VAL_KL, math.nan) / self.rate_target - 1) <= RATE_TOLERANCE
+        if eligible and not self.on_target and self.rate_target is not None:
+            self.on_target, self.best_score = True, math.inf  # the first epoch on target: start over
         # min_delta is in val/loss's units: it applies to the checkpoint choice on val/loss only
         delta = self.min_delta if self.metric == SELECTION_METRIC else 0.0
-        if math.isfinite(score) and score < self.best_score - delta:
+        if (eligible or not self.on_target) and math.isfinite(score) and score < self.best_score - delta:
             self.best_score, self.best_epoch = score, epoch
             self.best_model = {k: v.detach().clone() for k, v in model.state_dict().items()}
         loss = metrics[SELECTION_METRIC]
@@ -78,7 +92,8 @@ class Selection:
 
     def state_dict(self) -> dict[str, Any]:
         return {key: copy.copy(getattr(self, key)) for key in
-                ("best_loss", "best_score", "best_epoch", "bad_epochs", "stopped", "best_model")}
+                ("best_loss", "best_score", "best_epoch", "bad_epochs", "stopped", "on_target",
+                 "best_model")}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for key, value in state.items():
