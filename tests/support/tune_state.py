@@ -22,12 +22,27 @@ def cohort_trial_id(trial_id: str) -> str:
     return trial_id.rsplit("-m", 1)[0]
 
 
+# The last parse of each backup file, by its inode, modification time and size: the kill tests
+# poll every 10-20 ms and Tune saves every 2 s (each save a new file, os.replace'd), so a poll
+# re-read (base64 and JSON of a 250 KB file, about 2.5 ms of CPU) only what changed.
+_parsed: dict[Path, tuple[tuple[int, int, int], list[tuple[Path, int]] | None]] = {}
+
+
 def named_checkpoints(backup: Path) -> list[tuple[Path, int]] | None:
     """Each trial's latest checkpoint the state in ``backup`` names, with the iteration Tune
     restores with it (None: no readable backup)."""
+    try:
+        stat = backup.stat()
+    except OSError:
+        return None
+    key = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+    if (seen := _parsed.get(backup)) is not None and seen[0] == key:
+        return seen[1]
     files = read_backup(backup)
     states = [data for name, data in (files or {}).items() if Path(name).match(STATE_PATTERN)]
-    return latest_checkpoints(states[0]) if states else None
+    named = latest_checkpoints(states[0]) if states else None
+    _parsed[backup] = (key, named)
+    return named
 
 
 def backup_restorable(backup: Path) -> bool:
