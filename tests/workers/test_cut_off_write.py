@@ -159,3 +159,31 @@ def test_a_refused_write_is_one_transient_attempt(monkeypatch):
         error.value.error_code == "INTERNAL_ERROR" == MlflowException("", INTERNAL_ERROR).error_code
     )
     assert time.monotonic() - start < 2  # no backoff of MLflow's own retries
+
+
+class ReplyLostOnce:
+    """A real client whose first metric ``log_batch`` is written but its reply lost."""
+
+    def __init__(self, client: MlflowClient) -> None:
+        self.client, self.lost = client, True
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+    def log_batch(self, run_id, metrics=(), **kwargs):
+        self.client.log_batch(run_id, metrics=metrics, **kwargs)
+        if metrics and self.lost:
+            self.lost = False
+            raise MlflowException("API request failed: connection reset", INTERNAL_ERROR)
+
+
+def test_after_a_failed_write_the_next_batch_asks_for_the_new_writer_first(tmp_path):
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    run_id = client.create_run(client.create_experiment("fence")).info.run_id
+    writer = MetricWriter(ReplyLostOnce(client), run_id, owner="the-cut-off-trial")
+    writer.submit([[Metric("val/loss", 0.5, 1, 7)]])  # written, its reply lost: found written
+    writer.flush(timeout_s=30)
+    client.set_tag(run_id, WRITER_TAG, NEW_WRITER)  # then the retried trial claims the run
+    writer.submit([[Metric("val/loss", 0.4, 2, 8)]])  # its first attempt asks first
+    writer.flush(timeout_s=30)
+    assert [point.step for point in client.get_metric_history(run_id, "val/loss")] == [7]
