@@ -33,13 +33,14 @@ def _before_sleep(log: logging.Logger, what: str) -> Callable[[RetryCallState], 
 def retry_call(call: Callable[[], T], what: str, *, budget_s: float,
                retry_if: Callable[[BaseException], bool], log: logging.Logger,
                done: Callable[[], bool] | None = None, initial_s: float = 1.0,
-               max_wait_s: float = 30.0) -> T | None:
+               max_wait_s: float = 30.0, check_first: bool = False) -> T | None:
     """``call()``, retried while it raises what ``retry_if`` accepts, waiting ``initial_s``,
     doubling up to ``max_wait_s`` (with jitter), until ``budget_s`` seconds have passed; then
     the last error is raised. Anything else is raised at once.
 
-    ``done``: for writes that must not happen twice, asked before every attempt but the first;
-    True (the failed attempt was written after all) returns None without calling again.
+    ``done``: for writes that must not happen twice, asked before every attempt but the first
+    (``check_first``: the first too); True (the failed attempt was written after all, or the
+    write is no longer wanted) returns None without calling again.
     """
     for attempt in Retrying(
         stop=stop_after_delay(budget_s),
@@ -47,7 +48,8 @@ def retry_call(call: Callable[[], T], what: str, *, budget_s: float,
         retry=retry_if_exception(retry_if), before_sleep=_before_sleep(log, what), reraise=True,
     ):
         with attempt:
-            if attempt.retry_state.attempt_number > 1 and done is not None and done():
+            if ((check_first or attempt.retry_state.attempt_number > 1) and done is not None
+                    and done()):
                 return None
             return call()
     return None  # not reached: tenacity returns from inside the block or raises

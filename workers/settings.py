@@ -89,6 +89,10 @@ class WorkerSettings(BaseSettings):
     mlflow_sync_wait_s: float = Field(
         10.0, description="How long a trial waits for an epoch's metrics to be written before it "
         "reports the epoch, while MLflow answers.")
+    mlflow_write_timeout_s: float = Field(
+        10.0, gt=0, description="How long one metric write to an MLflow server waits for its answer "
+        "before it is given up (its connection reset) and retried; keep it under Ray's node-death "
+        "time.")
 
     @field_validator("cohort_memory_mib", mode="before")
     @classmethod
@@ -117,7 +121,7 @@ class WorkerSettings(BaseSettings):
             raise ValueError(f"{MIN_RUNS_ENV}={value!r}: expected a whole number of runs (a cohort "
                              "with at least that many members writes through a writer process)") from None
 
-    @field_validator("mlflow_outage_s", "mlflow_sync_wait_s", mode="before")
+    @field_validator("mlflow_outage_s", "mlflow_sync_wait_s", "mlflow_write_timeout_s", mode="before")
     @classmethod
     def _seconds(cls, value: object, info: ValidationInfo) -> float:
         try:

@@ -1,11 +1,13 @@
 """MLflow calls retried while the tracking server is down, and the check a retried write makes.
 
 MLflow's REST client retries a failed request itself (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``, 7,
-backoff factor 2: about four minutes) and then raises. :func:`retrying` retries on top of that
+backoff factor 2: about four minutes) and then raises; a trial's metric batch is sent once
+instead (:func:`workers.tracking.wire.log_batch`). :func:`retrying` retries on top of that
 (:func:`workers.backoff.retry_call`: 1 s doubling up to 15 s, with jitter) for up to
 ``KSWEEP_MLFLOW_OUTAGE_S`` seconds, so a longer outage is survived too; an error no retry can
 mend (a bad parameter, a missing run) is raised at once. A batch written while its reply was
-lost is not written again: the retry first asks :func:`step_logged`.
+lost is not written again: the retry first asks :func:`step_logged` (and a metric writer whose
+run has a new writer drops it: :meth:`workers.tracking.writer.MetricWriter.superseded`).
 """
 
 from __future__ import annotations
@@ -48,14 +50,16 @@ def transient(error: BaseException) -> bool:
 
 
 def retrying(call: Callable[[], T], what: str, *, done: Callable[[], bool] | None = None,
-             budget_s: float | None = None) -> T | None:
+             budget_s: float | None = None, check_first: bool = False) -> T | None:
     """``call()``, retried with backoff while it fails transiently (:func:`transient`), for
     ``budget_s`` seconds (default :func:`outage_budget_s`); then the last error is raised.
 
-    ``done``: for writes that must not happen twice (see :func:`workers.backoff.retry_call`).
+    ``done``, ``check_first``: for writes that must not happen twice (see
+    :func:`workers.backoff.retry_call`).
     """
     return retry_call(call, f"MLflow {what}", budget_s=outage_budget_s() if budget_s is None
-                      else budget_s, retry_if=transient, log=log, done=done, max_wait_s=15.0)
+                      else budget_s, retry_if=transient, log=log, done=done, max_wait_s=15.0,
+                      check_first=check_first)
 
 
 def step_logged(client, run_id: str, key: str, step: int) -> bool:

@@ -8,6 +8,11 @@ written. A cohort of eight members or more (one batch per member per epoch;
 :func:`workers.tracking.writer_process.worth_a_writer_process`) writes through a child
 (:func:`write_in_child_process`, :class:`WriterProcess`) so MLflow's store work holds no GIL the
 training thread needs; its member runs are made there too (:func:`create_run_later`).
+
+Each batch is sent once per attempt and given up after a short timeout
+(:func:`workers.tracking.wire.log_batch`). Every retry, and after a failed write the first attempt
+of the next batch too, first asks whether the run has a new writer (a retried trial claimed it:
+:meth:`MetricWriter.superseded`); if so this writer drops that batch and every later one.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from mlflow.entities import Metric
 
 from workers.contract import WRITER_TAG
 from workers.settings import worker_settings
+from workers.tracking import wire
 from workers.tracking.retry import outage_budget_s, retrying, step_logged
 
 __all__ = ["MetricWriter", "RunRequest", "WriterProcess", "create_run_later",
@@ -156,7 +162,7 @@ class _WriterThread:
         have written the batch first, so the retry checks the step before writing it here."""
         child = self._child() if self.in_child else None
         if child is None:
-            client.log_batch(run_id, metrics=batch, synchronous=True)
+            wire.log_batch(client, run_id, batch)  # one attempt, given up after a short timeout
             return
         try:
             child.log_batch(client.tracking_uri, run_id, batch)
@@ -270,6 +276,8 @@ class MetricWriter:
         self._error: BaseException | None = None  # a batch that could not be written at all
         self.buffered_batches = 0  # batches queued while the server was failing (a read-out)
         self._unsettled = 0  # batches submitted since the last settle
+        self._unsure = False  # the last write failed: the run may have a new writer since
+        self._dropping = False  # it has: every later batch is the new writer's to log
 
     def submit(self, batches: Sequence[list[Metric]], wait: bool = True) -> None:
         """Queue batches; ``wait``: then :meth:`settle`. False: return at once, and the caller
@@ -322,20 +330,28 @@ class MetricWriter:
                                f"{self._error}") from self._error
 
     def _write(self, batch: list[Metric]) -> None:
+        """Write one batch, retried while the server fails. Each retry, and after a failed write
+        the first attempt of the next batch too, first asks whether the run has a new writer
+        (then this batch and every later one are dropped) or holds the step already."""
+        if self._dropping:
+            return
         first = batch[0]
 
         def call() -> None:
             try:
                 _THREAD.log_batch(self._client, self._run_id, batch)
             except BaseException:
+                self._unsure = True
                 with self._cond:
                     _THREAD.failing = True
                     self._cond.notify_all()
                 raise
+            self._unsure = False
 
         retrying(call, f"log_batch of step {first.step} to run {self._run_id}",
-                 done=lambda: step_logged(self._client, self._run_id, first.key, first.step)
-                 or self.superseded())
+                 done=lambda: self.superseded() or step_logged(self._client, self._run_id,
+                                                               first.key, first.step),
+                 check_first=self._unsure)
 
     def superseded(self) -> bool:
         """Whether another process claimed the run (``WRITER_TAG``): a retried write of this
@@ -345,6 +361,8 @@ class MetricWriter:
         writer = self._client.get_run(self._run_id).data.tags.get(WRITER_TAG)
         if writer is None or writer == self.owner:
             return False
-        log.warning("run %s was taken over by writer %s: a write of writer %s is dropped",
-                    self._run_id, writer, self.owner)
+        if not self._dropping:
+            log.warning("run %s was taken over by writer %s: the writes of writer %s are dropped",
+                        self._run_id, writer, self.owner)
+        self._dropping = True
         return True

@@ -4,7 +4,8 @@ MLflow's SQLAlchemy store does its work in Python; in this child it runs on anot
 the parent's writer thread (:class:`workers.tracking.writer.WriterProcess`) waits on a pipe with
 the GIL released. Requests come pickled on stdin, ``("log_batch", (uri, run_id, metrics))`` or
 ``("create_run", new_run)``; each gets one pickled reply, ``(None, result)`` or ``(error,
-None)``, so the parent's retries see what an in-process call would. What the child prints goes
+None)``, so the parent's retries see what an in-process call would (a batch is written by
+:func:`workers.tracking.wire.log_batch`, as in the parent). What the child prints goes
 to stderr. It exits when stdin closes, and on Linux when its parent thread ends.
 """
 
@@ -67,6 +68,8 @@ def main(parent: int, tracking_uri: str | None = None) -> None:
     requests = sys.stdin.buffer
     from mlflow import MlflowClient
 
+    from workers.tracking import wire
+
     clients: dict[str, MlflowClient] = {}
     if tracking_uri:
         # A store that cannot be opened now is opened again at the first request, whose
@@ -87,7 +90,7 @@ def main(parent: int, tracking_uri: str | None = None) -> None:
             else:
                 tracking_uri, run_id, metrics = payload
                 client = clients.get(tracking_uri) or clients.setdefault(tracking_uri, MlflowClient(tracking_uri))
-                client.log_batch(run_id, metrics=metrics, synchronous=True)
+                wire.log_batch(client, run_id, metrics)  # one attempt, as in the parent
         except Exception as failure:  # noqa: BLE001 (sent back: the parent's retries decide)
             reply = (_picklable(failure), None)
         pickle.dump(reply, replies)
