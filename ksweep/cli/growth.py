@@ -22,14 +22,26 @@ def _values(text: str | None, kind: Callable[[str], Any], option: str) -> list[A
     if text is None:
         return None
     try:
-        values = [kind(part.strip()) for part in text.split(",") if part.strip()]
+        values = [value for part in text.split(",") if part.strip() for value in _part(part.strip(), kind)]
     except ValueError:
-        console.print(f"[red]{option} {text!r}: give comma-separated {kind.__name__} values[/red]")
+        ranges = ", or ranges a-b (10-19)" if kind is int else ""
+        console.print(f"[red]{option} {text!r}: give comma-separated {kind.__name__} values{ranges}[/red]")
         raise typer.Exit(2) from None
     if not values:
         console.print(f"[red]{option}: no value given[/red]")
         raise typer.Exit(2)
     return values
+
+
+def _part(part: str, kind: Callable[[str], Any]) -> list[Any]:
+    """One comma-separated part: a value, or for integers a range ``a-b`` (both included)."""
+    first, dash, last = part.partition("-")
+    if kind is int and dash and first:  # "-3" is a value; "3-5" a range
+        low, high = int(first), int(last)
+        if low > high:
+            raise ValueError(part)
+        return list(range(low, high + 1))
+    return [kind(part)]
 
 
 def _added_text(added: dict[str, list[Any]]) -> str:
@@ -70,7 +82,7 @@ def render_extension_plan(plan: ExtensionPlan, sweep_id: str) -> None:
 
 def extend_command(
     sweep_id: str = typer.Argument(..., help="The sweep to extend."),
-    seeds: str = typer.Option(None, help="Seeds to add, comma-separated (3,4)."),
+    seeds: str = typer.Option(None, help="Seeds to add, comma-separated, ranges included (3,4 or 10-19)."),
     alpha: str = typer.Option(None, help="Alpha values to add, comma-separated (0.5,4)."),
     loss_stacks: str = typer.Option(None, "--loss-stacks",
                                     help="Preset stacks to add, comma-separated (ncc)."),

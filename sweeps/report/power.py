@@ -153,9 +153,21 @@ def unused_seeds(have: Iterable[int], count: int) -> list[int]:
     return out
 
 
+def seed_list_text(seeds: Iterable[int]) -> str:
+    """Seeds as ``ksweep extend --seeds`` takes them: runs of three or more as ``a-b``
+    (``[5, 6, 7, 9]`` -> ``5-7,9``)."""
+    runs: list[list[int]] = []
+    for seed in sorted(set(seeds)):
+        if runs and runs[-1][-1] + 1 == seed:
+            runs[-1].append(seed)
+        else:
+            runs.append([seed])
+    return ",".join(f"{run[0]}-{run[-1]}" if len(run) >= 3 else ",".join(map(str, run)) for run in runs)
+
+
 def extend_command(sweep_id: str, have: Iterable[int], count: int) -> str:
     """``ksweep extend ID --seeds ...`` adding ``count`` seeds the sweep has not run."""
-    return f"ksweep extend {sweep_id} --seeds {','.join(str(s) for s in unused_seeds(have, count))}"
+    return f"ksweep extend {sweep_id} --seeds {seed_list_text(unused_seeds(have, count))}"
 
 
 def _label(contrast: Mapping[str, Any]) -> dict[str, Any]:

@@ -143,7 +143,7 @@ def test_the_python_client_and_the_cli(paused_service):
         return subprocess.run([sys.executable, "-m", "ksweep.cli", *args], env=env,
                               capture_output=True, text=True, timeout=120)
 
-    dry = ksweep("extend", sweep_id, "--seeds", "3,4", "--alpha", "0.5", "--validate")
+    dry = ksweep("extend", sweep_id, "--seeds", "3-4", "--alpha", "0.5", "--validate")  # a range
     assert dry.returncode == 0, dry.stdout + dry.stderr
     assert "trials 15 already run or planned, 20 new (only these run)" in " ".join(
         dry.stdout.split())
@@ -154,5 +154,7 @@ def test_the_python_client_and_the_cli(paused_service):
         done.stdout.split())
     refused = ksweep("extend", sweep_id, "--seeds", "x")
     assert refused.returncode == 2 and "--seeds" in refused.stdout
+    backwards = ksweep("extend", sweep_id, "--seeds", "9-5")
+    assert backwards.returncode == 2 and "ranges a-b" in " ".join(backwards.stdout.split())
     bad = ksweep("extend", sweep_id, "--loss-stacks", "nosuchpreset")
     assert bad.returncode == 2 and "loss_stacks" in bad.stdout

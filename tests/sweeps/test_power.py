@@ -18,6 +18,7 @@ from sweeps.report.power import (
     paired_power,
     power_entry,
     power_section,
+    seed_list_text,
     seeds_needed,
     unused_seeds,
 )
@@ -101,7 +102,9 @@ def test_holm_level_and_the_extend_command():
     assert holm_level(4) == pytest.approx(0.0125)
     assert holm_level(0) == pytest.approx(0.05)
     assert unused_seeds([0, 1, 3], 3) == [2, 4, 5]
-    assert extend_command("abc123", range(5), 3) == "ksweep extend abc123 --seeds 5,6,7"
+    assert extend_command("abc123", range(5), 3) == "ksweep extend abc123 --seeds 5-7"
+    assert extend_command("abc123", [0, 2], 3) == "ksweep extend abc123 --seeds 1,3,4"
+    assert seed_list_text([9, 5, 6, 7, 12, 13]) == "5-7,9,12,13"
 
 
 def _contrast(diffs, family="primary", p=0.2, **keys):
@@ -125,7 +128,7 @@ def test_power_section_per_primary_contrast_and_the_command():
     assert first["seeds_needed"] == needed and first["seeds_to_add"] == needed - 5
     assert second["seeds_to_add"] == 0
     assert section["seeds_needed"] == needed
-    added = ",".join(str(s) for s in range(5, needed))
+    added = seed_list_text(range(5, needed))
     assert section["extend"] == [f"ksweep extend s1 --seeds {added}"]
     # Not extendable (Optuna, ASHA): a new sweep instead; no min_effect: no seeds needed.
     assert power_section(contrasts, 0.03, {"s1": [0]}, extendable=False)["extend"] == []
@@ -265,8 +268,8 @@ def test_the_caveat_interaction_across_two_sweeps_is_primary_paired_by_seed():
     power = report["power"]["entries"][0]
     assert power["paired_sd"] == pytest.approx(0.03)
     assert power["seeds_needed"] == seeds_needed(0.01, 0.03, 0.05)
-    assert report["power"]["extend"][0].startswith("ksweep extend a --seeds 3,")
-    assert report["power"]["extend"][1].startswith("ksweep extend b --seeds 3,")
+    assert report["power"]["extend"][0].startswith("ksweep extend a --seeds 3-")
+    assert report["power"]["extend"][1].startswith("ksweep extend b --seeds 3-")
     # Anything but the data and the declared contrasts still refuses, naming the field.
     other = caveat_spec(template={"training": {"epochs": 4}}, analysis=analysis)
     with pytest.raises(IncompatibleSweeps) as raised:
@@ -379,7 +382,7 @@ def test_a_joined_report_adds_seeds_to_each_sweep_compared():
     report = compare_report({"a": first, "b": second}, outcomes, {"a": "one", "b": "two"})
     commands = report["power"]["extend"]
     assert [c.split(" --seeds ")[0] for c in commands] == ["ksweep extend a", "ksweep extend b"]
-    assert all(c.split(" --seeds ")[1].startswith("5,") for c in commands)  # seeds 0-4 ran
+    assert all(c.split(" --seeds ")[1].startswith("5-") for c in commands)  # seeds 0-4 ran
 
 
 def test_power_stays_finite_where_scipys_lower_tail_gives_nan():
