@@ -48,7 +48,7 @@ from workers.readouts.split_data import SplitData, readout_split
 from workers.train import phases
 from workers.train.batch_metrics import batch_metrics, divergence, kl_multiplier_metrics
 from workers.train.config import TrialConfig
-from workers.train.selection import Selection, selected_metrics, selection_target, speed_metrics
+from workers.train.selection import Selection, selected_metrics, speed_metrics, trial_selection
 from workers.train.sources import TaskView, load_sources
 from workers.train.state import (
     load_trainer_state,
@@ -112,16 +112,11 @@ class Trainer:
                      config.total_steps(len(data["train"].split))).to(device)
         optimizer = AdamW(model.parameters(), lr=config.training.learning_rate,
                           weight_decay=config.training.weight_decay)
-        training = config.training
         trainer = cls(config, device, base, model, optimizer, data["train"], data["val"],
-                      data["test"], Selection(training.patience, training.min_epochs, training.min_delta,
-                                              first_epoch=training.autoencoder_epochs + 1,
-                                              **selection_target(training)),
-                      view, view.data_hashes)
+                      data["test"], trial_selection(config.training), view, view.data_hashes)
         trainer._generator = torch.Generator().manual_seed(config.seed)
         trainer.rate_control = trainer.build_stack(config.loss_stack).rate_control(device)
-        if trainer.rate_control is not None:  # the checkpoint is chosen among epochs on target
-            trainer.selection.rate_target = trainer.rate_control.target
+        trainer.selection.rate_target = None if trainer.rate_control is None else trainer.rate_control.target
         trainer._summarise_kappa()
         return trainer
 

@@ -102,6 +102,13 @@ class Selection:
             self.best_score = self.best_loss
 
 
+def trial_selection(training: Any) -> Selection:
+    """A trial's :class:`Selection` from its ``TrainingConfig`` (epochs of autoencoder
+    pre-training are neither selected nor counted; the trainer sets ``rate_target``)."""
+    return Selection(training.patience, training.min_epochs, training.min_delta,
+                     first_epoch=training.autoencoder_epochs + 1, **selection_target(training))
+
+
 def selection_target(training: Any) -> dict[str, Any]:
     """``metric`` and ``maximise`` of a :class:`Selection` for a ``TrainingConfig``."""
     metric = training.selection_metric or SELECTION_METRIC
