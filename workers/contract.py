@@ -13,6 +13,7 @@ Layout (add new names to the group they belong to):
 
 from __future__ import annotations
 
+import math
 import os
 from enum import StrEnum
 from pathlib import Path
@@ -49,6 +50,15 @@ TARGET_RATE_PARAM = "target_rate"  # the kl target rate in nats per example; NaN
 RATE_TOLERANCE = 0.15
 """A rate is on its target within 15%: |achieved / target - 1| <= 0.15. The report flags a cell
 off beyond it; under a target rate the checkpoint is chosen among the epochs on target."""
+
+
+def off_target(achieved: float | None, target: float | None) -> bool | None:
+    """Whether ``achieved`` is more than :data:`RATE_TOLERANCE` of ``target`` away from it
+    (None when either is unknown): the report's flag and the on-target checkpoint's rule."""
+    if achieved is None or target is None or not math.isfinite(achieved) or target <= 0:
+        return None
+    return abs(achieved / target - 1) > RATE_TOLERANCE
+
 LATENT_AMI, LATENT_NMI_SHUFFLED = "latent_ami", "latent_nmi_shuffled"
 # Latent recovery and use, valid objective metrics on val.
 LATENT_METRICS: tuple[str, ...] = ("latent_nmi", "latent_ari", LATENT_AMI, MUTUAL_INFO, ACTIVE_UNITS)

@@ -33,12 +33,13 @@ from workers.contract import (
     SELECTION_METRIC,
     TRAIN,
     metric_name,
+    off_target,
     selected_name,
 )
 
 __all__ = ["CREDIT", "DISTORTION", "RATE_READOUTS", "RATE_TOLERANCE", "SELECTED_MULTIPLIER",
            "TRAINED_OPTIONS",
-           "annotate_credit", "credit_words", "off_target", "rate_limitations", "rate_table",
+           "annotate_credit", "credit_words", "rate_limitations", "rate_table",
            "rd_plane", "trained_options"]
 
 DISTORTION = "recon_uniform"
@@ -104,14 +105,6 @@ def _mean(values: Sequence[float] | None) -> float | None:
     known = [v for v in values or () if math.isfinite(v)]
     return sum(known) / len(known) if known else None
 
-
-def off_target(achieved: float | None, target: float | None) -> bool | None:
-    """Whether ``achieved`` is more than :data:`RATE_TOLERANCE` of ``target`` away from it
-    (None when either is unknown)."""
-    if achieved is None or target is None or not math.isfinite(achieved) or target <= 0:
-        return None
-    ratio = achieved / target
-    return abs(ratio - 1) > RATE_TOLERANCE
 
 
 def rate_table(cells: Sequence[Mapping[str, Any]], split: str,

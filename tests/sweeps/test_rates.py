@@ -20,10 +20,10 @@ from sweeps.plan.build import trial_key
 from sweeps.plan.identity import objective_key
 from sweeps.report.build import build_report, report_markdown
 from sweeps.report.plots import RD_PLANE_PNG, rd_plane_figure
-from sweeps.report.rates import TRAINED_OPTIONS, off_target
+from sweeps.report.rates import TRAINED_OPTIONS
 from sweeps.report.readout_table import TrialOutcome
 from tests.sweeps.test_report import _find
-from workers.contract import SELECTION_METRIC
+from workers.contract import SELECTION_METRIC, off_target
 
 TARGETS = (0.5, 1.0)
 # Achieved KL / target per (stack, target): uniform misses 0.5 by 0.84 x (flagged: 16% off,

@@ -25,12 +25,12 @@ from typing import Any
 import torch
 
 from workers.contract import (
-    RATE_TOLERANCE,
     SELECTED_EPOCH,
     SELECTED_PREFIX,
     SELECTION_METRIC,
     STOP_EPOCH,
     VAL_KL,
+    off_target,
     selection_maximises,
 )
 from workers.data import KINDS
@@ -73,8 +73,7 @@ class Selection:
                            "logged val metric or selection: val_loss")
         value = metrics[self.metric]
         score = -value if self.maximise else value
-        eligible = self.rate_target is None or abs(
-            metrics.get(VAL_KL, math.nan) / self.rate_target - 1) <= RATE_TOLERANCE
+        eligible = self.rate_target is None or off_target(metrics.get(VAL_KL), self.rate_target) is False
         if eligible and not self.on_target and self.rate_target is not None:
             self.on_target, self.best_score = True, math.inf  # the first epoch on target: start over
         # min_delta is in val/loss's units: it applies to the checkpoint choice on val/loss only
