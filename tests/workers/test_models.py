@@ -92,3 +92,51 @@ def test_base_decoder_shapes(batch):
     context, decoder_input, target, mask = batch
     nll = model(context, decoder_input, target)
     assert nll.shape == target.shape and torch.all(nll[~mask] == 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_evaluation_nll_at_tokens_equals_the_full_vocabulary_cross_entropy(dtype):
+    """Adversarial rows for the evaluation path's packed output layer: all PAD, no PAD, PAD in
+    the middle, huge logits; against F.cross_entropy over every position (an independent path)."""
+    from workers.data import PAD_ID
+    from workers.models.backbone import nll_at_tokens
+
+    generator = torch.Generator().manual_seed(3)
+    hidden = torch.randn(5, 7, 4, generator=generator, dtype=dtype) * 30  # logits far from 0
+    weight, bias = torch.randn(11, 4, generator=generator, dtype=dtype), torch.randn(11, dtype=dtype)
+    target = torch.randint(1, 11, (5, 7), generator=generator)
+    target[0] = PAD_ID  # a row with no token
+    target[2, 3:] = PAD_ID
+    target[3, 1] = PAD_ID  # PAD between tokens
+    expected = torch.nn.functional.cross_entropy(
+        (hidden @ weight.T + bias).reshape(-1, 11), target.reshape(-1), reduction="none",
+        ignore_index=PAD_ID).view_as(target)
+    got = nll_at_tokens(hidden.reshape(-1, 4), target.reshape(-1), weight, bias).view_as(target)
+    assert got.dtype == expected.dtype and torch.allclose(got, expected, rtol=1e-6, atol=0)
+    assert torch.all(got[target == PAD_ID] == 0) and torch.all(got[target != PAD_ID] >= 0)
+    assert nll_at_tokens(hidden[0], torch.zeros(7, dtype=torch.long), weight, bias).abs().sum() == 0
+
+
+@pytest.mark.parametrize("family", ["discrete", "continuous"])
+def test_the_evaluation_forward_gives_the_training_paths_numbers(batch, family):
+    """Without a gradient the decoder projects only its token positions; the module and the
+    stacked functional forward give, per token, what the full projection gives."""
+    from workers.models.functional import cvae_forward
+
+    torch.manual_seed(0)
+    model = CVAE(ModelConfig(family=family, latent_dim=5), TASK.vocab_size, TASK.num_strategies).double().eval()
+    args = [t.double() if t.is_floating_point() else t for t in batch]
+    with torch.enable_grad():
+        full = model(*args).token_nll.detach()
+    with torch.no_grad():
+        packed = model(*args).token_nll
+        params = {name: p.detach().unsqueeze(0) for name, p in model.named_parameters()}
+        stacked = cvae_forward(params, model.config, model.num_categories,
+                               *[t.unsqueeze(0) for t in args], training=False)["token_nll"][0]
+    with torch.enable_grad():
+        params = {name: p.detach().unsqueeze(0).requires_grad_() for name, p in model.named_parameters()}
+        stacked_full = cvae_forward(params, model.config, model.num_categories,
+                                    *[t.unsqueeze(0) for t in args], training=False)["token_nll"][0].detach()
+    assert torch.allclose(packed, full, rtol=1e-12, atol=1e-12)
+    assert torch.allclose(stacked, stacked_full, rtol=1e-12, atol=1e-12)
+    assert torch.allclose(stacked, full, rtol=1e-9, atol=1e-9)

@@ -67,6 +67,21 @@ class SequenceEncoder(nn.Module):
         return torch.cat([state, state_at_last_active(backwards, mask)], dim=-1)
 
 
+def nll_at_tokens(hidden: torch.Tensor, target: torch.Tensor, weight: torch.Tensor,
+                  bias: torch.Tensor) -> torch.Tensor:
+    """Per-position NLL ``[N]`` of ``target [N]`` under the output layer on ``hidden [N, H]``,
+    0 at PAD, with the vocabulary's logits computed only at the positions that hold a token.
+
+    The values are ``cross_entropy(hidden @ weight.T + bias, target, ignore_index=PAD)``'s; a
+    padded batch is often half PAD, and the output layer is most of an evaluation's cost. The
+    token positions are found on the host (a sync): for evaluation, not a training step.
+    """
+    positions = (target != PAD_ID).nonzero().squeeze(1)
+    logits = F.linear(hidden.index_select(0, positions), weight, bias)
+    values = F.cross_entropy(upcast(logits), target.index_select(0, positions), reduction="none")
+    return values.new_zeros(target.shape).index_copy_(0, positions, values)
+
+
 def word_dropout_mask(shape: torch.Size | tuple[int, ...], rate: float, device: torch.device,
                       generator: torch.Generator | None = None) -> torch.Tensor:
     """Which decoder inputs ``[B, T]`` become UNK: each with probability ``rate``, never position
@@ -116,19 +131,29 @@ class ConditionalDecoder(nn.Module):
                dropped: torch.Tensor | None = None) -> torch.Tensor:
         """``decoder_input [B, T]`` (BOS + y shifted right), ``condition [B, C]`` -> ``[B, T, V]``;
         ``dropped [B, T]``: the inputs replaced by UNK (word dropout), None for none."""
+        return self.output(self.hidden_states(decoder_input, condition, dropped))
+
+    def hidden_states(self, decoder_input: torch.Tensor, condition: torch.Tensor,
+                      dropped: torch.Tensor | None = None) -> torch.Tensor:
+        """What :meth:`logits` projects onto the vocabulary: ``[B, T, H]``, after dropout."""
         batch, length = decoder_input.shape
         state = torch.tanh(self.init_state(condition)).view(batch, self.num_layers, -1)
         state = state.transpose(0, 1).contiguous()
         steps = condition.unsqueeze(1).expand(batch, length, condition.shape[-1])
         inputs = torch.cat([self.dropout(self.embed(decoder_input, dropped)), steps], dim=-1)
         outputs, _ = self.gru(inputs, state)
-        return self.output(self.dropout(outputs))
+        return self.dropout(outputs)
 
     def token_nll(
         self, decoder_input: torch.Tensor, target: torch.Tensor, condition: torch.Tensor,
         dropped: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Per-token NLL ``[B, T]`` of ``target`` (0 at PAD positions), in float32."""
+        if not torch.is_grad_enabled():  # evaluation: the vocabulary's logits only where a token is
+            batch, length = decoder_input.shape
+            outputs = self.hidden_states(decoder_input, condition, dropped)
+            return nll_at_tokens(outputs.reshape(batch * length, -1), target.reshape(-1),
+                                 self.output.weight, self.output.bias).view_as(target)
         logits = self.logits(decoder_input, condition, dropped)
         nll = F.cross_entropy(
             upcast(logits).reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="none",

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from workers.data import PAD_ID
-from workers.models.backbone import reversed_active, state_at_last_active, upcast
+from workers.models.backbone import nll_at_tokens, reversed_active, state_at_last_active, upcast
 from workers.models.config import ModelConfig
 
 Params = dict[str, torch.Tensor]
@@ -112,8 +112,14 @@ def token_nll(params: Params, config: ModelConfig, decoder_input: torch.Tensor,
     x_condition = linear(condition, w_ih[..., width:], None)
     gates = (x_tokens.unsqueeze(2) + x_condition.unsqueeze(3)).reshape(members, batch * repeats, length, -1)
     outputs = gru(params, "decoder.gru", None, layers, state, gates)
-    logits = linear(outputs, params["decoder.output.weight"], params["decoder.output.bias"])
     targets = target.unsqueeze(2).expand(members, batch, repeats, length)
+    if not torch.is_grad_enabled():  # evaluation: the vocabulary's logits only where a token is
+        nll = torch.stack([
+            nll_at_tokens(outputs[k].reshape(-1, outputs.shape[-1]), targets[k].reshape(-1),
+                          params["decoder.output.weight"][k], params["decoder.output.bias"][k])
+            for k in range(members)]).view(members, batch, repeats, length)
+        return nll.squeeze(2) if single else nll
+    logits = linear(outputs, params["decoder.output.weight"], params["decoder.output.bias"])
     nll = F.cross_entropy(upcast(logits).reshape(-1, logits.shape[-1]), targets.reshape(-1),
                           reduction="none", ignore_index=PAD_ID).view(members, batch, repeats, length)
     return nll.squeeze(2) if single else nll
