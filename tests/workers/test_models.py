@@ -111,10 +111,20 @@ def test_evaluation_nll_at_tokens_equals_the_full_vocabulary_cross_entropy(dtype
     expected = torch.nn.functional.cross_entropy(
         (hidden @ weight.T + bias).reshape(-1, 11), target.reshape(-1), reduction="none",
         ignore_index=PAD_ID).view_as(target)
-    got = nll_at_tokens(hidden.reshape(-1, 4), target.reshape(-1), weight, bias).view_as(target)
+    got = nll_at_tokens(hidden.reshape(1, -1, 4), target.reshape(1, -1), weight[None], bias[None]).view_as(target)
     assert got.dtype == expected.dtype and torch.allclose(got, expected, rtol=1e-6, atol=0)
     assert torch.all(got[target == PAD_ID] == 0) and torch.all(got[target != PAD_ID] >= 0)
-    assert nll_at_tokens(hidden[0], torch.zeros(7, dtype=torch.long), weight, bias).abs().sum() == 0
+    assert nll_at_tokens(hidden[:1], torch.zeros(1, 7, dtype=torch.long), weight[None], bias[None]).abs().sum() == 0
+    # K = 2 output layers whose rows hold tokens at different positions: each its own values.
+    other_weight, other_bias = weight.flip(0), bias.flip(0)
+    other_target = target.roll(1, dims=1)
+    stacked = nll_at_tokens(torch.stack([hidden.reshape(-1, 4)] * 2), torch.stack([target.reshape(-1), other_target.reshape(-1)]),
+                            torch.stack([weight, other_weight]), torch.stack([bias, other_bias]))
+    other = torch.nn.functional.cross_entropy(
+        (hidden @ other_weight.T + other_bias).reshape(-1, 11), other_target.reshape(-1), reduction="none",
+        ignore_index=PAD_ID)
+    assert torch.allclose(stacked[0], expected.reshape(-1), rtol=1e-6, atol=0)
+    assert torch.allclose(stacked[1], other, rtol=1e-6, atol=0)
 
 
 @pytest.mark.parametrize("family", ["discrete", "continuous"])

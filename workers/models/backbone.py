@@ -69,17 +69,20 @@ class SequenceEncoder(nn.Module):
 
 def nll_at_tokens(hidden: torch.Tensor, target: torch.Tensor, weight: torch.Tensor,
                   bias: torch.Tensor) -> torch.Tensor:
-    """Per-position NLL ``[N]`` of ``target [N]`` under the output layer on ``hidden [N, H]``,
-    0 at PAD, with the vocabulary's logits computed only at the positions that hold a token.
+    """Per-position NLL ``[K, N]`` of ``target [K, N]`` under K output layers (``weight [K, V, H]``,
+    ``bias [K, V]``) on ``hidden [K, N, H]``, 0 at PAD, with the vocabulary's logits computed only
+    at the positions where some row holds a token.
 
     The values are ``cross_entropy(hidden @ weight.T + bias, target, ignore_index=PAD)``'s; a
     padded batch is often half PAD, and the output layer is most of an evaluation's cost. The
-    token positions are found on the host (a sync): for evaluation, not a training step.
+    positions are found on the host, once for all K (a sync): for evaluation, not a training step.
     """
-    positions = (target != PAD_ID).nonzero().squeeze(1)
-    logits = F.linear(hidden.index_select(0, positions), weight, bias)
-    values = F.cross_entropy(upcast(logits), target.index_select(0, positions), reduction="none")
-    return values.new_zeros(target.shape).index_copy_(0, positions, values)
+    positions = (target != PAD_ID).any(0).nonzero().squeeze(1)
+    chosen = target.index_select(1, positions)
+    logits = torch.baddbmm(bias.unsqueeze(1), hidden.index_select(1, positions), weight.transpose(1, 2))
+    values = F.cross_entropy(upcast(logits).reshape(-1, logits.shape[-1]), chosen.reshape(-1),
+                             reduction="none", ignore_index=PAD_ID).view_as(chosen)
+    return values.new_zeros(target.shape).index_copy_(1, positions, values)
 
 
 def word_dropout_mask(shape: torch.Size | tuple[int, ...], rate: float, device: torch.device,
@@ -150,10 +153,9 @@ class ConditionalDecoder(nn.Module):
     ) -> torch.Tensor:
         """Per-token NLL ``[B, T]`` of ``target`` (0 at PAD positions), in float32."""
         if not torch.is_grad_enabled():  # evaluation: the vocabulary's logits only where a token is
-            batch, length = decoder_input.shape
             outputs = self.hidden_states(decoder_input, condition, dropped)
-            return nll_at_tokens(outputs.reshape(batch * length, -1), target.reshape(-1),
-                                 self.output.weight, self.output.bias).view_as(target)
+            return nll_at_tokens(outputs.reshape(1, target.numel(), -1), target.reshape(1, -1),
+                                 self.output.weight.unsqueeze(0), self.output.bias.unsqueeze(0)).view_as(target)
         logits = self.logits(decoder_input, condition, dropped)
         nll = F.cross_entropy(
             upcast(logits).reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="none",

@@ -113,15 +113,15 @@ def token_nll(params: Params, config: ModelConfig, decoder_input: torch.Tensor,
     gates = (x_tokens.unsqueeze(2) + x_condition.unsqueeze(3)).reshape(members, batch * repeats, length, -1)
     outputs = gru(params, "decoder.gru", None, layers, state, gates)
     targets = target.unsqueeze(2).expand(members, batch, repeats, length)
-    if not torch.is_grad_enabled():  # evaluation: the vocabulary's logits only where a token is
-        nll = torch.stack([
-            nll_at_tokens(outputs[k].reshape(-1, outputs.shape[-1]), targets[k].reshape(-1),
-                          params["decoder.output.weight"][k], params["decoder.output.bias"][k])
-            for k in range(members)]).view(members, batch, repeats, length)
-        return nll.squeeze(2) if single else nll
-    logits = linear(outputs, params["decoder.output.weight"], params["decoder.output.bias"])
-    nll = F.cross_entropy(upcast(logits).reshape(-1, logits.shape[-1]), targets.reshape(-1),
-                          reduction="none", ignore_index=PAD_ID).view(members, batch, repeats, length)
+    weight, bias = params["decoder.output.weight"], params["decoder.output.bias"]
+    if torch.is_grad_enabled():
+        logits = linear(outputs, weight, bias)
+        nll = F.cross_entropy(upcast(logits).reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                              reduction="none", ignore_index=PAD_ID)
+    else:  # evaluation: the vocabulary's logits only where a token is
+        nll = nll_at_tokens(outputs.reshape(members, -1, outputs.shape[-1]), targets.reshape(members, -1),
+                            weight, bias)
+    nll = nll.view(members, batch, repeats, length)
     return nll.squeeze(2) if single else nll
 
 
