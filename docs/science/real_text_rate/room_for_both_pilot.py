@@ -18,6 +18,8 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
+import torch
 from sklearn.metrics import mutual_info_score
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # run as a file, from anywhere
@@ -28,7 +30,6 @@ from workers.data.config import DatasetDataConfig  # noqa: E402
 from workers.datasets.resolve import resolve_dataset  # noqa: E402
 from workers.datasets.store import DatasetStore  # noqa: E402
 from workers.datasets.table import canonicalize  # noqa: E402
-from workers.readouts.evaluate import collect  # noqa: E402
 from workers.train import Trainer, TrialConfig  # noqa: E402
 
 
@@ -36,8 +37,6 @@ def main(categories: int, rate: float, rows: int, epochs: int, seed: int) -> Non
     root = Path(tempfile.mkdtemp(prefix="room_for_both_"))
     write_table(known_case_rows(closed_vocabulary_sentences(read_definitions(WORDNET_DIR)), rows),
                 root / "known_case.parquet")
-    import pyarrow.parquet as pq
-
     DatasetStore(root / "datasets").add(canonicalize(pq.read_table(root / "known_case.parquet"),
                                                      "known_case.parquet"), name="known-case", owner="local")
     data = resolve_dataset(DatasetDataConfig(dataset="known-case"), root / "datasets")
@@ -54,7 +53,9 @@ def main(categories: int, rate: float, rows: int, epochs: int, seed: int) -> Non
     trainer.run()
     final = trainer.final_metrics
     test = trainer.splits["test"]
-    out = collect(lambda idx: trainer._forward(test, idx)[0], len(test.split), 512, trainer.device)
+    trainer.model.eval()
+    with torch.no_grad():  # the last epoch's model on the whole test split (189 rows: one batch)
+        out = trainer.model(test.split.context, test.decoder_input, test.split.target, test.split.mask)
     z = out.posterior_probs.argmax(-1).numpy()
     label = test.split.target[:, 0].numpy()  # the label token, first in y
     print(f"K={categories} target {rate} seed {seed}: test KL at the chosen checkpoint "
