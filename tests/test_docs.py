@@ -20,7 +20,9 @@ import typer
 
 from ksweep.cli import app as cli_app
 from service.api.app import create_app
+from tests.support.groups import docs_site
 
+pytestmark = docs_site  # the site is built once, on one worker
 ROOT = Path(__file__).resolve().parents[1]
 HTTP_METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
 # A <script src>, <link href> or CSS url() that leaves the site: what an offline reader lacks.

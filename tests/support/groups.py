@@ -30,3 +30,14 @@ datasets_service = pytest.mark.xdist_group(DATASETS_SERVICE)
 # set-up (about 2 CPU-s); on one worker that is paid once, not once per worker.
 COMPILE = "compile"
 compile_tests = pytest.mark.xdist_group(COMPILE)
+
+# Modules whose tests share one costly module fixture (models trained to a target rate, the
+# docs site built with --strict): on one worker the fixture is built once. Spread over the
+# workers, each built its own: the two target-rate modules trained their models three times
+# in one run (about 40 CPU-s over what once costs), the site was built twice.
+RATE_TEXT = "rate_text"
+rate_text = pytest.mark.xdist_group(RATE_TEXT)
+RATE_TRAINING = "rate_training"
+rate_training = pytest.mark.xdist_group(RATE_TRAINING)
+DOCS_SITE = "docs_site"
+docs_site = pytest.mark.xdist_group(DOCS_SITE)

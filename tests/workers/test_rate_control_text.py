@@ -28,11 +28,13 @@ import pyarrow as pa
 import pytest
 
 from tests.support.datasets import label_in_first_token_table, register
+from tests.support.groups import rate_text
 from workers.contract import TRAIN_KL_MULTIPLIER, VAL_KL
 from workers.data.config import DatasetDataConfig
 from workers.datasets.resolve import resolve_dataset
 from workers.train import Trainer, TrialConfig
 
+pytestmark = rate_text  # the module's trained models are built once, on one worker
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = 0.6  # nats per example: most of one bit, below log 2 = 0.693 (K = 2, standard prior: the ceiling)
 STACKS = {"uniform": {"preset": "uniform"},

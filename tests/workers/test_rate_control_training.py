@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 
 from objectives import LossStackSpec
+from tests.support.groups import rate_training
 from workers.contract import TARGET_RATE_PARAM, TRAIN_KL_MULTIPLIER, TRAIN_KL_TRAIN_TARGET, VAL_KL
 from workers.train import Trainer, TrialConfig, load_trial_config
 from workers.trial import run_constants
 
+pytestmark = rate_training  # the module's trained models are built once, on one worker
 EXAMPLES = Path(__file__).resolve().parents[2] / "workers" / "examples"
 
 
