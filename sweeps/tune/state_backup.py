@@ -26,7 +26,12 @@ STATE_PATTERN = "experiment_state-*.json"  # Tune's TuneController.CKPT_FILE_TMP
 # The searcher's files of a session (BasicVariantGenerator, SearchGenerator, Searcher).
 SEARCHER_TEMPLATES = ("basic-variant-state-{}.json", "search_gen_state-{}.json",
                       "searcher-state-{}.pkl")
-BACKUP_NAME = "ksweep-state-backup.json"  # not matching Tune's patterns: Tune never reads it
+# Neither .json nor .pkl: a restoring Tune downloads every such file of the experiment folder into
+# its staging folder and uploads that folder back at each save, so a backup named so came back
+# over each newer one and the session after a second kill restored the first session's save.
+BACKUP_NAME = "ksweep-state.backup"
+# The name before 2026-12-08, read where a sweep saved under it (its driver then still wrote it).
+LEGACY_BACKUP_NAME = "ksweep-state-backup.json"
 # In a checkpoint put back under a deleted one's name: the training_iteration Tune restores.
 RESTORED_AS = "ksweep-restored-as.json"
 # In every trial checkpoint, the last file the trainable writes: each other file's size.
@@ -99,7 +104,7 @@ class ExperimentStateBackup(tune.Callback):
 def repair_experiment_state(tune_folder: Path) -> bool:
     """Put the last save's files in place where the Tune folder lacks them whole; True when it
     changed a file. No backup (a sweep that never saved): nothing is touched."""
-    files = read_backup(tune_folder / BACKUP_NAME)
+    files = read_backup(tune_folder / BACKUP_NAME) or read_backup(tune_folder / LEGACY_BACKUP_NAME)
     if not files:
         return False
     changed = [name for name, data in files.items()

@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from sweeps.status import read_status
+from sweeps.tune.state_backup import STATE_PATTERN
 from tests.support.sockets import listening, loopback
 from tests.support.tune_state import wait_restorable
 from tests.sweeps.test_runner import SMALL_DATA, _runs, _sweep, _write_spec
@@ -295,10 +296,15 @@ def test_kill9_of_the_whole_local_ray_ends_the_driver_and_a_rerun_resumes(tmp_pa
     time.sleep(2.5)  # let Tune save its experiment state (TUNE_GLOBAL_CHECKPOINT_S = 2)
     # On a quiet machine the rerun may finish the last trial first: then there is nothing to
     # kill, and the third run below must find every trial done and re-run none.
-    if wait_restorable(tmp_path / "root" / "rk1" / "tune", limit_s=120, driver=restarted):
+    tune_folder = tmp_path / "root" / "rk1" / "tune"
+    if wait_restorable(tune_folder, limit_s=120, driver=restarted):
         with contextlib.suppress(ProcessLookupError):  # it may end between the check and here
             os.killpg(restarted.pid, signal.SIGKILL)
-    restarted.wait()
+    if restarted.wait() == -signal.SIGKILL:
+        # As a kill during Tune's copy of its save leaves it (it did in a suite run): the rerun's
+        # own state file empty. The third run must put back the rerun's save, not the first
+        # run's (which Tune's restore had carried along and copied over the rerun's backup).
+        max(tune_folder.glob(STATE_PATTERN)).write_bytes(b"")
     _, _, _, before_second = _runs(tmp_path, "quickstart", "rk1")
     finished_second = {c.info.run_id for c in before_second if c.info.status == "FINISHED"}
     assert finished_before <= finished_second and len(finished_second) >= 2

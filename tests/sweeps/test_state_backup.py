@@ -2,6 +2,7 @@
 
 import json
 import shutil
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from sweeps.tune.state_backup import (
     BACKUP_NAME,
     CHECKPOINT_MANIFEST,
+    LEGACY_BACKUP_NAME,
     ExperimentStateBackup,
     fill_deleted_checkpoints,
     is_whole_checkpoint,
@@ -59,6 +61,31 @@ def test_a_whole_but_older_copy_is_replaced_and_missing_files_are_written(tmp_pa
     (tune / STATE).write_text(OLDER)
     assert repair_experiment_state(tune) is True
     assert (tune / STATE).read_text() == WHOLE and (tune / SEARCHER).read_text() == '{"counter": 2}'
+
+
+def test_the_backup_is_not_a_file_a_restoring_tune_carries_along(tmp_path, monkeypatch):
+    """Tune's restore downloads every .json and .pkl of the experiment folder into its staging
+    folder, and each later save uploads that folder back: a backup with such a name was put back
+    over the restored session's newer one, so a second kill resumed from the first session's save
+    (its state then unreadable, Tune started the sweep afresh: every trial run twice)."""
+    from ray.train._internal import storage as ray_storage
+    from ray.tune.execution.experiment_state import _ExperimentCheckpointManager
+
+    # Tune's staging folder lives in the running Ray's session folder: here, one of the test's.
+    monkeypatch.setattr(ray_storage, "_get_ray_train_session_dir", lambda: str(tmp_path / "session"))
+    tune = _backup_of(tmp_path, WHOLE, '{"counter": 2}')
+    (tune / STATE).write_text(WHOLE)
+    storage = ray_storage.StorageContext(storage_path=str(tmp_path), experiment_dir_name="tune")
+    _ExperimentCheckpointManager(storage=storage, checkpoint_period=2).sync_down_experiment_state()
+    staged = {p.name for p in Path(storage.experiment_driver_staging_path).iterdir()}
+    assert STATE in staged and BACKUP_NAME not in staged  # Tune's own files only
+
+
+def test_a_backup_under_the_old_name_is_still_read(tmp_path):
+    tune = _backup_of(tmp_path, WHOLE, '{"counter": 2}')
+    (tune / BACKUP_NAME).rename(tune / LEGACY_BACKUP_NAME)  # saved by a driver before the rename
+    assert repair_experiment_state(tune) is True
+    assert (tune / STATE).read_text() == WHOLE
 
 
 def test_nothing_is_touched_without_a_readable_backup(tmp_path):
