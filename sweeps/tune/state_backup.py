@@ -104,7 +104,9 @@ class ExperimentStateBackup(tune.Callback):
 def repair_experiment_state(tune_folder: Path) -> bool:
     """Put the last save's files in place where the Tune folder lacks them whole; True when it
     changed a file. No backup (a sweep that never saved): nothing is touched."""
-    files = read_backup(tune_folder / BACKUP_NAME) or read_backup(tune_folder / LEGACY_BACKUP_NAME)
+    backup = tune_folder / BACKUP_NAME
+    # The old name only where no backup of the new name was ever written (it may be older).
+    files = read_backup(backup if backup.exists() else tune_folder / LEGACY_BACKUP_NAME)
     if not files:
         return False
     changed = [name for name, data in files.items()

@@ -86,6 +86,10 @@ def test_a_backup_under_the_old_name_is_still_read(tmp_path):
     (tune / BACKUP_NAME).rename(tune / LEGACY_BACKUP_NAME)  # saved by a driver before the rename
     assert repair_experiment_state(tune) is True
     assert (tune / STATE).read_text() == WHOLE
+    # Once a backup of the new name exists, the old one (maybe older) is never read.
+    (tune / BACKUP_NAME).write_text('{"files": {"experiment_state-x.json": "e30')  # cut short
+    (tune / STATE).write_text(OLDER)
+    assert repair_experiment_state(tune) is False and (tune / STATE).read_text() == OLDER
 
 
 def test_nothing_is_touched_without_a_readable_backup(tmp_path):
